@@ -1,0 +1,319 @@
+//! The broker's configuration: a TOML file, environment overrides, and the
+//! development defaults used when no file is given.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use serde::Deserialize;
+
+/// Default listen address (API.md).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+/// Default database (API.md).
+pub const DEFAULT_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/lockbroker";
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config: {0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration, after defaults and environment overrides.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    #[serde(default = "default_database_url")]
+    pub database_url: String,
+    /// Bearer token for `/v1/admin`. Without one, the admin API answers 401.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Directory of policy components, watched for changes.
+    #[serde(default = "default_policy_dir")]
+    pub policy_dir: PathBuf,
+    /// MySQL connections the broker may open. Held locks pin none of them.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// Time budget of one policy call, in milliseconds.
+    #[serde(default = "default_policy_deadline_ms")]
+    pub policy_deadline_ms: u64,
+    /// Linear memory a policy instance may grow to, in bytes.
+    #[serde(default = "default_policy_memory_bytes")]
+    pub policy_memory_bytes: usize,
+    /// Largest policy component accepted by `PUT /v1/admin/tenants/{t}/policy`.
+    #[serde(default = "default_max_policy_bytes")]
+    pub max_policy_bytes: usize,
+    /// How often the reaper looks for expired leases with waiters, in ms.
+    #[serde(default = "default_reaper_interval_ms")]
+    pub reaper_interval_ms: u64,
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<TenantConfig>,
+    /// True when the built-in development defaults are in use.
+    #[serde(skip)]
+    pub dev_defaults: bool,
+}
+
+/// One `[[tenant]]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    pub api_key: String,
+    /// A file in `policy_dir`; `None` is the built-in default policy.
+    #[serde(default)]
+    pub policy: Option<String>,
+    #[serde(default = "default_max_ttl_ms")]
+    pub max_ttl_ms: u64,
+    #[serde(default = "default_max_waiters")]
+    pub max_waiters: u64,
+}
+
+fn default_listen() -> SocketAddr {
+    DEFAULT_LISTEN.parse().expect("valid default address")
+}
+fn default_database_url() -> String {
+    DEFAULT_DATABASE_URL.to_owned()
+}
+fn default_policy_dir() -> PathBuf {
+    PathBuf::from("plugins/dist")
+}
+fn default_max_connections() -> u32 {
+    32
+}
+fn default_policy_deadline_ms() -> u64 {
+    5
+}
+fn default_policy_memory_bytes() -> usize {
+    16 << 20
+}
+fn default_max_policy_bytes() -> usize {
+    8 << 20
+}
+fn default_reaper_interval_ms() -> u64 {
+    25
+}
+fn default_max_ttl_ms() -> u64 {
+    3_600_000
+}
+fn default_max_waiters() -> u64 {
+    10_000
+}
+
+impl Config {
+    /// Reads `path` (or the dev defaults when `None`) and applies the
+    /// `LOCKBROKER_*` environment overrides.
+    ///
+    /// # Errors
+    /// The file cannot be read or parsed, or a value is out of range.
+    pub fn load(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                Config::from_toml(&text)?
+            }
+            None => Config::dev(),
+        };
+        config.apply_env(|name| std::env::var(name).ok())?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text without environment overrides.
+    ///
+    /// # Errors
+    /// The text is not valid TOML or does not match the schema.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Ok(toml::from_str(text)?)
+    }
+
+    /// The development defaults: one tenant `default` with key `dev-key`,
+    /// admin token `dev-admin`, the built-in policy.
+    pub fn dev() -> Config {
+        let mut config = Config::from_toml(
+            r#"
+admin_token = "dev-admin"
+[[tenant]]
+name = "default"
+api_key = "dev-key"
+"#,
+        )
+        .expect("dev config parses");
+        config.dev_defaults = true;
+        config
+    }
+
+    /// Applies `LOCKBROKER_LISTEN`, `LOCKBROKER_DATABASE_URL`,
+    /// `LOCKBROKER_ADMIN_TOKEN` and `LOCKBROKER_POLICY_DIR`.
+    ///
+    /// # Errors
+    /// `LOCKBROKER_LISTEN` is not a socket address.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(listen) = var("LOCKBROKER_LISTEN") {
+            self.listen = listen.parse().map_err(|_| {
+                ConfigError::Invalid(format!("LOCKBROKER_LISTEN {listen:?} is not an address"))
+            })?;
+        }
+        if let Some(url) = var("LOCKBROKER_DATABASE_URL") {
+            self.database_url = url;
+        }
+        if let Some(token) = var("LOCKBROKER_ADMIN_TOKEN") {
+            self.admin_token = Some(token);
+        }
+        if let Some(dir) = var("LOCKBROKER_POLICY_DIR") {
+            self.policy_dir = PathBuf::from(dir);
+        }
+        Ok(())
+    }
+
+    /// Checks names, keys and limits.
+    ///
+    /// # Errors
+    /// The first problem found, in words.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |msg: String| Err(ConfigError::Invalid(msg));
+        if self.tenants.is_empty() {
+            return invalid("at least one [[tenant]] is needed".into());
+        }
+        if self.max_connections == 0 {
+            return invalid("max_connections must be at least 1".into());
+        }
+        if self.policy_deadline_ms == 0 || self.policy_deadline_ms > 10_000 {
+            return invalid("policy_deadline_ms must be 1 to 10000".into());
+        }
+        if self.policy_memory_bytes < (1 << 20) {
+            return invalid("policy_memory_bytes must be at least 1 MiB".into());
+        }
+        if matches!(&self.admin_token, Some(t) if t.is_empty()) {
+            return invalid("admin_token must not be empty".into());
+        }
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            let name = &tenant.name;
+            let name_ok = (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !name_ok {
+                return invalid(format!("tenant name {name:?} must match [a-z0-9-]{{1,64}}"));
+            }
+            if tenant.api_key.is_empty() {
+                return invalid(format!("tenant {name}: api_key must not be empty"));
+            }
+            if tenant.max_ttl_ms < 100 {
+                return invalid(format!("tenant {name}: max_ttl_ms must be at least 100"));
+            }
+            if let Some(policy) = &tenant.policy {
+                if policy.is_empty() || policy.contains(['/', '\\']) || policy.starts_with('.') {
+                    return invalid(format!(
+                        "tenant {name}: policy must be a file name in policy_dir"
+                    ));
+                }
+            }
+            for other in &self.tenants[..i] {
+                if other.name == tenant.name {
+                    return invalid(format!("tenant {name} is defined twice"));
+                }
+                if other.api_key == tenant.api_key {
+                    return invalid(format!(
+                        "tenants {} and {name} share an api_key",
+                        other.name
+                    ));
+                }
+            }
+            if self.admin_token.as_deref() == Some(tenant.api_key.as_str()) {
+                return invalid(format!("tenant {name}: api_key equals admin_token"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy call deadline as a `Duration`.
+    pub fn policy_deadline(&self) -> Duration {
+        Duration::from_millis(self.policy_deadline_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_api_md_example() {
+        let config = Config::from_toml(
+            r#"
+listen = "127.0.0.1:7420"
+database_url = "mysql://root@127.0.0.1:3306/lockbroker"
+admin_token = "secret"
+policy_dir = "plugins/dist"
+
+[[tenant]]
+name = "team-a"
+api_key = "key-a"
+policy = "team-a.wasm"
+max_ttl_ms = 3600000
+max_waiters = 10000
+"#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.tenants[0].policy.as_deref(), Some("team-a.wasm"));
+        assert_eq!(config.max_connections, 32);
+        assert!(!config.dev_defaults);
+    }
+
+    #[test]
+    fn dev_defaults_have_one_tenant() {
+        let config = Config::dev();
+        config.validate().unwrap();
+        assert!(config.dev_defaults);
+        assert_eq!(config.tenants[0].name, "default");
+        assert_eq!(config.tenants[0].api_key, "dev-key");
+        assert_eq!(config.admin_token.as_deref(), Some("dev-admin"));
+    }
+
+    #[test]
+    fn environment_overrides_win() {
+        let mut config = Config::dev();
+        config
+            .apply_env(|name| match name {
+                "LOCKBROKER_LISTEN" => Some("0.0.0.0:9000".into()),
+                "LOCKBROKER_DATABASE_URL" => Some("mysql://x@h/db".into()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(config.listen.port(), 9000);
+        assert_eq!(config.database_url, "mysql://x@h/db");
+        let err = config
+            .apply_env(|_| Some("not an address".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("LOCKBROKER_LISTEN"));
+    }
+
+    #[test]
+    fn rejects_bad_tenants() {
+        let bad = [
+            "[[tenant]]\nname = \"Team\"\napi_key = \"k\"",
+            "[[tenant]]\nname = \"\"\napi_key = \"k\"",
+            "[[tenant]]\nname = \"a\"\napi_key = \"\"",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\n[[tenant]]\nname = \"a\"\napi_key = \"j\"",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\n[[tenant]]\nname = \"b\"\napi_key = \"k\"",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\npolicy = \"../x.wasm\"",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_ttl_ms = 5",
+            "",
+        ];
+        for text in bad {
+            let config = Config::from_toml(text).unwrap();
+            assert!(config.validate().is_err(), "accepted: {text}");
+        }
+        assert!(Config::from_toml("nonsense = 1").is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! HTTP/1.1 with hyper: the accept loop with graceful shutdown, the router,
+//! and the request pipeline every tenant call goes through
+//! (auth → body → naming policy → engine → response).
+//!
+//! - `router`: path and method to handler.
+//! - `request`: the shared pipeline steps (auth, body limits, JSON, key).
+//! - `locks`: `/v1/locks`; `ops`: health, readiness, metrics, OpenAPI.
+//! - `error`: every failure's status and JSON shape, in one place.
+
+mod error;
+mod locks;
+mod ops;
+mod request;
+mod router;
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::{header, server::conn::http1, service::service_fn, StatusCode};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+};
+use tokio::{net::TcpListener, sync::watch};
+
+pub use error::ApiError;
+
+use crate::app::App;
+
+/// Response body: whole JSON documents, or a stream for Server-Sent Events.
+pub type Body = BoxBody<Bytes, Infallible>;
+pub type Response = hyper::Response<Body>;
+
+/// Time a client has to send its request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time in-flight requests get to finish after shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A whole-body response.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+/// A JSON response.
+pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
+    let mut response = hyper::Response::new(full(value.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then stops accepting
+/// and lets in-flight requests finish (for at most [`DRAIN_TIMEOUT`]).
+pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(true);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(err) => {
+                    // Out of file descriptors and the like: back off, go on.
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            () = crate::shutdown::stopped(&mut stop) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(router::handle(&app, req).await) }
+        });
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(err) = conn.await {
+                tracing::debug!(error = %err, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("drain timed out; closing"),
+    }
+}

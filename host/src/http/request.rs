@@ -1,0 +1,209 @@
+//! The steps every tenant request shares: authenticate, read a bounded
+//! body, parse JSON, decode and name the key.
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::{body::Incoming, header, HeaderMap, Request};
+use percent_encoding::percent_decode_str;
+use serde::de::DeserializeOwned;
+
+use super::ApiError;
+use crate::{
+    app::App,
+    engine::LockRef,
+    tenant::{self, Tenant},
+};
+
+/// Largest request body, in bytes (API.md).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest client key the broker hands to a naming policy, in bytes.
+const MAX_RAW_KEY_BYTES: usize = 1024;
+/// Time a client has to send its body once the headers are in.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bearer token of a request, if it has one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+}
+
+/// The tenant whose API key the request carries.
+///
+/// # Errors
+/// 401 when there is no bearer token or it is no tenant's key.
+pub fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
+    let token = bearer(headers)
+        .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <api key>"))?;
+    app.tenants
+        .authenticate(token)
+        .ok_or_else(|| ApiError::unauthenticated("unknown API key"))
+}
+
+/// Checks the admin token.
+///
+/// # Errors
+/// 401 without a valid admin token; 403 for a tenant's key.
+pub fn authenticate_admin(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    let token = bearer(headers)
+        .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <admin token>"))?;
+    let presented = tenant::digest(token);
+    if app
+        .admin_digest
+        .as_ref()
+        .is_some_and(|expected| tenant::matches(&presented, expected))
+    {
+        return Ok(());
+    }
+    if app.tenants.authenticate(token).is_some() {
+        return Err(ApiError::forbidden("a tenant's API key cannot use the admin API"));
+    }
+    Err(ApiError::unauthenticated("unknown admin token"))
+}
+
+/// Reads the whole body, at most `limit` bytes.
+///
+/// # Errors
+/// 413 over the limit (by `Content-Length` or by counting), 400 when the
+/// body does not arrive in time or the connection fails.
+pub async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::too_large(format!("the body is over {limit} bytes"));
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let collect = Limited::new(req.into_body(), limit).collect();
+    match tokio::time::timeout(BODY_READ_TIMEOUT, collect).await {
+        Err(_) => Err(ApiError::bad_request("the body did not arrive in time")),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(err)) => Err(ApiError::bad_request(format!("cannot read the body: {err}"))),
+    }
+}
+
+/// Parses a JSON body into `T`.
+///
+/// # Errors
+/// 400 with serde's description (which names the field and position).
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("a JSON body is required"));
+    }
+    serde_json::from_slice(body).map_err(|err| ApiError::bad_request(format!("invalid JSON body: {err}")))
+}
+
+/// Decodes a percent-encoded path segment into the client's key.
+///
+/// # Errors
+/// 422 when the key is not UTF-8 or is absurdly long.
+pub fn decode_key(segment: &str) -> Result<String, ApiError> {
+    let key = percent_decode_str(segment)
+        .decode_utf8()
+        .map_err(|_| ApiError::invalid_key("the key is not valid UTF-8"))?;
+    if key.len() > MAX_RAW_KEY_BYTES {
+        return Err(ApiError::invalid_key(format!(
+            "the key is {} bytes; at most {MAX_RAW_KEY_BYTES} are accepted",
+            key.len()
+        )));
+    }
+    Ok(key.into_owned())
+}
+
+/// Decodes the key and asks the tenant's naming policy for its storage key.
+///
+/// # Errors
+/// 422 when decoding or the policy rejects the key; 500 `policy_error` when
+/// the policy fails (fail closed).
+pub async fn name_lock(tenant: Arc<Tenant>, segment: &str) -> Result<LockRef, ApiError> {
+    let key = decode_key(segment)?;
+    let storage_key = tenant.policy.storage_key(&key).await?;
+    Ok(LockRef {
+        tenant,
+        key,
+        storage_key,
+    })
+}
+
+/// Checks that a string field has 1 to `max` bytes.
+///
+/// # Errors
+/// 400 naming the field.
+pub fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > max {
+        return Err(ApiError::bad_request(format!(
+            "{field} must be 1 to {max} bytes (got {})",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that a number lies in `min..=max`.
+///
+/// # Errors
+/// 400 naming the field and the range.
+pub fn check_range(field: &str, value: u64, min: u64, max: u64) -> Result<u64, ApiError> {
+    if value < min || value > max {
+        return Err(ApiError::bad_request(format!(
+            "{field} must be {min} to {max} (got {value})"
+        )));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(bearer(&headers), None);
+        headers.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        assert_eq!(bearer(&headers), Some("abc"));
+        headers.insert(header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
+        assert_eq!(bearer(&headers), Some("abc"));
+        headers.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&headers), None);
+    }
+
+    #[test]
+    fn keys_decode_byte_for_byte() {
+        assert_eq!(decode_key("job%201").unwrap(), "job 1");
+        assert_eq!(decode_key("a%2Fb").unwrap(), "a/b");
+        assert_eq!(decode_key("%E2%9C%93").unwrap(), "✓");
+        assert_eq!(decode_key("Job%20").unwrap(), "Job ");
+        assert_eq!(decode_key("%FF").unwrap_err().code, "invalid_key");
+        assert_eq!(decode_key(&"k".repeat(2000)).unwrap_err().code, "invalid_key");
+    }
+
+    #[test]
+    fn json_errors_are_400() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Body {
+            owner: String,
+        }
+        assert_eq!(parse_json::<Body>(b"").unwrap_err().code, "bad_request");
+        assert_eq!(parse_json::<Body>(b"{").unwrap_err().code, "bad_request");
+        let err = parse_json::<Body>(b"{}").unwrap_err();
+        assert!(err.message.contains("owner"), "{}", err.message);
+        assert!(parse_json::<Body>(br#"{"owner":"a"}"#).is_ok());
+    }
+
+    #[test]
+    fn ranges() {
+        assert!(check_range("ttl_ms", 99, 100, 200).is_err());
+        assert_eq!(check_range("ttl_ms", 100, 100, 200).unwrap(), 100);
+        assert!(check_len("owner", "", 128).is_err());
+        assert!(check_len("owner", &"x".repeat(129), 128).is_err());
+    }
+}

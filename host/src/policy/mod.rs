@@ -1,0 +1,334 @@
+//! The policy seam: how a tenant's keys are named, which waiter goes next,
+//! and how long to back off.
+//!
+//! [`Policy`] is what an implementation provides (the [`Builtin`] one, or a
+//! WebAssembly plugin). [`TenantPolicy`] is what the rest of the broker
+//! calls: it holds the tenant's current policy (swapped atomically on
+//! reload) and applies the failure rules in one place. Naming fails closed,
+//! since a different naming could merge or split locks; fairness and backoff
+//! fall back to the built-in policy. Every fault is counted and logged.
+
+mod builtin;
+
+use std::sync::{Arc, RwLock};
+
+pub use builtin::{Builtin, MAX_KEY_BYTES};
+
+use crate::metrics::Metrics;
+
+/// Longest storage key a policy may return, in bytes (the column's size).
+pub const MAX_STORAGE_KEY_BYTES: usize = 512;
+
+/// What a policy says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    pub name: String,
+    pub version: String,
+}
+
+/// A client waiting for a lock, as a fairness policy sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiter {
+    pub id: u64,
+    pub owner: String,
+    pub priority: i32,
+    /// Enqueue time, ms since the Unix epoch by the database clock.
+    pub enqueued_at_ms: u64,
+    pub attempts: u32,
+}
+
+/// What is known of the contention when a try fails.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Contention {
+    /// Failed tries so far, 1 for the first.
+    pub attempt: u32,
+    pub waited_ms: u64,
+    /// The client's `wait_ms`; 0 for a single try.
+    pub budget_ms: u64,
+    pub waiters: u32,
+    pub lease_remaining_ms: u64,
+    pub seed: u64,
+}
+
+/// A backoff policy's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    RetryAfter(u64),
+    GiveUp,
+}
+
+/// A policy that did not answer properly.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PolicyFault {
+    #[error("policy trapped: {0}")]
+    Trap(String),
+    #[error("policy ran out of its time budget")]
+    Timeout,
+    #[error("policy ran out of its memory budget")]
+    OutOfMemory,
+    #[error("policy gave an invalid answer: {0}")]
+    BadAnswer(String),
+}
+
+/// One policy implementation. Calls may block for up to the policy deadline;
+/// [`TenantPolicy`] runs blocking ones off the async reactor.
+pub trait Policy: Send + Sync + 'static {
+    /// The policy's name and version.
+    fn describe(&self) -> Result<Descriptor, PolicyFault>;
+    /// `Ok(Ok(storage_key))`, `Ok(Err(reason))` to reject the key.
+    fn storage_key(&self, tenant: &str, key: &str) -> Result<Result<String, String>, PolicyFault>;
+    /// Index into `waiters` (never empty, oldest first) of the next grant.
+    fn pick_next(&self, key: &str, waiters: &[Waiter]) -> Result<u32, PolicyFault>;
+    /// Delay before the next try, or give up.
+    fn next_delay(&self, contention: &Contention) -> Result<Decision, PolicyFault>;
+    /// True when calls may take long enough to need a blocking thread.
+    fn blocks(&self) -> bool {
+        false
+    }
+}
+
+/// Why a key has no storage key.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NamingError {
+    /// The policy rejected the key; the reason goes to the client (422).
+    #[error("{0}")]
+    Rejected(String),
+    /// The policy failed: the request fails closed (500).
+    #[error(transparent)]
+    Fault(#[from] PolicyFault),
+}
+
+/// A policy in force, with where it came from.
+#[derive(Clone)]
+pub struct Loaded {
+    pub policy: Arc<dyn Policy>,
+    pub descriptor: Descriptor,
+    /// sha256 of the component, hex; `None` for the built-in policy.
+    pub sha256: Option<String>,
+    /// RFC 3339 time of the load.
+    pub loaded_at: String,
+}
+
+impl Loaded {
+    /// The built-in policy, loaded now.
+    pub fn builtin() -> Loaded {
+        let policy = Builtin;
+        Loaded {
+            descriptor: policy.describe().expect("builtin describes itself"),
+            policy: Arc::new(policy),
+            sha256: None,
+            loaded_at: now_rfc3339(),
+        }
+    }
+}
+
+/// A tenant's policy as the broker uses it: swappable, with fallbacks.
+pub struct TenantPolicy {
+    tenant: String,
+    current: RwLock<Arc<Loaded>>,
+    last_error: RwLock<Option<String>>,
+    metrics: Arc<Metrics>,
+}
+
+impl TenantPolicy {
+    pub fn new(tenant: &str, loaded: Loaded, metrics: Arc<Metrics>) -> TenantPolicy {
+        TenantPolicy {
+            tenant: tenant.to_owned(),
+            current: RwLock::new(Arc::new(loaded)),
+            last_error: RwLock::new(None),
+            metrics,
+        }
+    }
+
+    /// The policy in force. Callers keep the `Arc` for a whole request, so a
+    /// swap never changes the policy under an in-flight request.
+    pub fn current(&self) -> Arc<Loaded> {
+        self.current.read().expect("policy lock").clone()
+    }
+
+    /// Puts `loaded` in force and clears the last load error.
+    pub fn swap(&self, loaded: Loaded) {
+        *self.current.write().expect("policy lock") = Arc::new(loaded);
+        *self.last_error.write().expect("policy lock") = None;
+    }
+
+    /// Records a failed load; the policy in force stays.
+    pub fn set_error(&self, error: String) {
+        *self.last_error.write().expect("policy lock") = Some(error);
+    }
+
+    /// The last load error, if the last load failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.read().expect("policy lock").clone()
+    }
+
+    /// Maps a client key to its storage key. Fails closed.
+    ///
+    /// # Errors
+    /// [`NamingError::Rejected`] with the policy's reason, or
+    /// [`NamingError::Fault`] when the policy failed or returned a storage
+    /// key that is empty or longer than [`MAX_STORAGE_KEY_BYTES`].
+    pub async fn storage_key(&self, key: &str) -> Result<String, NamingError> {
+        let loaded = self.current();
+        let (tenant, key_owned) = (self.tenant.clone(), key.to_owned());
+        let answer = call(&loaded, move |p| p.storage_key(&tenant, &key_owned)).await;
+        let answer = answer.and_then(|named| match named {
+            Ok(storage) if storage.is_empty() || storage.len() > MAX_STORAGE_KEY_BYTES => {
+                Err(PolicyFault::BadAnswer(format!(
+                    "storage key of {} bytes (1 to {MAX_STORAGE_KEY_BYTES} allowed)",
+                    storage.len()
+                )))
+            }
+            other => Ok(other),
+        });
+        match answer {
+            Ok(Ok(storage)) => Ok(storage),
+            Ok(Err(reason)) => Err(NamingError::Rejected(reason)),
+            Err(fault) => {
+                self.fault(&loaded, "naming", &fault);
+                Err(NamingError::Fault(fault))
+            }
+        }
+    }
+
+    /// Index of the waiter to grant next; the oldest if the policy fails.
+    pub async fn pick_next(&self, key: &str, waiters: Vec<Waiter>) -> usize {
+        let loaded = self.current();
+        let len = waiters.len();
+        let key = key.to_owned();
+        let answer = call(&loaded, move |p| p.pick_next(&key, &waiters)).await;
+        match answer.and_then(|i| {
+            usize::try_from(i)
+                .ok()
+                .filter(|i| *i < len)
+                .ok_or_else(|| PolicyFault::BadAnswer(format!("index {i} of {len} waiters")))
+        }) {
+            Ok(index) => index,
+            Err(fault) => {
+                self.fault(&loaded, "fairness", &fault);
+                builtin::pick_next(&[]) as usize
+            }
+        }
+    }
+
+    /// Delay before the next try; the built-in backoff if the policy fails.
+    pub async fn next_delay(&self, contention: Contention) -> Decision {
+        let loaded = self.current();
+        let fallback = builtin::next_delay(&contention);
+        match call(&loaded, move |p| p.next_delay(&contention)).await {
+            Ok(decision) => decision,
+            Err(fault) => {
+                self.fault(&loaded, "backoff", &fault);
+                fallback
+            }
+        }
+    }
+
+    fn fault(&self, loaded: &Loaded, export: &'static str, fault: &PolicyFault) {
+        let sha = loaded.sha256.as_deref().unwrap_or("builtin");
+        tracing::warn!(tenant = %self.tenant, policy_sha256 = sha, export, %fault, "policy call failed");
+        self.metrics.inc(
+            "lockbroker_policy_failures_total",
+            &[("tenant", &self.tenant), ("export", export)],
+        );
+    }
+}
+
+/// Runs one policy call, on a blocking thread when the policy may block.
+async fn call<T: Send + 'static>(
+    loaded: &Loaded,
+    f: impl FnOnce(&dyn Policy) -> Result<T, PolicyFault> + Send + 'static,
+) -> Result<T, PolicyFault> {
+    if !loaded.policy.blocks() {
+        return f(&*loaded.policy);
+    }
+    let policy = loaded.policy.clone();
+    tokio::task::spawn_blocking(move || f(&*policy))
+        .await
+        .unwrap_or_else(|e| Err(PolicyFault::Trap(format!("policy call panicked: {e}"))))
+}
+
+/// Now, as RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy whose every call fails, to check the fallbacks.
+    struct Broken;
+    impl Policy for Broken {
+        fn describe(&self) -> Result<Descriptor, PolicyFault> {
+            Err(PolicyFault::Timeout)
+        }
+        fn storage_key(&self, _: &str, _: &str) -> Result<Result<String, String>, PolicyFault> {
+            Err(PolicyFault::Trap("boom".into()))
+        }
+        fn pick_next(&self, _: &str, _: &[Waiter]) -> Result<u32, PolicyFault> {
+            Ok(7)
+        }
+        fn next_delay(&self, _: &Contention) -> Result<Decision, PolicyFault> {
+            Err(PolicyFault::OutOfMemory)
+        }
+    }
+
+    fn broken() -> (TenantPolicy, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::default());
+        let loaded = Loaded {
+            policy: Arc::new(Broken),
+            descriptor: Descriptor {
+                name: "broken".into(),
+                version: "0".into(),
+            },
+            sha256: Some("abc".into()),
+            loaded_at: now_rfc3339(),
+        };
+        (TenantPolicy::new("t", loaded, metrics.clone()), metrics)
+    }
+
+    #[tokio::test]
+    async fn naming_fails_closed() {
+        let (policy, metrics) = broken();
+        let err = policy.storage_key("job").await.unwrap_err();
+        assert!(matches!(err, NamingError::Fault(PolicyFault::Trap(_))));
+        assert!(metrics.render().contains(
+            "lockbroker_policy_failures_total{tenant=\"t\",export=\"naming\"} 1"
+        ));
+    }
+
+    #[tokio::test]
+    async fn fairness_and_backoff_fall_back() {
+        let (policy, metrics) = broken();
+        let waiters = vec![Waiter::default(), Waiter::default()];
+        assert_eq!(policy.pick_next("k", waiters).await, 0);
+        let contention = Contention {
+            attempt: 1,
+            seed: 5,
+            ..Contention::default()
+        };
+        assert_eq!(
+            policy.next_delay(contention.clone()).await,
+            builtin::next_delay(&contention)
+        );
+        let text = metrics.render();
+        assert!(text.contains("export=\"fairness\"} 1"), "{text}");
+        assert!(text.contains("export=\"backoff\"} 1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn swap_replaces_and_clears_errors() {
+        let (policy, _) = broken();
+        policy.set_error("bad file".into());
+        assert_eq!(policy.last_error().as_deref(), Some("bad file"));
+        let before = policy.current();
+        policy.swap(Loaded::builtin());
+        assert_eq!(policy.last_error(), None);
+        assert_eq!(policy.storage_key("job").await.unwrap(), "job");
+        // An in-flight request keeps the policy it started with.
+        assert_eq!(before.descriptor.name, "broken");
+        let err = policy.storage_key("").await.unwrap_err();
+        assert!(matches!(err, NamingError::Rejected(_)));
+    }
+}

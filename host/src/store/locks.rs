@@ -1,0 +1,155 @@
+//! The `locks` table: one row per (tenant, storage key).
+
+use chrono::NaiveDateTime;
+use sqlx::{mysql::MySqlQueryResult, MySqlExecutor};
+
+/// A lock row as read inside a grant transaction, with the database's clock.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LockRow {
+    pub owner: Option<Vec<u8>>,
+    pub token: u64,
+    pub hold_count: u32,
+    pub expires_at: Option<NaiveDateTime>,
+    /// `NOW(6)` when the row was read: expiry is judged by this clock only.
+    pub now: NaiveDateTime,
+}
+
+impl LockRow {
+    /// The current holder, if the lease has not expired by the database clock.
+    pub fn live_owner(&self) -> Option<&[u8]> {
+        match (&self.owner, self.expires_at) {
+            (Some(owner), Some(expires_at)) if expires_at > self.now => Some(owner),
+            _ => None,
+        }
+    }
+
+    /// Milliseconds left on a live lease, 0 otherwise.
+    pub fn remaining_ms(&self) -> u64 {
+        match (self.live_owner(), self.expires_at) {
+            (Some(_), Some(expires_at)) => {
+                u64::try_from((expires_at - self.now).num_milliseconds()).unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// Reads and row-locks a key, failing at once if another transaction holds
+/// the row (`NOWAIT`).
+pub async fn select_nowait(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<LockRow>> {
+    sqlx::query_as(
+        r#"
+SELECT owner, token, hold_count, expires_at, NOW(6) AS now
+FROM locks WHERE tenant = ? AND lock_key = ?
+FOR UPDATE NOWAIT
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// Reads and row-locks a key, waiting (briefly) for other transactions.
+pub async fn select_for_update(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<LockRow>> {
+    sqlx::query_as(
+        r#"
+SELECT owner, token, hold_count, expires_at, NOW(6) AS now
+FROM locks WHERE tenant = ? AND lock_key = ?
+FOR UPDATE
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// Reads a key without locking it (a consistent snapshot).
+pub async fn select(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<LockRow>> {
+    sqlx::query_as(
+        r#"
+SELECT owner, token, hold_count, expires_at, NOW(6) AS now
+FROM locks WHERE tenant = ? AND lock_key = ?
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// Creates the row of a key never seen before, in its own autocommit
+/// statement. Two first acquirers racing here both succeed (the second
+/// insert is ignored); they then meet on the row lock as usual.
+pub async fn insert_missing(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<MySqlQueryResult> {
+    sqlx::query(
+        r#"
+INSERT IGNORE INTO locks (tenant, lock_key) VALUES (?, ?)
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .execute(db)
+    .await
+}
+
+/// Writes a lease: holder, token, hold count and expiry.
+pub async fn write_lease(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+    owner: &str,
+    token: u64,
+    hold_count: u32,
+    expires_at: NaiveDateTime,
+) -> sqlx::Result<MySqlQueryResult> {
+    sqlx::query(
+        r#"
+UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?
+WHERE tenant = ? AND lock_key = ?
+"#,
+    )
+    .bind(owner)
+    .bind(token)
+    .bind(hold_count)
+    .bind(expires_at)
+    .bind(tenant)
+    .bind(key)
+    .execute(db)
+    .await
+}
+
+/// Frees a key. The token stays: the next grant continues from it.
+pub async fn free(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<MySqlQueryResult> {
+    sqlx::query(
+        r#"
+UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
+WHERE tenant = ? AND lock_key = ?
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .execute(db)
+    .await
+}

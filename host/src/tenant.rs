@@ -1,0 +1,118 @@
+//! Tenants and who they are: bearer keys compared in constant time.
+//!
+//! Keys are kept only as sha256 digests, so they cannot leak through a
+//! `Debug` print or a log line, and every comparison touches every tenant
+//! (no early exit), so response times say nothing about which byte differed.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::{config::TenantConfig, policy::TenantPolicy};
+
+/// sha256 of a secret.
+pub type SecretDigest = [u8; 32];
+
+/// Hashes a bearer secret for comparison.
+pub fn digest(secret: &str) -> SecretDigest {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// True when `presented` hashes to `expected`, in constant time.
+pub fn matches(presented: &SecretDigest, expected: &SecretDigest) -> bool {
+    presented.ct_eq(expected).into()
+}
+
+/// One tenant: its limits and its policy.
+pub struct Tenant {
+    pub name: String,
+    key_digest: SecretDigest,
+    pub max_ttl_ms: u64,
+    pub max_waiters: u64,
+    /// The policy file in `policy_dir`, if the tenant has one.
+    pub policy_file: Option<String>,
+    pub policy: TenantPolicy,
+}
+
+impl std::fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenant").field("name", &self.name).finish()
+    }
+}
+
+impl Tenant {
+    pub fn new(config: &TenantConfig, policy: TenantPolicy) -> Tenant {
+        Tenant {
+            name: config.name.clone(),
+            key_digest: digest(&config.api_key),
+            max_ttl_ms: config.max_ttl_ms,
+            max_waiters: config.max_waiters,
+            policy_file: config.policy.clone(),
+            policy,
+        }
+    }
+}
+
+/// All tenants, fixed at start.
+#[derive(Debug, Default)]
+pub struct Tenants {
+    list: Vec<Arc<Tenant>>,
+}
+
+impl Tenants {
+    pub fn new(list: Vec<Tenant>) -> Tenants {
+        Tenants {
+            list: list.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// The tenant whose API key is `bearer`, comparing against all of them.
+    pub fn authenticate(&self, bearer: &str) -> Option<Arc<Tenant>> {
+        let presented = digest(bearer);
+        let mut found = None;
+        for tenant in &self.list {
+            if matches(&presented, &tenant.key_digest) {
+                found = Some(tenant.clone());
+            }
+        }
+        found
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.list.iter().find(|t| t.name == name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.list.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{metrics::Metrics, policy::Loaded};
+
+    fn tenant(name: &str, key: &str) -> Tenant {
+        let config = TenantConfig {
+            name: name.into(),
+            api_key: key.into(),
+            policy: None,
+            max_ttl_ms: 1000,
+            max_waiters: 10,
+        };
+        let policy = TenantPolicy::new(name, Loaded::builtin(), Arc::new(Metrics::default()));
+        Tenant::new(&config, policy)
+    }
+
+    #[test]
+    fn authenticates_by_key() {
+        let tenants = Tenants::new(vec![tenant("a", "key-a"), tenant("b", "key-b")]);
+        assert_eq!(tenants.authenticate("key-b").unwrap().name, "b");
+        assert_eq!(tenants.authenticate("key-a").unwrap().name, "a");
+        assert!(tenants.authenticate("key-c").is_none());
+        assert!(tenants.authenticate("").is_none());
+        assert!(tenants.authenticate("key-a ").is_none());
+        assert!(!format!("{:?}", tenants).contains("key-a"));
+    }
+}
