@@ -15,8 +15,8 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod policy;
-pub mod store;
 pub mod shutdown;
+pub mod store;
 pub mod tenant;
 
 pub use app::{App, Server};

@@ -1,1 +1,326 @@
+//! What every end-to-end test shares: a fresh database per test on the real
+//! MariaDB, a broker started in-process on port 0 (or as a separate
+//! process), clients for it, and a TCP proxy that can cut the database off.
+//!
+//! The server is `LOCKBROKER_TEST_DATABASE_URL` (default
+//! `mysql://root@127.0.0.1:3306`); each test's database is named
+//! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    process::Stdio,
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use lockbroker::{client::Client, config::TenantConfig, Config, Server};
+use sqlx::{Connection, MySqlConnection};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+
+pub use lockbroker::client::Reply;
+
+/// The test tenants: `default` (key `dev-key`) and `other` (key `other-key`).
+pub const KEY: &str = "dev-key";
+pub const OTHER_KEY: &str = "other-key";
+pub const ADMIN: &str = "admin-token";
+
+/// The MariaDB server the tests use, without a database name.
+pub fn server_url() -> String {
+    std::env::var("LOCKBROKER_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// A database name no other test (or test run) uses.
+pub fn fresh_db_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "lbt_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Drops a test database.
+pub async fn drop_db(name: &str) {
+    if let Ok(mut conn) = MySqlConnection::connect(&server_url()).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+/// A direct connection to a test database, to look behind the broker.
+pub async fn db_conn(name: &str) -> MySqlConnection {
+    MySqlConnection::connect(&format!("{}/{name}", server_url()))
+        .await
+        .expect("connect to the test database")
+}
+
+/// A config for a test: port 0, database `db`, two tenants.
+pub fn config(db: &str) -> Config {
+    let mut config = Config::dev();
+    config.dev_defaults = false;
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.database_url = format!("{}/{db}", server_url());
+    config.admin_token = Some(ADMIN.into());
+    config.max_connections = 16;
+    config.tenants.push(TenantConfig {
+        name: "other".into(),
+        api_key: OTHER_KEY.into(),
+        policy: None,
+        max_ttl_ms: 3_600_000,
+        max_waiters: 10_000,
+    });
+    config.validate().expect("test config is valid");
+    config
+}
+
+/// An in-process broker on its own database.
+pub struct Broker {
+    pub db: String,
+    pub config: Config,
+    server: Option<Server>,
+    url: String,
+}
+
+impl Broker {
+    /// A broker on a fresh database with the test tenants.
+    pub async fn start() -> Broker {
+        let db = fresh_db_name();
+        Broker::start_with(db.clone(), config(&db)).await
+    }
+
+    /// A broker with `config` (whose database is `db`).
+    pub async fn start_with(db: String, config: Config) -> Broker {
+        let server = Server::start(config.clone()).await.expect("broker starts");
+        let url = format!("http://{}", server.addr());
+        Broker {
+            db,
+            config,
+            server: Some(server),
+            url,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn server(&self) -> &Server {
+        self.server.as_ref().expect("running")
+    }
+
+    /// A client with the `default` tenant's key.
+    pub fn client(&self) -> Client {
+        self.client_with(Some(KEY))
+    }
+
+    /// A client with any bearer token (or none).
+    pub fn client_with(&self, bearer: Option<&str>) -> Client {
+        Client::new(&self.url, bearer).expect("valid url")
+    }
+
+    /// Stops the broker gracefully and starts a new one on the same
+    /// database and port.
+    pub async fn restart(&mut self) {
+        let server = self.server.take().expect("running");
+        let addr = server.addr();
+        server.shutdown().await;
+        let mut config = self.config.clone();
+        config.listen = addr;
+        self.server = Some(Server::start(config).await.expect("broker restarts"));
+    }
+
+    /// Stops the broker and drops its database.
+    pub async fn stop(mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+        drop_db(&self.db).await;
+    }
+}
+
+/// The path of one of the workspace's binaries (built by `scripts/test`
+/// with `cargo build --bins` before the tests run).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A broker running as its own process, for tests that need several.
+pub struct BrokerProcess {
+    child: tokio::process::Child,
+    pub url: String,
+    _config: tempfile_like::TempFile,
+}
+
+impl BrokerProcess {
+    /// Starts `lockbroker serve` with a config of `tenants_toml` on
+    /// database `db` and waits for it to be ready.
+    pub async fn start(db: &str, extra_toml: &str) -> BrokerProcess {
+        let port = free_port().await;
+        let text = format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"{}/{db}\"\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n",
+            server_url()
+        );
+        let config = tempfile_like::TempFile::new("toml", text.as_bytes());
+        let child = tokio::process::Command::new(bin("lockbroker"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config.path())
+            .env("LOCKBROKER_LOG", "warn")
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn lockbroker");
+        let url = format!("http://127.0.0.1:{port}");
+        let client = Client::new(&url, None).unwrap();
+        for _ in 0..300 {
+            if matches!(client.get("/readyz").await, Ok(r) if r.status == 200) {
+                return BrokerProcess {
+                    child,
+                    url,
+                    _config: config,
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("lockbroker process did not become ready");
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url, Some(KEY)).unwrap()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub async fn stop(mut self) -> std::process::ExitStatus {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
+        }
+        tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .expect("broker exits after SIGTERM")
+            .expect("wait for broker")
+    }
+}
+
+/// A port that was free a moment ago.
+pub async fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Temporary files without another dependency.
+pub mod tempfile_like {
+    use std::path::{Path, PathBuf};
+
+    /// A file removed on drop.
+    pub struct TempFile(PathBuf);
+
+    impl TempFile {
+        pub fn new(ext: &str, contents: &[u8]) -> TempFile {
+            let path = std::env::temp_dir().join(format!("{}.{ext}", super::fresh_db_name()));
+            std::fs::write(&path, contents).expect("write temp file");
+            TempFile(path)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// A TCP proxy in front of the database that a test can cut, to see what
+/// the broker does when the database goes away.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    cut: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Proxies a local port to `upstream` (host:port).
+    pub async fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, cut_rx) = watch::channel(false);
+        let upstream = upstream.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut cut_rx = cut_rx.clone();
+                if *cut_rx.borrow() {
+                    continue; // drop the connection at once
+                }
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_rx.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, cut, task }
+    }
+
+    /// Closes every connection and refuses new ones until `restore`.
+    pub fn cut(&self) {
+        let _ = self.cut.send(true);
+    }
+
+    pub fn restore(&self) {
+        let _ = self.cut.send(false);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The host:port of the test MariaDB server.
+pub fn server_host_port() -> String {
+    let url = server_url();
+    let rest = url.split("://").nth(1).unwrap_or("127.0.0.1:3306");
+    let host = rest.rsplit('@').next().unwrap_or(rest);
+    host.split('/').next().unwrap_or(host).to_owned()
+}
+
+/// The user part (`root` or `user:pass`) of the test server URL.
+pub fn server_userinfo() -> String {
+    let url = server_url();
+    let rest = url.split("://").nth(1).unwrap_or("");
+    match rest.rsplit_once('@') {
+        Some((user, _)) => user.to_owned(),
+        None => "root".into(),
+    }
+}

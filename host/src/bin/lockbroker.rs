@@ -7,7 +7,10 @@ use lockbroker::{store, Config, Server};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(version, about = "A distributed lock broker over HTTP, stored in MySQL")]
+#[command(
+    version,
+    about = "A distributed lock broker over HTTP, stored in MySQL"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

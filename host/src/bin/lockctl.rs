@@ -137,8 +137,7 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner =
-                owner.unwrap_or_else(|| format!("{}:{}", host_name(), std::process::id()));
+            let owner = owner.unwrap_or_else(|| format!("{}:{}", host_name(), std::process::id()));
             return run(&client, &key, &owner, ttl_ms, wait_ms, &command).await;
         }
     };

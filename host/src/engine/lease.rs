@@ -47,7 +47,9 @@ pub struct LockState {
 pub(super) enum Attempt {
     Granted(Grant),
     /// Held by another owner; milliseconds left on its lease (0 if unknown).
-    Held { remaining_ms: u64 },
+    Held {
+        remaining_ms: u64,
+    },
 }
 
 impl Engine {
@@ -115,7 +117,10 @@ impl Engine {
                 tx.commit().await?;
                 self.metrics.inc(
                     "lockbroker_lock_grants_total",
-                    &[("tenant", tenant), ("reentry", bool_label(grant.hold_count > 1))],
+                    &[
+                        ("tenant", tenant),
+                        ("reentry", bool_label(grant.hold_count > 1)),
+                    ],
                 );
                 return Ok(Attempt::Granted(grant));
             }

@@ -96,7 +96,8 @@ where
     loop {
         match op().await {
             Err(EngineError::Unavailable(err))
-                if store::classify(&err) == store::Failure::Deadlock && tries < DEADLOCK_RETRIES =>
+                if store::classify(&err) == store::Failure::Deadlock
+                    && tries < DEADLOCK_RETRIES =>
             {
                 tries += 1;
                 tracing::debug!(tries, "deadlock, retrying");

@@ -71,7 +71,10 @@ impl Drop for WaitGuard<'_> {
                 counts.per_tenant.remove(&self.tenant);
             }
         }
-        let key = (std::mem::take(&mut self.tenant), std::mem::take(&mut self.key));
+        let key = (
+            std::mem::take(&mut self.tenant),
+            std::mem::take(&mut self.key),
+        );
         if let Some(n) = counts.per_key.get_mut(&key) {
             *n -= 1;
             if *n == 0 {

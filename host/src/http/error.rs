@@ -75,9 +75,10 @@ impl ApiError {
         let mut response = json_response(self.status, &json!({ "error": error }));
         if let Some(ms) = self.retry_after_ms {
             let secs = ms.div_ceil(1000).max(1);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, secs.to_string().parse().expect("digits"));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                secs.to_string().parse().expect("digits"),
+            );
         }
         response
     }

@@ -7,6 +7,7 @@
 //! - `locks`: `/v1/locks`; `ops`: health, readiness, metrics, OpenAPI.
 //! - `error`: every failure's status and JSON shape, in one place.
 
+mod admin;
 mod error;
 mod locks;
 mod ops;

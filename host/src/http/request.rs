@@ -27,9 +27,7 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// The tenant whose API key the request carries.
@@ -60,7 +58,9 @@ pub fn authenticate_admin(app: &App, headers: &HeaderMap) -> Result<(), ApiError
         return Ok(());
     }
     if app.tenants.authenticate(token).is_some() {
-        return Err(ApiError::forbidden("a tenant's API key cannot use the admin API"));
+        return Err(ApiError::forbidden(
+            "a tenant's API key cannot use the admin API",
+        ));
     }
     Err(ApiError::unauthenticated("unknown admin token"))
 }
@@ -85,7 +85,9 @@ pub async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
         Err(_) => Err(ApiError::bad_request("the body did not arrive in time")),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(err)) => Err(ApiError::bad_request(format!("cannot read the body: {err}"))),
+        Ok(Err(err)) => Err(ApiError::bad_request(format!(
+            "cannot read the body: {err}"
+        ))),
     }
 }
 
@@ -97,7 +99,8 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("a JSON body is required"));
     }
-    serde_json::from_slice(body).map_err(|err| ApiError::bad_request(format!("invalid JSON body: {err}")))
+    serde_json::from_slice(body)
+        .map_err(|err| ApiError::bad_request(format!("invalid JSON body: {err}")))
 }
 
 /// Decodes a percent-encoded path segment into the client's key.
@@ -182,7 +185,10 @@ mod tests {
         assert_eq!(decode_key("%E2%9C%93").unwrap(), "✓");
         assert_eq!(decode_key("Job%20").unwrap(), "Job ");
         assert_eq!(decode_key("%FF").unwrap_err().code, "invalid_key");
-        assert_eq!(decode_key(&"k".repeat(2000)).unwrap_err().code, "invalid_key");
+        assert_eq!(
+            decode_key(&"k".repeat(2000)).unwrap_err().code,
+            "invalid_key"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use bytes::Bytes;
 use hyper::{body::Incoming, Method, Request};
 
 use super::{
+    admin,
     locks::{self, LockCommand},
     ops,
     request::{authenticate, name_lock, read_body, MAX_BODY_BYTES},
@@ -21,6 +22,7 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response {
         ["metrics"] => ("metrics", get_only(&req).map(|()| ops::metrics(app))),
         ["openapi.json"] => ("openapi", get_only(&req).map(|()| ops::openapi())),
         ["v1", "locks", key, tail @ ..] => ("locks", lock_call(app, req, key, tail).await),
+        ["v1", "admin", tail @ ..] => ("admin", admin::handle(app, req, tail).await),
         _ => ("unknown", Err(ApiError::not_found("no such path"))),
     };
     let response = result.unwrap_or_else(ApiError::into_response);

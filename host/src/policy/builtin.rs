@@ -23,12 +23,15 @@ pub fn storage_key(key: &str) -> Result<String, String> {
     }
     if key.len() > MAX_KEY_BYTES {
         return Err(format!(
-            "key is {} bytes; at most {MAX_KEY_BYTES} are allowed",
+            "key is {} bytes long; at most {MAX_KEY_BYTES} bytes are allowed",
             key.len()
         ));
     }
-    if key.chars().any(char::is_control) {
-        return Err("key must not contain control characters".into());
+    if let Some((at, c)) = key.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(format!(
+            "key contains a control character (U+{:04X}) at byte {at}",
+            u32::from(c)
+        ));
     }
     Ok(key.to_owned())
 }
@@ -103,7 +106,10 @@ mod tests {
         assert_eq!(next_delay(&contention(2, 19)), Decision::RetryAfter(20));
         assert_eq!(next_delay(&contention(0, 9)), Decision::RetryAfter(10));
         assert!(ceiling(40) <= CAP_MS);
-        assert_eq!(next_delay(&contention(u32::MAX, 999)), Decision::RetryAfter(1000));
+        assert_eq!(
+            next_delay(&contention(u32::MAX, 999)),
+            Decision::RetryAfter(1000)
+        );
     }
 
     #[test]

@@ -293,9 +293,9 @@ mod tests {
         let (policy, metrics) = broken();
         let err = policy.storage_key("job").await.unwrap_err();
         assert!(matches!(err, NamingError::Fault(PolicyFault::Trap(_))));
-        assert!(metrics.render().contains(
-            "lockbroker_policy_failures_total{tenant=\"t\",export=\"naming\"} 1"
-        ));
+        assert!(metrics
+            .render()
+            .contains("lockbroker_policy_failures_total{tenant=\"t\",export=\"naming\"} 1"));
     }
 
     #[tokio::test]

@@ -1,0 +1,150 @@
+//! Leases and tokens live in the database: they survive broker restarts;
+//! when the database goes away the broker says 503 and grants nothing.
+
+use std::time::Duration;
+
+use lockbroker_tests::{
+    config, drop_db, fresh_db_name, server_host_port, server_userinfo, Broker, BrokerProcess, Proxy,
+};
+
+#[tokio::test]
+async fn restart_keeps_leases_and_continues_tokens() {
+    let mut broker = Broker::start().await;
+    let c = broker.client();
+    let held = c.acquire("kept", "a", 60_000, 0).await.unwrap();
+    let held_token = held.body["token"].as_u64().unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = c.acquire("cycled", "b", 60_000, 0).await.unwrap();
+        last = g.body["token"].as_u64().unwrap();
+        c.release("cycled", "b", last).await.unwrap();
+    }
+
+    broker.restart().await;
+    let c = broker.client();
+    let status = c.status("kept").await.unwrap();
+    assert_eq!(status.body["held"], true);
+    assert_eq!(status.body["owner"], "a");
+    assert_eq!(status.body["token"], held_token);
+    assert_eq!(c.acquire("kept", "z", 1000, 0).await.unwrap().status, 409);
+    let renewed = c.renew("kept", "a", held_token, 60_000).await.unwrap();
+    assert_eq!(renewed.status, 200, "the lease is renewable after restart");
+
+    let g = c.acquire("cycled", "b", 60_000, 0).await.unwrap();
+    assert_eq!(g.body["token"].as_u64().unwrap(), last + 1);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn two_brokers_on_one_database_share_tokens() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), first.config.clone()).await;
+    let (a, b) = (first.client(), second.client());
+    let mut last = 0;
+    for i in 0..6 {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let g = c.acquire("both", "w", 60_000, 0).await.unwrap();
+        let token = g.body["token"].as_u64().unwrap();
+        assert!(token > last);
+        last = token;
+        let other = if i % 2 == 0 { &b } else { &a };
+        assert_eq!(
+            other.acquire("both", "x", 1000, 0).await.unwrap().status,
+            409
+        );
+        c.release("both", "w", token).await.unwrap();
+    }
+    second.stop().await;
+    first.stop().await;
+}
+
+#[tokio::test]
+async fn database_down_means_503_and_nothing_granted() {
+    let proxy = Proxy::start(&server_host_port()).await;
+    let db = fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.database_url = format!("mysql://{}@{}/{db}", server_userinfo(), proxy.addr);
+    let broker = Broker::start_with(db.clone(), cfg).await;
+    let c = broker.client();
+    let g = c.acquire("dd", "a", 60_000, 0).await.unwrap();
+    assert_eq!(g.status, 200);
+    let token = g.body["token"].as_u64().unwrap();
+
+    proxy.cut();
+    for reply in [
+        c.acquire("dd2", "a", 60_000, 0).await.unwrap(),
+        c.release("dd", "a", token).await.unwrap(),
+        c.renew("dd", "a", token, 60_000).await.unwrap(),
+        c.status("dd").await.unwrap(),
+    ] {
+        assert_eq!(reply.status, 503, "{:?}", reply.body);
+        assert_eq!(reply.code(), Some("unavailable"));
+    }
+    let ready = broker.client_with(None).get("/readyz").await.unwrap();
+    assert_eq!(ready.status, 503);
+
+    proxy.restore();
+    // The pool reconnects; the lease is still there, untouched.
+    let mut status = None;
+    for _ in 0..50 {
+        let s = c.status("dd").await.unwrap();
+        if s.status == 200 {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = status.expect("broker recovers when the database returns");
+    assert_eq!(status.body["owner"], "a");
+    assert_eq!(status.body["token"], token);
+    assert_eq!(
+        c.status("dd2").await.unwrap().body["held"],
+        false,
+        "nothing was granted"
+    );
+    broker.stop().await;
+    drop_db(&db).await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_waiters_and_stops_accepting() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    c.acquire("sd", "holder", 60_000, 0).await.unwrap();
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("sd", "waiter", 60_000, 60_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let url = broker.url().to_owned();
+    let db = broker.db.clone();
+    let started = std::time::Instant::now();
+    broker.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "drained promptly"
+    );
+    let reply = waiter.await.unwrap().expect("the waiter got an answer");
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.code(), Some("unavailable"));
+    let after = lockbroker::client::Client::new(&url, None).unwrap();
+    assert!(after.get("/healthz").await.is_err(), "no new connections");
+    drop_db(&db).await;
+}
+
+#[tokio::test]
+async fn broker_process_exits_cleanly_on_sigterm() {
+    let db = fresh_db_name();
+    let broker = BrokerProcess::start(&db, "").await;
+    let c = broker.client();
+    let g = c.acquire("proc", "a", 60_000, 0).await.unwrap();
+    assert_eq!(g.status, 200);
+    let status = broker.stop().await;
+    assert!(status.success(), "{status:?}");
+    // A new process finds the lease where the old one left it.
+    let again = BrokerProcess::start(&db, "").await;
+    let s = again.client().status("proc").await.unwrap();
+    assert_eq!(s.body["owner"], "a");
+    assert!(again.stop().await.success());
+    drop_db(&db).await;
+}
