@@ -11,7 +11,11 @@ use crate::{
     engine::Engine,
     http,
     metrics::Metrics,
-    policy::{Loaded, TenantPolicy},
+    policy::{
+        reload::Reloader,
+        wasm::{Limits, WasmHost},
+        TenantPolicy,
+    },
     store,
     tenant::{self, SecretDigest, Tenant, Tenants},
 };
@@ -23,6 +27,7 @@ pub struct App {
     pub engine: Engine,
     pub metrics: Arc<Metrics>,
     pub admin_digest: Option<SecretDigest>,
+    pub reloader: Arc<Reloader>,
 }
 
 impl App {
@@ -39,17 +44,37 @@ impl App {
         }
         let metrics = Arc::new(Metrics::default());
         let pool = store::connect(&config.database_url, config.max_connections).await?;
-        let tenants = config
-            .tenants
-            .iter()
-            .map(|t| {
-                let policy = TenantPolicy::new(&t.name, Loaded::builtin(), metrics.clone());
-                Tenant::new(t, policy)
-            })
-            .collect();
+        let host = WasmHost::new(
+            Limits {
+                deadline: config.policy_deadline(),
+                memory_bytes: config.policy_memory_bytes,
+            },
+            config.cache_dir.clone(),
+        )?;
+        let reloader = Arc::new(Reloader::new(
+            Arc::new(host),
+            config.policy_dir.clone(),
+            metrics.clone(),
+        ));
+        let mut tenants = Vec::new();
+        for t in &config.tenants {
+            let (loaded, error) = match reloader.initial(t.policy.as_deref()).await {
+                Ok(loaded) => (loaded, None),
+                Err((stand_in, err)) => {
+                    tracing::error!(tenant = %t.name, error = %err, "policy not loaded: the tenant's requests fail closed until it loads");
+                    (stand_in, Some(err.0))
+                }
+            };
+            let policy = TenantPolicy::new(&t.name, loaded, metrics.clone());
+            if let Some(error) = error {
+                policy.set_error(error);
+            }
+            tenants.push(Tenant::new(t, policy));
+        }
         Ok(App {
             admin_digest: config.admin_token.as_deref().map(tenant::digest),
             tenants: Tenants::new(tenants),
+            reloader,
             engine: Engine::new(pool, metrics.clone(), stop),
             metrics,
             config,
@@ -79,6 +104,8 @@ impl Server {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
+        let tenants = app.tenants.iter().cloned().collect();
+        tokio::spawn(app.reloader.clone().watch(tenants, stopped.clone()));
         let task = tokio::spawn(http::serve(listener, app.clone(), stopped));
         tracing::info!(%addr, "lockbroker ready");
         Ok(Server {

@@ -53,6 +53,11 @@ pub struct Config {
     /// How often the reaper looks for expired leases with waiters, in ms.
     #[serde(default = "default_reaper_interval_ms")]
     pub reaper_interval_ms: u64,
+    /// Where compiled policy components are cached, keyed by sha256 and
+    /// wasmtime build. Default `$XDG_CACHE_HOME/lockbroker` or
+    /// `~/.cache/lockbroker`; none if neither is known.
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: Option<PathBuf>,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     /// True when the built-in development defaults are in use.
@@ -98,6 +103,12 @@ fn default_max_policy_bytes() -> usize {
 }
 fn default_reaper_interval_ms() -> u64 {
     25
+}
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("lockbroker"))
 }
 fn default_max_ttl_ms() -> u64 {
     3_600_000
@@ -171,6 +182,9 @@ api_key = "dev-key"
         }
         if let Some(dir) = var("LOCKBROKER_POLICY_DIR") {
             self.policy_dir = PathBuf::from(dir);
+        }
+        if let Some(dir) = var("LOCKBROKER_CACHE_DIR") {
+            self.cache_dir = Some(PathBuf::from(dir));
         }
         Ok(())
     }

@@ -3,7 +3,11 @@
 use hyper::{body::Incoming, Method, Request, StatusCode};
 use serde_json::{json, Value};
 
-use super::{json_response, request::authenticate_admin, ApiError, Response};
+use super::{
+    json_response,
+    request::{authenticate_admin, read_body},
+    ApiError, Response,
+};
 use crate::{app::App, tenant::Tenant};
 
 /// Routes `/v1/admin/...` after the admin token is checked.
@@ -16,8 +20,37 @@ pub async fn handle(
     match (req.method(), tail) {
         (&Method::GET, ["tenants"]) => Ok(tenants(app)),
         (_, ["tenants"]) => Err(ApiError::method_not_allowed()),
+        (&Method::PUT, ["tenants", name, "policy"]) => {
+            let name = (*name).to_owned();
+            upload_policy(app, req, &name).await
+        }
+        (_, ["tenants", _, "policy"]) => Err(ApiError::method_not_allowed()),
         _ => Err(ApiError::not_found("no such admin path")),
     }
+}
+
+/// `PUT /v1/admin/tenants/{tenant}/policy`: validate, then swap in.
+async fn upload_policy(
+    app: &App,
+    req: Request<Incoming>,
+    name: &str,
+) -> Result<Response, ApiError> {
+    let tenant = app
+        .tenants
+        .get(name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+    let bytes = read_body(req, app.config.max_policy_bytes).await?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request(
+            "the body must be a policy component (application/wasm)",
+        ));
+    }
+    app.reloader
+        .upload(&tenant, bytes.to_vec())
+        .await
+        .map_err(|err| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy", err.0))?;
+    Ok(json_response(StatusCode::OK, &tenant_json(&tenant)))
 }
 
 fn tenants(app: &App) -> Response {

@@ -6,7 +6,7 @@ use hyper::{header, StatusCode};
 use serde_json::json;
 
 use super::{full, json_response, ApiError, Response};
-use crate::{app::App, store};
+use crate::{app::App, policy::reload::NOT_LOADED, store};
 
 /// The OpenAPI 3.1 description of this API.
 const OPENAPI: &str = include_str!("../openapi.json");
@@ -23,6 +23,18 @@ pub fn healthz() -> Response {
 pub async fn readyz(app: &App) -> Result<Response, ApiError> {
     if !store::ping(app.engine.pool(), Duration::from_secs(1)).await {
         return Err(ApiError::unavailable("the database does not answer"));
+    }
+    let not_loaded: Vec<&str> = app
+        .tenants
+        .iter()
+        .filter(|t| t.policy.current().descriptor.name == NOT_LOADED)
+        .map(|t| t.name.as_str())
+        .collect();
+    if !not_loaded.is_empty() {
+        return Err(ApiError::unavailable(format!(
+            "the policy of tenant(s) {} did not load",
+            not_loaded.join(", ")
+        )));
     }
     Ok(json_response(StatusCode::OK, &json!({"status": "ready"})))
 }

@@ -9,6 +9,8 @@
 //! fall back to the built-in policy. Every fault is counted and logged.
 
 mod builtin;
+pub mod reload;
+pub mod wasm;
 
 use std::sync::{Arc, RwLock};
 
@@ -234,7 +236,10 @@ impl TenantPolicy {
     }
 }
 
-/// Runs one policy call, on a blocking thread when the policy may block.
+/// Runs one policy call. A call that may block (a WebAssembly guest, up to
+/// its deadline) runs where it cannot stall the reactor: in place on a
+/// multi-threaded runtime (its other tasks move to other workers), else on
+/// the blocking pool.
 async fn call<T: Send + 'static>(
     loaded: &Loaded,
     f: impl FnOnce(&dyn Policy) -> Result<T, PolicyFault> + Send + 'static,
@@ -243,6 +248,10 @@ async fn call<T: Send + 'static>(
         return f(&*loaded.policy);
     }
     let policy = loaded.policy.clone();
+    let flavor = tokio::runtime::Handle::current().runtime_flavor();
+    if flavor == tokio::runtime::RuntimeFlavor::MultiThread {
+        return tokio::task::block_in_place(move || f(&*policy));
+    }
     tokio::task::spawn_blocking(move || f(&*policy))
         .await
         .unwrap_or_else(|e| Err(PolicyFault::Trap(format!("policy call panicked: {e}"))))
