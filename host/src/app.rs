@@ -104,8 +104,15 @@ impl Server {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
-        let tenants = app.tenants.iter().cloned().collect();
-        tokio::spawn(app.reloader.clone().watch(tenants, stopped.clone()));
+        let tenants: Vec<_> = app.tenants.iter().cloned().collect();
+        tokio::spawn(app.reloader.clone().watch(tenants.clone(), stopped.clone()));
+        tokio::spawn(app.engine.clone().run_waker(stopped.clone()));
+        let reap_every = std::time::Duration::from_millis(app.config.reaper_interval_ms.max(1));
+        tokio::spawn(
+            app.engine
+                .clone()
+                .run_reaper(tenants, reap_every, stopped.clone()),
+        );
         let task = tokio::spawn(http::serve(listener, app.clone(), stopped));
         tracing::info!(%addr, "lockbroker ready");
         Ok(Server {

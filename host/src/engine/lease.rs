@@ -1,21 +1,31 @@
-//! Lock leases: each operation is one short transaction on the key's row.
+//! Lock and election leases: each operation is one short transaction on
+//! the key's row in `locks`.
 //!
-//! A grant reads the row with `SELECT ... FOR UPDATE NOWAIT` (a busy row
-//! means somebody else is granting, renewing or releasing right now: the
-//! lock is contended), decides by the database clock read in that same
-//! statement, writes the lease and commits. Nothing is reported granted
-//! before the commit returns.
+//! A try reads the row with `SELECT ... FOR UPDATE NOWAIT` (a busy row means
+//! somebody else is granting, renewing or releasing right now: the lock is
+//! contended), decides by the database clock read in that same statement,
+//! writes the lease and commits. A waiting acquire reads it with a plain
+//! `FOR UPDATE` so that, if it cannot be granted, it joins the queue in the
+//! same transaction. A free lock with queued waiters is not granted to a
+//! newcomer: the queue goes first. Nothing is reported granted before the
+//! commit returns.
 
 use chrono::NaiveDateTime;
+use sqlx::MySqlConnection;
 
-use super::{plus_ms, retry_deadlocks, Engine, EngineError, LockRef};
-use crate::store::{self, locks, Failure};
+use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, Handoff, LockRef};
+use crate::store::{
+    self,
+    locks::{self, LockRow},
+    waiters, Failure, Kind,
+};
 
 /// A lease held by an owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub owner: String,
-    /// The fencing token: strictly increasing per key across all grants.
+    /// The fencing token (an election's term): strictly increasing per key
+    /// across all grants.
     pub token: u64,
     /// How many times the owner has acquired it without releasing.
     pub hold_count: u32,
@@ -27,7 +37,8 @@ pub struct Grant {
 /// The result of a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Released {
-    /// True when the hold count reached 0 and the lock is free.
+    /// True when the hold count reached 0 and the lock was freed (or
+    /// handed to the next waiter).
     pub released: bool,
     pub hold_count: u32,
 }
@@ -43,92 +54,282 @@ pub struct LockState {
 }
 
 /// One try at a lock.
-#[derive(Debug)]
-pub(super) enum Attempt {
+enum Attempt {
     Granted(Grant),
-    /// Held by another owner; milliseconds left on its lease (0 if unknown).
-    Held {
+    /// Not grantable now: held by another owner (or queued waiters go
+    /// first); milliseconds left on the lease (0 if unknown), queue length.
+    Busy {
         remaining_ms: u64,
+        queued: u32,
     },
 }
 
+/// What a row allows `owner`: re-entry, a new grant, or nothing.
+fn decide(row: &LockRow, lock: &LockRef, owner: &str, ttl_ms: u64) -> Option<Grant> {
+    let expires_at = plus_ms(row.now, ttl_ms);
+    match row.live_owner() {
+        Some(holder) if holder == owner.as_bytes() => Some(Grant {
+            owner: owner.to_owned(),
+            token: row.token,
+            // An election's leader campaigning again stays leader once.
+            hold_count: if lock.kind == Kind::Election {
+                row.hold_count
+            } else {
+                row.hold_count.saturating_add(1)
+            },
+            ttl_ms,
+            expires_at,
+        }),
+        Some(_) => None,
+        None if row.queued > 0 => None,
+        None => Some(Grant {
+            owner: owner.to_owned(),
+            token: row.token + 1,
+            hold_count: 1,
+            ttl_ms,
+            expires_at,
+        }),
+    }
+}
+
+/// Writes a grant to the row (the caller holds it).
+async fn write(
+    conn: &mut MySqlConnection,
+    lock: &LockRef,
+    grant: &Grant,
+) -> Result<(), EngineError> {
+    locks::write_lease(
+        &mut *conn,
+        lock.row(),
+        &grant.owner,
+        grant.token,
+        grant.hold_count,
+        grant.expires_at,
+    )
+    .await?;
+    Ok(())
+}
+
 impl Engine {
-    /// One try: grant, re-enter, or report the lock held. Never waits for
-    /// another transaction.
-    pub(super) async fn try_once(
+    /// Acquires `lock` for `owner`, waiting in the queue up to `wait_ms`
+    /// (0: one try).
+    ///
+    /// # Errors
+    /// [`EngineError::LockHeld`] with the backoff policy's `retry_after_ms`;
+    /// [`EngineError::TooManyWaiters`]; [`EngineError::ShuttingDown`];
+    /// [`EngineError::Unavailable`].
+    pub async fn acquire(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+        priority: i32,
+    ) -> Result<Grant, EngineError> {
+        let attempt = if wait_ms == 0 {
+            self.try_once(lock, owner, ttl_ms).await?
+        } else {
+            match self
+                .grant_or_enqueue(lock, owner, ttl_ms, wait_ms, priority)
+                .await?
+            {
+                Ok(grant) => Attempt::Granted(grant),
+                Err(queued) => {
+                    return match self.await_handoff(lock, queued, owner, wait_ms).await? {
+                        Some(handoff) => Ok(self.handed(lock, owner, ttl_ms, handoff)),
+                        None => {
+                            let hint = self.retry_after(lock, 0, 0, wait_ms).await;
+                            Err(EngineError::LockHeld {
+                                retry_after_ms: hint,
+                            })
+                        }
+                    };
+                }
+            }
+        };
+        match attempt {
+            Attempt::Granted(grant) => Ok(grant),
+            Attempt::Busy {
+                remaining_ms,
+                queued,
+            } => {
+                let hint = self.retry_after(lock, queued, remaining_ms, 0).await;
+                Err(EngineError::LockHeld {
+                    retry_after_ms: hint,
+                })
+            }
+        }
+    }
+
+    /// The grant a handoff made.
+    fn handed(&self, lock: &LockRef, owner: &str, ttl_ms: u64, handoff: Handoff) -> Grant {
+        self.metrics.inc(
+            "lockbroker_lock_grants_total",
+            &[("tenant", &lock.tenant.name), ("via", "handoff")],
+        );
+        Grant {
+            owner: owner.to_owned(),
+            token: handoff.token,
+            hold_count: 1,
+            ttl_ms,
+            expires_at: handoff.expires_at,
+        }
+    }
+
+    fn granted(&self, lock: &LockRef, grant: &Grant) {
+        let via = if grant.hold_count > 1 {
+            "reentry"
+        } else {
+            "direct"
+        };
+        self.metrics.inc(
+            "lockbroker_lock_grants_total",
+            &[("tenant", &lock.tenant.name), ("via", via)],
+        );
+    }
+
+    /// One try, never waiting for another transaction.
+    async fn try_once(
         &self,
         lock: &LockRef,
         owner: &str,
         ttl_ms: u64,
     ) -> Result<Attempt, EngineError> {
-        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
         retry_deadlocks(|| async {
             let mut inserted = false;
             loop {
                 let mut tx = self.pool.begin().await?;
-                let row = match locks::select_nowait(&mut *tx, tenant, key).await {
+                let row = match locks::select_nowait(&mut *tx, lock.row()).await {
                     Ok(row) => row,
                     Err(err) if store::classify(&err) == Failure::RowLocked => {
                         tx.rollback().await?;
-                        return Ok(Attempt::Held { remaining_ms: 0 });
+                        return Ok(Attempt::Busy {
+                            remaining_ms: 0,
+                            queued: 0,
+                        });
                     }
                     Err(err) => return Err(err.into()),
                 };
                 let Some(row) = row else {
                     tx.rollback().await?;
-                    if inserted {
-                        return Err(sqlx::Error::RowNotFound.into());
-                    }
-                    locks::insert_missing(&self.pool, tenant, key).await?;
-                    inserted = true;
+                    self.create_row(lock, &mut inserted).await?;
                     continue;
                 };
-                let grant = match row.live_owner() {
-                    Some(holder) if holder == owner.as_bytes() => Grant {
-                        owner: owner.to_owned(),
-                        token: row.token,
-                        hold_count: row.hold_count.saturating_add(1),
-                        ttl_ms,
-                        expires_at: plus_ms(row.now, ttl_ms),
-                    },
-                    Some(_) => {
-                        let remaining_ms = row.remaining_ms();
-                        tx.rollback().await?;
-                        return Ok(Attempt::Held { remaining_ms });
-                    }
-                    None => Grant {
-                        owner: owner.to_owned(),
-                        token: row.token + 1,
-                        hold_count: 1,
-                        ttl_ms,
-                        expires_at: plus_ms(row.now, ttl_ms),
-                    },
+                let Some(grant) = decide(&row, lock, owner, ttl_ms) else {
+                    tx.rollback().await?;
+                    return Ok(Attempt::Busy {
+                        remaining_ms: row.remaining_ms(),
+                        queued: row.queued,
+                    });
                 };
-                locks::write_lease(
-                    &mut *tx,
-                    tenant,
-                    key,
-                    owner,
-                    grant.token,
-                    grant.hold_count,
-                    grant.expires_at,
-                )
-                .await?;
+                write(&mut tx, lock, &grant).await?;
                 tx.commit().await?;
-                self.metrics.inc(
-                    "lockbroker_lock_grants_total",
-                    &[
-                        ("tenant", tenant),
-                        ("reentry", bool_label(grant.hold_count > 1)),
-                    ],
-                );
+                self.granted(lock, &grant);
                 return Ok(Attempt::Granted(grant));
             }
         })
         .await
     }
 
-    /// Releases one hold of `owner`'s lease with `token`.
+    /// Creates the row of a key never seen before (once per operation).
+    async fn create_row(&self, lock: &LockRef, inserted: &mut bool) -> Result<(), EngineError> {
+        if *inserted {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        locks::insert_missing(&self.pool, lock.row()).await?;
+        *inserted = true;
+        Ok(())
+    }
+
+    /// Grants at once if allowed, else joins the queue in the same
+    /// transaction. `Err` carries the queued waiter.
+    #[allow(clippy::type_complexity)]
+    async fn grant_or_enqueue(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+        priority: i32,
+    ) -> Result<Result<Grant, (u64, tokio::sync::oneshot::Receiver<Handoff>)>, EngineError> {
+        retry_deadlocks(|| async {
+            let mut inserted = false;
+            loop {
+                let mut tx = self.pool.begin().await?;
+                let Some(row) = locks::select_for_update(&mut *tx, lock.row()).await? else {
+                    tx.rollback().await?;
+                    self.create_row(lock, &mut inserted).await?;
+                    continue;
+                };
+                if let Some(grant) = decide(&row, lock, owner, ttl_ms) {
+                    write(&mut tx, lock, &grant).await?;
+                    tx.commit().await?;
+                    self.granted(lock, &grant);
+                    return Ok(Ok(grant));
+                }
+                let queued = self
+                    .enqueue(&mut tx, lock, owner, priority, ttl_ms, wait_ms)
+                    .await?;
+                if let Err(err) = tx.commit().await {
+                    self.forget(queued.0);
+                    return Err(err.into());
+                }
+                return Ok(Err(queued));
+            }
+        })
+        .await
+    }
+
+    /// Hands a freed lock to the next waiter, or frees it. The caller holds
+    /// the row (read as `row`) and commits, then delivers.
+    pub(super) async fn hand_on(
+        &self,
+        conn: &mut MySqlConnection,
+        lock: &LockRef,
+        row: &LockRow,
+    ) -> Result<Option<Delivery>, EngineError> {
+        let chosen = if row.queued > 0 {
+            self.choose(conn, lock).await?
+        } else {
+            None
+        };
+        let Some(waiter) = chosen else {
+            locks::free(&mut *conn, lock.row()).await?;
+            return Ok(None);
+        };
+        let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
+        let handoff = Handoff {
+            token: row.token + 1,
+            slot: None,
+            expires_at: plus_ms(row.now, waiter.ttl_ms),
+        };
+        locks::write_lease(
+            &mut *conn,
+            lock.row(),
+            &owner,
+            handoff.token,
+            1,
+            handoff.expires_at,
+        )
+        .await?;
+        waiters::grant(
+            &mut *conn,
+            waiter.id,
+            handoff.token,
+            None,
+            handoff.expires_at,
+        )
+        .await?;
+        self.add_queued(conn, lock, -1).await?;
+        Ok(Some(Delivery {
+            broker: waiter.broker,
+            id: waiter.id,
+            handoff,
+        }))
+    }
+
+    /// Releases one hold of `owner`'s lease with `token`; the last hold
+    /// hands the lock to the next waiter, if any.
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
@@ -139,34 +340,36 @@ impl Engine {
         owner: &str,
         token: u64,
     ) -> Result<Released, EngineError> {
-        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-        retry_deadlocks(|| async {
+        let (released, delivery) = retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;
-            let row = locks::select_for_update(&mut *tx, tenant, key).await?;
+            let row = locks::select_for_update(&mut *tx, lock.row()).await?;
             let Some(row) = row.filter(|r| owns(r, owner, token)) else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
+            let mut delivery = None;
             let released = if row.hold_count > 1 {
-                let expires_at = row.expires_at.unwrap_or(row.now);
                 let hold_count = row.hold_count - 1;
-                locks::write_lease(&mut *tx, tenant, key, owner, token, hold_count, expires_at)
+                let expires_at = row.expires_at.unwrap_or(row.now);
+                locks::write_lease(&mut *tx, lock.row(), owner, token, hold_count, expires_at)
                     .await?;
                 Released {
                     released: false,
                     hold_count,
                 }
             } else {
-                locks::free(&mut *tx, tenant, key).await?;
+                delivery = self.hand_on(&mut tx, lock, &row).await?;
                 Released {
                     released: true,
                     hold_count: 0,
                 }
             };
             tx.commit().await?;
-            Ok(released)
+            Ok((released, delivery))
         })
-        .await
+        .await?;
+        self.deliver(delivery.into_iter().collect());
+        Ok(released)
     }
 
     /// Extends `owner`'s live lease with `token` to `ttl_ms` from now.
@@ -181,10 +384,9 @@ impl Engine {
         token: u64,
         ttl_ms: u64,
     ) -> Result<Grant, EngineError> {
-        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
         retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;
-            let row = locks::select_for_update(&mut *tx, tenant, key).await?;
+            let row = locks::select_for_update(&mut *tx, lock.row()).await?;
             let Some(row) = row.filter(|r| owns(r, owner, token)) else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
@@ -196,16 +398,7 @@ impl Engine {
                 ttl_ms,
                 expires_at: plus_ms(row.now, ttl_ms),
             };
-            locks::write_lease(
-                &mut *tx,
-                tenant,
-                key,
-                owner,
-                token,
-                grant.hold_count,
-                grant.expires_at,
-            )
-            .await?;
+            write(&mut tx, lock, &grant).await?;
             tx.commit().await?;
             Ok(grant)
         })
@@ -217,8 +410,8 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Unavailable`] when the database failed.
     pub async fn inspect(&self, lock: &LockRef) -> Result<LockState, EngineError> {
-        let row = locks::select(&self.pool, &lock.tenant.name, &lock.storage_key).await?;
-        let waiters = self.waiters(lock);
+        let row = locks::select(&self.pool, lock.row()).await?;
+        let waiters = row.as_ref().map_or(0, |r| u64::from(r.queued));
         let live = row.as_ref().and_then(|r| r.live_owner().map(|o| (r, o)));
         Ok(match live {
             Some((row, owner)) => LockState {
@@ -237,17 +430,39 @@ impl Engine {
             },
         })
     }
+
+    /// The reaper's work on one lock or election: drop abandoned waiters and,
+    /// if the lease is free or expired, hand it to the next waiter. Skips a
+    /// row another transaction (or another broker's reaper) holds.
+    pub(super) async fn reap_lock(&self, lock: &LockRef) -> Result<(), EngineError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = locks::select_skip_locked(&mut *tx, lock.row()).await? else {
+            tx.rollback().await?;
+            return Ok(());
+        };
+        let stale = waiters::delete_stale(&mut *tx, lock.row()).await?;
+        if stale > 0 {
+            self.add_queued(&mut tx, lock, -i64::try_from(stale).unwrap_or(0))
+                .await?;
+        }
+        let mut delivery = None;
+        if row.live_owner().is_none() {
+            let row = LockRow {
+                queued: row.queued.saturating_sub(u32::try_from(stale).unwrap_or(0)),
+                ..row
+            };
+            delivery = self.hand_on(&mut tx, lock, &row).await?;
+            if delivery.is_some() {
+                self.metrics.inc("lockbroker_expiry_handoffs_total", &[]);
+            }
+        }
+        tx.commit().await?;
+        self.deliver(delivery.into_iter().collect());
+        Ok(())
+    }
 }
 
 /// True when `row` is a live lease of `owner` with `token`.
-fn owns(row: &locks::LockRow, owner: &str, token: u64) -> bool {
+fn owns(row: &LockRow, owner: &str, token: u64) -> bool {
     row.live_owner() == Some(owner.as_bytes()) && row.token == token
-}
-
-fn bool_label(b: bool) -> &'static str {
-    if b {
-        "true"
-    } else {
-        "false"
-    }
 }

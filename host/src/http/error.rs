@@ -95,6 +95,19 @@ impl From<EngineError> for ApiError {
                     "the lock is held by another owner",
                 )
             },
+            EngineError::SemaphoreFull { retry_after_ms } => ApiError {
+                retry_after_ms: Some(retry_after_ms),
+                ..ApiError::new(
+                    StatusCode::CONFLICT,
+                    "semaphore_full",
+                    "every permit of the semaphore is taken",
+                )
+            },
+            EngineError::PermitsMismatch { permits } => ApiError::new(
+                StatusCode::CONFLICT,
+                "permits_mismatch",
+                format!("the semaphore exists with {permits} permits"),
+            ),
             EngineError::LeaseLost => ApiError::new(
                 StatusCode::CONFLICT,
                 "lease_lost",

@@ -8,10 +8,13 @@ use serde_json::{json, Value};
 use super::{
     json_response,
     request::{check_len, check_range, parse_json},
+    router::Command,
     ApiError, Response,
 };
 use crate::{
-    engine::{Engine, Grant, LockRef},
+    app::App,
+    engine::{Grant, LockRef},
+    store::Kind,
     tenant::Tenant,
 };
 
@@ -31,7 +34,6 @@ struct AcquireBody {
     #[serde(default)]
     wait_ms: u64,
     #[serde(default)]
-    #[allow(dead_code)] // ordering by priority arrives with the wait queue
     priority: i32,
 }
 
@@ -55,6 +57,7 @@ pub enum LockCommand {
         owner: String,
         ttl_ms: u64,
         wait_ms: u64,
+        priority: i32,
     },
     Release {
         owner: String,
@@ -68,22 +71,28 @@ pub enum LockCommand {
     Status,
 }
 
-/// Which command a method and path tail name, before the body is read.
+/// Which action a method and path tail name, before the body is read: `GET`
+/// on the key itself is `status`, `POST` on `{key}/{action}` one of
+/// `actions`, `GET` on `{key}/{action}` one of `get_actions`.
 ///
 /// # Errors
 /// 404 for an unknown action, 405 for a wrong method.
-pub fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError> {
-    let action = match tail {
-        [] => "status",
-        ["acquire"] => "acquire",
-        ["release"] => "release",
-        ["renew"] => "renew",
-        _ => return Err(ApiError::not_found("no such lock action")),
-    };
-    let expected = if action == "status" {
-        Method::GET
-    } else {
-        Method::POST
+pub fn route_action(
+    method: &Method,
+    tail: &[&str],
+    actions: &[&'static str],
+    get_actions: &[&'static str],
+) -> Result<&'static str, ApiError> {
+    let (action, expected) = match tail {
+        [] => ("status", Method::GET),
+        [name] => match actions.iter().find(|a| *a == name) {
+            Some(action) => (*action, Method::POST),
+            None => match get_actions.iter().find(|a| *a == name) {
+                Some(action) => (*action, Method::GET),
+                None => return Err(ApiError::not_found("no such action")),
+            },
+        },
+        _ => return Err(ApiError::not_found("no such action")),
     };
     if *method != expected {
         return Err(ApiError::method_not_allowed());
@@ -92,19 +101,21 @@ pub fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError> {
 }
 
 /// A lease length: the default (capped by the tenant's maximum) or checked.
-fn ttl(tenant: &Tenant, ttl_ms: Option<u64>) -> Result<u64, ApiError> {
+pub fn ttl(tenant: &Tenant, ttl_ms: Option<u64>) -> Result<u64, ApiError> {
     match ttl_ms {
         None => Ok(DEFAULT_TTL_MS.min(tenant.max_ttl_ms)),
         Some(ms) => check_range("ttl_ms", ms, MIN_TTL_MS, tenant.max_ttl_ms),
     }
 }
 
-impl LockCommand {
-    /// Parses the body of `action` (from [`route`]).
-    ///
-    /// # Errors
-    /// 400 for malformed JSON, missing fields or values out of range.
-    pub fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<LockCommand, ApiError> {
+impl Command for LockCommand {
+    const KIND: Kind = Kind::Lock;
+
+    fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError> {
+        route_action(method, tail, &["acquire", "release", "renew"], &[])
+    }
+
+    fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<LockCommand, ApiError> {
         Ok(match action {
             "acquire" => {
                 let b: AcquireBody = parse_json(body)?;
@@ -112,6 +123,7 @@ impl LockCommand {
                 LockCommand::Acquire {
                     ttl_ms: ttl(tenant, b.ttl_ms)?,
                     wait_ms: check_range("wait_ms", b.wait_ms, 0, MAX_WAIT_MS)?,
+                    priority: b.priority,
                     owner: b.owner,
                 }
             }
@@ -136,17 +148,20 @@ impl LockCommand {
         })
     }
 
-    /// Carries the command out.
-    ///
-    /// # Errors
-    /// The engine's errors, as API errors.
-    pub async fn apply(self, engine: &Engine, lock: &LockRef) -> Result<Response, ApiError> {
+    async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
+        let (engine, lock) = (&app.engine, &lock);
         let body = match self {
             LockCommand::Acquire {
                 owner,
                 ttl_ms,
                 wait_ms,
-            } => grant_json(lock, &engine.acquire(lock, &owner, ttl_ms, wait_ms).await?),
+                priority,
+            } => grant_json(
+                lock,
+                &engine
+                    .acquire(lock, &owner, ttl_ms, wait_ms, priority)
+                    .await?,
+            ),
             LockCommand::Renew {
                 owner,
                 token,

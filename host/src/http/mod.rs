@@ -4,15 +4,20 @@
 //!
 //! - `router`: path and method to handler.
 //! - `request`: the shared pipeline steps (auth, body limits, JSON, key).
-//! - `locks`: `/v1/locks`; `ops`: health, readiness, metrics, OpenAPI.
+//! - `locks`, `semaphores`, `elections`: the tenant resources (`sse` is
+//!   the event stream of `observe`); `admin`: tenants and policies;
+//!   `ops`: health, readiness, metrics, OpenAPI.
 //! - `error`: every failure's status and JSON shape, in one place.
 
 mod admin;
+mod elections;
 mod error;
 mod locks;
 mod ops;
 mod request;
 mod router;
+mod semaphores;
+mod sse;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 

@@ -13,6 +13,7 @@ use super::ApiError;
 use crate::{
     app::App,
     engine::LockRef,
+    store::Kind,
     tenant::{self, Tenant},
 };
 
@@ -125,11 +126,16 @@ pub fn decode_key(segment: &str) -> Result<String, ApiError> {
 /// # Errors
 /// 422 when decoding or the policy rejects the key; 500 `policy_error` when
 /// the policy fails (fail closed).
-pub async fn name_lock(tenant: Arc<Tenant>, segment: &str) -> Result<LockRef, ApiError> {
+pub async fn name_lock(
+    tenant: Arc<Tenant>,
+    kind: Kind,
+    segment: &str,
+) -> Result<LockRef, ApiError> {
     let key = decode_key(segment)?;
     let storage_key = tenant.policy.storage_key(&key).await?;
     Ok(LockRef {
         tenant,
+        kind,
         key,
         storage_key,
     })

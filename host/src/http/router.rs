@@ -1,16 +1,39 @@
-//! Path and method to handler, and the tenant request pipeline.
+//! Path and method to handler, and the one pipeline every tenant call goes
+//! through: route → auth → body → parse → naming policy → engine → response.
+
+use std::future::Future;
 
 use bytes::Bytes;
 use hyper::{body::Incoming, Method, Request};
 
 use super::{
     admin,
-    locks::{self, LockCommand},
+    elections::ElectionCommand,
+    locks::LockCommand,
     ops,
     request::{authenticate, name_lock, read_body, MAX_BODY_BYTES},
+    semaphores::SemaphoreCommand,
     ApiError, Response,
 };
-use crate::app::App;
+use crate::{app::App, engine::LockRef, store::Kind, tenant::Tenant};
+
+/// A tenant resource's requests (locks, semaphores, elections): each parses
+/// from a method, a path tail and a body, and applies to a named key.
+pub trait Command: Sized {
+    /// Which rows the resource's keys name.
+    const KIND: Kind;
+    /// The action a method and path tail name, checked before the body is
+    /// read (404 or 405).
+    fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError>;
+    /// The request, checked (400).
+    fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<Self, ApiError>;
+    /// Carries it out.
+    fn apply(
+        self,
+        app: &App,
+        lock: LockRef,
+    ) -> impl Future<Output = Result<Response, ApiError>> + Send;
+}
 
 /// Answers one request. Never fails: errors become JSON error responses.
 pub async fn handle(app: &App, req: Request<Incoming>) -> Response {
@@ -21,7 +44,17 @@ pub async fn handle(app: &App, req: Request<Incoming>) -> Response {
         ["readyz"] => ("readyz", ready(app, &req).await),
         ["metrics"] => ("metrics", get_only(&req).map(|()| ops::metrics(app))),
         ["openapi.json"] => ("openapi", get_only(&req).map(|()| ops::openapi())),
-        ["v1", "locks", key, tail @ ..] => ("locks", lock_call(app, req, key, tail).await),
+        ["v1", "locks", key, tail @ ..] => {
+            ("locks", call::<LockCommand>(app, req, key, tail).await)
+        }
+        ["v1", "semaphores", key, tail @ ..] => (
+            "semaphores",
+            call::<SemaphoreCommand>(app, req, key, tail).await,
+        ),
+        ["v1", "elections", key, tail @ ..] => (
+            "elections",
+            call::<ElectionCommand>(app, req, key, tail).await,
+        ),
         ["v1", "admin", tail @ ..] => ("admin", admin::handle(app, req, tail).await),
         _ => ("unknown", Err(ApiError::not_found("no such path"))),
     };
@@ -46,21 +79,21 @@ async fn ready(app: &App, req: &Request<Incoming>) -> Result<Response, ApiError>
     ops::readyz(app).await
 }
 
-/// auth → body → parse → naming policy → engine → response.
-async fn lock_call(
+/// The tenant pipeline, the same for every resource.
+async fn call<C: Command>(
     app: &App,
     req: Request<Incoming>,
     key: &str,
     tail: &[&str],
 ) -> Result<Response, ApiError> {
-    let action = locks::route(req.method(), tail)?;
+    let action = C::route(req.method(), tail)?;
     let tenant = authenticate(app, req.headers())?;
     let body = if req.method() == Method::POST {
         read_body(req, MAX_BODY_BYTES).await?
     } else {
         Bytes::new()
     };
-    let command = LockCommand::parse(action, &body, &tenant)?;
-    let lock = name_lock(tenant, key).await?;
-    command.apply(&app.engine, &lock).await
+    let command = C::parse(action, &body, &tenant)?;
+    let lock = name_lock(tenant, C::KIND, key).await?;
+    command.apply(app, lock).await
 }

@@ -1,7 +1,10 @@
-//! The `locks` table: one row per (tenant, storage key).
+//! The `locks` table: one row per (tenant, kind, storage key), for locks
+//! and elections.
 
 use chrono::NaiveDateTime;
 use sqlx::{mysql::MySqlQueryResult, MySqlExecutor};
+
+use super::RowKey;
 
 /// A lock row as read inside a grant transaction, with the database's clock.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -10,6 +13,8 @@ pub struct LockRow {
     pub token: u64,
     pub hold_count: u32,
     pub expires_at: Option<NaiveDateTime>,
+    /// Pending waiters (exact while the row is locked).
+    pub queued: u32,
     /// `NOW(6)` when the row was read: expiry is judged by this clock only.
     pub now: NaiveDateTime,
 }
@@ -38,18 +43,18 @@ impl LockRow {
 /// the row (`NOWAIT`).
 pub async fn select_nowait(
     db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
+    k: RowKey<'_>,
 ) -> sqlx::Result<Option<LockRow>> {
     sqlx::query_as(
         r#"
-SELECT owner, token, hold_count, expires_at, NOW(6) AS now
-FROM locks WHERE tenant = ? AND lock_key = ?
+SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
+FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 FOR UPDATE NOWAIT
 "#,
     )
-    .bind(tenant)
-    .bind(key)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
     .fetch_optional(db)
     .await
 }
@@ -57,36 +62,33 @@ FOR UPDATE NOWAIT
 /// Reads and row-locks a key, waiting (briefly) for other transactions.
 pub async fn select_for_update(
     db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
+    k: RowKey<'_>,
 ) -> sqlx::Result<Option<LockRow>> {
     sqlx::query_as(
         r#"
-SELECT owner, token, hold_count, expires_at, NOW(6) AS now
-FROM locks WHERE tenant = ? AND lock_key = ?
+SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
+FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 FOR UPDATE
 "#,
     )
-    .bind(tenant)
-    .bind(key)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
     .fetch_optional(db)
     .await
 }
 
 /// Reads a key without locking it (a consistent snapshot).
-pub async fn select(
-    db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
-) -> sqlx::Result<Option<LockRow>> {
+pub async fn select(db: impl MySqlExecutor<'_>, k: RowKey<'_>) -> sqlx::Result<Option<LockRow>> {
     sqlx::query_as(
         r#"
-SELECT owner, token, hold_count, expires_at, NOW(6) AS now
-FROM locks WHERE tenant = ? AND lock_key = ?
+SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
+FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
     )
-    .bind(tenant)
-    .bind(key)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
     .fetch_optional(db)
     .await
 }
@@ -96,16 +98,16 @@ FROM locks WHERE tenant = ? AND lock_key = ?
 /// insert is ignored); they then meet on the row lock as usual.
 pub async fn insert_missing(
     db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
+    k: RowKey<'_>,
 ) -> sqlx::Result<MySqlQueryResult> {
     sqlx::query(
         r#"
-INSERT IGNORE INTO locks (tenant, lock_key) VALUES (?, ?)
+INSERT IGNORE INTO locks (tenant, kind, lock_key) VALUES (?, ?, ?)
 "#,
     )
-    .bind(tenant)
-    .bind(key)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
     .execute(db)
     .await
 }
@@ -113,8 +115,7 @@ INSERT IGNORE INTO locks (tenant, lock_key) VALUES (?, ?)
 /// Writes a lease: holder, token, hold count and expiry.
 pub async fn write_lease(
     db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
+    k: RowKey<'_>,
     owner: &str,
     token: u64,
     hold_count: u32,
@@ -123,33 +124,72 @@ pub async fn write_lease(
     sqlx::query(
         r#"
 UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?
-WHERE tenant = ? AND lock_key = ?
+WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
     )
     .bind(owner)
     .bind(token)
     .bind(hold_count)
     .bind(expires_at)
-    .bind(tenant)
-    .bind(key)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
     .execute(db)
     .await
 }
 
 /// Frees a key. The token stays: the next grant continues from it.
-pub async fn free(
-    db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
-) -> sqlx::Result<MySqlQueryResult> {
+pub async fn free(db: impl MySqlExecutor<'_>, k: RowKey<'_>) -> sqlx::Result<MySqlQueryResult> {
     sqlx::query(
         r#"
 UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
-WHERE tenant = ? AND lock_key = ?
+WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
     )
-    .bind(tenant)
-    .bind(key)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
     .execute(db)
+    .await
+}
+
+/// Adds `delta` to the count of pending waiters (row locked by the caller).
+pub async fn add_queued(
+    db: impl MySqlExecutor<'_>,
+    k: RowKey<'_>,
+    delta: i64,
+) -> sqlx::Result<MySqlQueryResult> {
+    sqlx::query(
+        r#"
+UPDATE locks SET queued = CAST(queued AS SIGNED) + ?
+WHERE tenant = ? AND kind = ? AND lock_key = ?
+"#,
+    )
+    .bind(delta)
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
+    .execute(db)
+    .await
+}
+
+/// Reads and row-locks a key unless another transaction holds it (then
+/// `None`, as for a missing row): how reapers of several brokers stay out
+/// of each other's way.
+pub async fn select_skip_locked(
+    db: impl MySqlExecutor<'_>,
+    k: RowKey<'_>,
+) -> sqlx::Result<Option<LockRow>> {
+    sqlx::query_as(
+        r#"
+SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
+FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
+FOR UPDATE SKIP LOCKED
+"#,
+    )
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
+    .fetch_optional(db)
     .await
 }

@@ -6,6 +6,8 @@
 //! short lock-wait timeout so a waiting statement can never hang a request.
 
 pub mod locks;
+pub mod semaphores;
+pub mod waiters;
 
 use std::{str::FromStr, time::Duration};
 
@@ -14,6 +16,23 @@ use sqlx::{
     mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPoolOptions},
     ConnectOptions, Executor, MySql, MySqlPool,
 };
+
+/// What a row of `locks` or `waiters` is about (the `kind` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    Lock = 0,
+    Election = 1,
+    Semaphore = 2,
+}
+
+/// Which row: tenant, kind and storage key.
+#[derive(Debug, Clone, Copy)]
+pub struct RowKey<'a> {
+    pub tenant: &'a str,
+    pub kind: Kind,
+    pub key: &'a str,
+}
 
 /// Migrations in `migrations/`, embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");

@@ -1,0 +1,203 @@
+//! `/v1/elections/{name}`: campaign, resign, renew, current leader, and
+//! `observe` (Server-Sent Events, one event per change of leader).
+//!
+//! An election is a lease like a lock, in its own namespace: the leader is
+//! the holder and the term is the fencing token. A leader campaigning again
+//! stays leader with the same term (no hold count).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{
+    json_response,
+    locks::{rfc3339, route_action, ttl, MAX_OWNER_BYTES, MAX_WAIT_MS},
+    request::{check_len, check_range, parse_json},
+    router::Command,
+    sse, ApiError, Response,
+};
+use crate::{
+    app::App,
+    engine::{Engine, Grant, LockRef, LockState},
+    store::Kind,
+    tenant::Tenant,
+};
+
+/// How often an observer looks at the election.
+const OBSERVE_TICK: Duration = Duration::from_millis(50);
+/// A comment line this often keeps proxies from closing an idle stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Deserialize)]
+struct CampaignBody {
+    candidate: String,
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct TermBody {
+    candidate: String,
+    term: u64,
+    ttl_ms: Option<u64>,
+}
+
+/// One election request, parsed and checked.
+#[derive(Debug)]
+pub enum ElectionCommand {
+    Campaign {
+        candidate: String,
+        ttl_ms: u64,
+        wait_ms: u64,
+    },
+    Resign {
+        candidate: String,
+        term: u64,
+    },
+    Renew {
+        candidate: String,
+        term: u64,
+        ttl_ms: u64,
+    },
+    Status,
+    Observe,
+}
+
+impl Command for ElectionCommand {
+    const KIND: Kind = Kind::Election;
+
+    fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError> {
+        route_action(method, tail, &["campaign", "resign", "renew"], &["observe"])
+    }
+
+    fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<Self, ApiError> {
+        Ok(match action {
+            "campaign" => {
+                let b: CampaignBody = parse_json(body)?;
+                check_len("candidate", &b.candidate, MAX_OWNER_BYTES)?;
+                ElectionCommand::Campaign {
+                    ttl_ms: ttl(tenant, b.ttl_ms)?,
+                    wait_ms: check_range("wait_ms", b.wait_ms, 0, MAX_WAIT_MS)?,
+                    candidate: b.candidate,
+                }
+            }
+            "resign" | "renew" => {
+                let b: TermBody = parse_json(body)?;
+                check_len("candidate", &b.candidate, MAX_OWNER_BYTES)?;
+                if action == "resign" {
+                    ElectionCommand::Resign {
+                        candidate: b.candidate,
+                        term: b.term,
+                    }
+                } else {
+                    ElectionCommand::Renew {
+                        ttl_ms: ttl(tenant, b.ttl_ms)?,
+                        candidate: b.candidate,
+                        term: b.term,
+                    }
+                }
+            }
+            "observe" => ElectionCommand::Observe,
+            _ => ElectionCommand::Status,
+        })
+    }
+
+    async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
+        let engine = &app.engine;
+        let body = match self {
+            ElectionCommand::Campaign {
+                candidate,
+                ttl_ms,
+                wait_ms,
+            } => leadership(
+                &lock,
+                &engine
+                    .acquire(&lock, &candidate, ttl_ms, wait_ms, 0)
+                    .await?,
+            ),
+            ElectionCommand::Renew {
+                candidate,
+                term,
+                ttl_ms,
+            } => leadership(&lock, &engine.renew(&lock, &candidate, term, ttl_ms).await?),
+            ElectionCommand::Resign { candidate, term } => {
+                engine.release(&lock, &candidate, term).await?;
+                json!({"resigned": true})
+            }
+            ElectionCommand::Status => state_json(&lock, &engine.inspect(&lock).await?),
+            ElectionCommand::Observe => {
+                // Fail now (503) rather than inside the stream if the
+                // database is down.
+                let first = engine.inspect(&lock).await?;
+                return Ok(observe(engine.clone(), lock, first));
+            }
+        };
+        Ok(json_response(StatusCode::OK, &body))
+    }
+}
+
+fn leadership(lock: &LockRef, grant: &Grant) -> Value {
+    json!({
+        "name": lock.key,
+        "leader": grant.owner,
+        "term": grant.token,
+        "ttl_ms": grant.ttl_ms,
+        "expires_at": rfc3339(grant.expires_at),
+    })
+}
+
+fn state_json(lock: &LockRef, state: &LockState) -> Value {
+    json!({
+        "name": lock.key,
+        "leader": state.owner,
+        "term": state.token,
+        "expires_at": state.expires_at.map(rfc3339),
+    })
+}
+
+/// Streams one `leader` event now and one per change of (leader, term)
+/// after, including a leader's expiry, until the client leaves or the
+/// broker stops.
+fn observe(engine: Engine, lock: LockRef, first: LockState) -> Response {
+    let (tx, response) = sse::stream();
+    let mut stop = engine.stop_signal();
+    tokio::spawn(async move {
+        let mut last = (first.owner.clone(), first.token);
+        if tx
+            .send(sse::event("leader", &state_json(&lock, &first)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut quiet = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(OBSERVE_TICK) => {}
+                () = tx.closed() => return,
+                () = crate::shutdown::stopped(&mut stop) => return,
+            }
+            let Ok(state) = engine.inspect(&lock).await else {
+                continue; // the database is away; try again next tick
+            };
+            let now = (state.owner.clone(), state.token);
+            let message = if now != last {
+                last = now;
+                sse::event("leader", &state_json(&lock, &state))
+            } else if quiet.elapsed() >= KEEP_ALIVE {
+                Bytes::from_static(b": keep-alive\n\n")
+            } else {
+                continue;
+            };
+            quiet = tokio::time::Instant::now();
+            if tx.send(message).await.is_err() {
+                return;
+            }
+        }
+    });
+    response
+}

@@ -1,0 +1,57 @@
+//! Server-Sent Events: a response body fed by a channel.
+
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::{
+    body::{Body as HttpBody, Frame},
+    header, StatusCode,
+};
+use tokio::sync::mpsc;
+
+use super::Response;
+
+/// A body that streams whatever the sender sends, until it is dropped.
+struct Events(mpsc::Receiver<Bytes>);
+
+impl HttpBody for Events {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|event| event.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// An event-stream response and the sender that feeds it. The sender's
+/// `closed()` resolves when the client goes away.
+pub fn stream() -> (mpsc::Sender<Bytes>, Response) {
+    let (tx, rx) = mpsc::channel(16);
+    let mut response = hyper::Response::new(Events(rx).boxed());
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    (tx, response)
+}
+
+/// One event in the wire format.
+pub fn event(name: &str, data: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}

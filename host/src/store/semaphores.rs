@@ -1,0 +1,225 @@
+//! The `semaphores` (header) and `semaphore_slots` tables.
+
+use chrono::NaiveDateTime;
+use sqlx::{mysql::MySqlQueryResult, MySqlExecutor};
+
+/// A semaphore's size and queue.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Header {
+    pub permits: u32,
+    pub queued: u32,
+}
+
+/// One slot, read with the database clock.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SlotRow {
+    pub slot: u32,
+    pub owner: Option<Vec<u8>>,
+    pub token: u64,
+    pub expires_at: Option<NaiveDateTime>,
+    pub now: NaiveDateTime,
+}
+
+impl SlotRow {
+    /// The holder, if the slot's lease has not expired by the database clock.
+    pub fn live_owner(&self) -> Option<&[u8]> {
+        match (&self.owner, self.expires_at) {
+            (Some(owner), Some(expires_at)) if expires_at > self.now => Some(owner),
+            _ => None,
+        }
+    }
+}
+
+/// The header, without locking it.
+pub async fn header(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<Header>> {
+    sqlx::query_as("SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ?")
+        .bind(tenant)
+        .bind(key)
+        .fetch_optional(db)
+        .await
+}
+
+/// The header, row-locked (waiting briefly).
+pub async fn header_for_update(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<Header>> {
+    sqlx::query_as(
+        "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE",
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// The header, row-locked unless another transaction holds it.
+pub async fn header_skip_locked(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<Header>> {
+    sqlx::query_as(
+        "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE SKIP LOCKED",
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// Creates a semaphore of `permits` slots unless it exists (autocommit:
+/// two first acquirers racing both succeed; the first size wins).
+pub async fn create(
+    db: impl MySqlExecutor<'_> + Copy,
+    tenant: &str,
+    key: &str,
+    permits: u32,
+) -> sqlx::Result<()> {
+    sqlx::query("INSERT IGNORE INTO semaphores (tenant, sem_key, permits) VALUES (?, ?, ?)")
+        .bind(tenant)
+        .bind(key)
+        .bind(permits)
+        .execute(db)
+        .await?;
+    let rows = vec!["(?, ?, ?)"; permits as usize].join(", ");
+    let sql = format!("INSERT IGNORE INTO semaphore_slots (tenant, sem_key, slot) VALUES {rows}");
+    let mut query = sqlx::query(&sql);
+    for slot in 0..permits {
+        query = query.bind(tenant).bind(key).bind(slot);
+    }
+    query.execute(db).await?;
+    Ok(())
+}
+
+/// Claims a free or expired slot, skipping slots other transactions hold.
+pub async fn claim_free_slot(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Option<SlotRow>> {
+    sqlx::query_as(
+        r#"
+SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+WHERE tenant = ? AND sem_key = ? AND (owner IS NULL OR expires_at <= NOW(6))
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
+/// A live slot of `owner`, for re-entry: a semaphore permit is not
+/// re-entrant, but an owner asking again gets its slot back renewed.
+pub async fn slot_of_owner(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+    owner: &str,
+) -> sqlx::Result<Option<SlotRow>> {
+    sqlx::query_as(
+        r#"
+SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+WHERE tenant = ? AND sem_key = ? AND owner = ? AND expires_at > NOW(6)
+LIMIT 1
+FOR UPDATE
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .bind(owner)
+    .fetch_optional(db)
+    .await
+}
+
+/// One slot, row-locked.
+pub async fn slot_for_update(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+    slot: u32,
+) -> sqlx::Result<Option<SlotRow>> {
+    sqlx::query_as(
+        r#"
+SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+WHERE tenant = ? AND sem_key = ? AND slot = ?
+FOR UPDATE
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .bind(slot)
+    .fetch_optional(db)
+    .await
+}
+
+/// All slots, unlocked.
+pub async fn slots(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<Vec<SlotRow>> {
+    sqlx::query_as(
+        r#"
+SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+WHERE tenant = ? AND sem_key = ? ORDER BY slot
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_all(db)
+    .await
+}
+
+/// Writes a slot's lease (`owner` `None` frees it; the token stays).
+pub async fn write_slot(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+    slot: u32,
+    lease: Option<(&str, u64, NaiveDateTime)>,
+) -> sqlx::Result<MySqlQueryResult> {
+    let (owner, token, expires_at) = match lease {
+        Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
+        None => (None, None, None),
+    };
+    sqlx::query(
+        r#"
+UPDATE semaphore_slots SET owner = ?, token = COALESCE(?, token), expires_at = ?
+WHERE tenant = ? AND sem_key = ? AND slot = ?
+"#,
+    )
+    .bind(owner)
+    .bind(token)
+    .bind(expires_at)
+    .bind(tenant)
+    .bind(key)
+    .bind(slot)
+    .execute(db)
+    .await
+}
+
+/// Adds `delta` to the count of pending waiters (header locked by the caller).
+pub async fn add_queued(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+    delta: i64,
+) -> sqlx::Result<MySqlQueryResult> {
+    sqlx::query(
+        "UPDATE semaphores SET queued = CAST(queued AS SIGNED) + ? WHERE tenant = ? AND sem_key = ?",
+    )
+    .bind(delta)
+    .bind(tenant)
+    .bind(key)
+    .execute(db)
+    .await
+}
