@@ -67,3 +67,15 @@ CREATE TABLE IF NOT EXISTS waiters (
     KEY waiters_by_broker (broker, granted_token),
     KEY waiters_by_deadline (granted_token, deadline)
 ) ENGINE = InnoDB;
+
+-- Every term of every election, written by the transaction that grants it,
+-- so observers (on any broker) see each change of leader, even one that
+-- lasted less than their polling interval.
+CREATE TABLE IF NOT EXISTS election_terms (
+    tenant VARBINARY(64) NOT NULL,
+    name VARBINARY(512) NOT NULL,
+    term BIGINT UNSIGNED NOT NULL,
+    leader VARBINARY(128) NOT NULL,
+    expires_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (tenant, name, term)
+) ENGINE = InnoDB;

@@ -15,7 +15,7 @@ use sqlx::MySqlConnection;
 
 use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, Handoff, LockRef};
 use crate::store::{
-    self,
+    self, elections,
     locks::{self, LockRow},
     waiters, Failure, Kind,
 };
@@ -92,11 +92,13 @@ fn decide(row: &LockRow, lock: &LockRef, owner: &str, ttl_ms: u64) -> Option<Gra
     }
 }
 
-/// Writes a grant to the row (the caller holds it).
+/// Writes a grant to the row (the caller holds it). A new election term
+/// is also logged, for observers.
 async fn write(
     conn: &mut MySqlConnection,
     lock: &LockRef,
     grant: &Grant,
+    new: bool,
 ) -> Result<(), EngineError> {
     locks::write_lease(
         &mut *conn,
@@ -107,6 +109,17 @@ async fn write(
         grant.expires_at,
     )
     .await?;
+    if new && lock.kind == Kind::Election {
+        elections::record(
+            &mut *conn,
+            &lock.tenant.name,
+            &lock.storage_key,
+            grant.token,
+            &grant.owner,
+            grant.expires_at,
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -222,7 +235,7 @@ impl Engine {
                         queued: row.queued,
                     });
                 };
-                write(&mut tx, lock, &grant).await?;
+                write(&mut tx, lock, &grant, grant.token != row.token).await?;
                 tx.commit().await?;
                 self.granted(lock, &grant);
                 return Ok(Attempt::Granted(grant));
@@ -262,7 +275,7 @@ impl Engine {
                     continue;
                 };
                 if let Some(grant) = decide(&row, lock, owner, ttl_ms) {
-                    write(&mut tx, lock, &grant).await?;
+                    write(&mut tx, lock, &grant, grant.token != row.token).await?;
                     tx.commit().await?;
                     self.granted(lock, &grant);
                     return Ok(Ok(grant));
@@ -297,21 +310,19 @@ impl Engine {
             locks::free(&mut *conn, lock.row()).await?;
             return Ok(None);
         };
-        let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
-        let handoff = Handoff {
+        let grant = Grant {
+            owner: String::from_utf8_lossy(&waiter.owner).into_owned(),
             token: row.token + 1,
-            slot: None,
+            hold_count: 1,
+            ttl_ms: waiter.ttl_ms,
             expires_at: plus_ms(row.now, waiter.ttl_ms),
         };
-        locks::write_lease(
-            &mut *conn,
-            lock.row(),
-            &owner,
-            handoff.token,
-            1,
-            handoff.expires_at,
-        )
-        .await?;
+        write(conn, lock, &grant, true).await?;
+        let handoff = Handoff {
+            token: grant.token,
+            slot: None,
+            expires_at: grant.expires_at,
+        };
         waiters::grant(
             &mut *conn,
             waiter.id,
@@ -398,7 +409,7 @@ impl Engine {
                 ttl_ms,
                 expires_at: plus_ms(row.now, ttl_ms),
             };
-            write(&mut tx, lock, &grant).await?;
+            write(&mut tx, lock, &grant, false).await?;
             tx.commit().await?;
             Ok(grant)
         })
@@ -429,6 +440,28 @@ impl Engine {
                 waiters,
             },
         })
+    }
+
+    /// The latest term (token) of an election or lock, live or not.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub async fn last_term(&self, lock: &LockRef) -> Result<u64, EngineError> {
+        Ok(locks::select(&self.pool, lock.row())
+            .await?
+            .map_or(0, |r| r.token))
+    }
+
+    /// An election's terms after `after`, oldest first.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub async fn terms_since(
+        &self,
+        lock: &LockRef,
+        after: u64,
+    ) -> Result<Vec<elections::TermRow>, EngineError> {
+        Ok(elections::since(&self.pool, &lock.tenant.name, &lock.storage_key, after).await?)
     }
 
     /// The reaper's work on one lock or election: drop abandoned waiters and,

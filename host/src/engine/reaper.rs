@@ -38,14 +38,23 @@ impl Engine {
             .map(|t| (t.name.clone().into_bytes(), t))
             .collect();
         let mut tick = 0u32;
+        let mut last_warning: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
                 () = crate::shutdown::stopped(&mut stop) => return,
             }
             tick = tick.wrapping_add(1);
-            if let Err(err) = self.reap_once(&tenants, tick % SWEEP_EVERY == 0).await {
-                tracing::debug!(error = %err, "reaper pass failed");
+            if let Err(err) = self
+                .reap_once(&tenants, tick.is_multiple_of(SWEEP_EVERY))
+                .await
+            {
+                self.metrics.inc("lockbroker_reaper_errors_total", &[]);
+                // At most one warning every 10 s: the database may be down.
+                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!(error = %err, "reaper pass failed");
+                    last_warning = Some(tokio::time::Instant::now());
+                }
             }
         }
     }
@@ -66,6 +75,7 @@ impl Engine {
                 Kind::Lock | Kind::Election => self.reap_lock(&lock).await,
             };
             if let Err(err) = result {
+                self.metrics.inc("lockbroker_reaper_errors_total", &[]);
                 tracing::debug!(error = %err, key = %lock.storage_key, "reaping a key failed");
             }
         }

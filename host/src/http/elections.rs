@@ -132,8 +132,9 @@ impl Command for ElectionCommand {
             ElectionCommand::Observe => {
                 // Fail now (503) rather than inside the stream if the
                 // database is down.
+                let after = engine.last_term(&lock).await?;
                 let first = engine.inspect(&lock).await?;
-                return Ok(observe(engine.clone(), lock, first));
+                return Ok(observe(engine.clone(), lock, first, after));
             }
         };
         Ok(json_response(StatusCode::OK, &body))
@@ -159,14 +160,15 @@ fn state_json(lock: &LockRef, state: &LockState) -> Value {
     })
 }
 
-/// Streams one `leader` event now and one per change of (leader, term)
-/// after, including a leader's expiry, until the client leaves or the
-/// broker stops.
-fn observe(engine: Engine, lock: LockRef, first: LockState) -> Response {
+/// Streams one `leader` event now and one per change of leader after:
+/// every new term (from the election's term log, so a leader that lasted
+/// less than a tick is seen too) and every vacancy (resignation or expiry,
+/// `leader: null`), until the client leaves or the broker stops.
+fn observe(engine: Engine, lock: LockRef, first: LockState, mut after: u64) -> Response {
     let (tx, response) = sse::stream();
     let mut stop = engine.stop_signal();
     tokio::spawn(async move {
-        let mut last = (first.owner.clone(), first.token);
+        let mut vacant = !first.held;
         if tx
             .send(sse::event("leader", &state_json(&lock, &first)))
             .await
@@ -181,21 +183,42 @@ fn observe(engine: Engine, lock: LockRef, first: LockState) -> Response {
                 () = tx.closed() => return,
                 () = crate::shutdown::stopped(&mut stop) => return,
             }
-            let Ok(state) = engine.inspect(&lock).await else {
+            let mut events = Vec::new();
+            let Ok(terms) = engine.terms_since(&lock, after).await else {
                 continue; // the database is away; try again next tick
             };
-            let now = (state.owner.clone(), state.token);
-            let message = if now != last {
-                last = now;
-                sse::event("leader", &state_json(&lock, &state))
-            } else if quiet.elapsed() >= KEEP_ALIVE {
-                Bytes::from_static(b": keep-alive\n\n")
+            for term in terms {
+                after = term.term;
+                vacant = false;
+                events.push(json!({
+                    "name": lock.key,
+                    "leader": String::from_utf8_lossy(&term.leader),
+                    "term": term.term,
+                    "expires_at": rfc3339(term.expires_at),
+                }));
+            }
+            if !vacant {
+                if let Ok(state) = engine.inspect(&lock).await {
+                    // A term newer than `after` shows up in the log next tick.
+                    if !state.held {
+                        vacant = true;
+                        events.push(state_json(&lock, &state));
+                    }
+                }
+            }
+            let messages: Vec<Bytes> = if events.is_empty() && quiet.elapsed() >= KEEP_ALIVE {
+                vec![Bytes::from_static(b": keep-alive\n\n")]
             } else {
-                continue;
+                events.iter().map(|e| sse::event("leader", e)).collect()
             };
+            if messages.is_empty() {
+                continue;
+            }
             quiet = tokio::time::Instant::now();
-            if tx.send(message).await.is_err() {
-                return;
+            for message in messages {
+                if tx.send(message).await.is_err() {
+                    return;
+                }
             }
         }
     });

@@ -5,6 +5,7 @@
 //! REPEATABLE READ keeps locks on what it read until commit), in UTC, with a
 //! short lock-wait timeout so a waiting statement can never hang a request.
 
+pub mod elections;
 pub mod locks;
 pub mod semaphores;
 pub mod waiters;

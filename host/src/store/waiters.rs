@@ -199,7 +199,7 @@ SELECT COUNT(*) FROM waiters WHERE tenant = ? AND granted_token IS NULL
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ReapKey {
     pub tenant: Vec<u8>,
-    pub kind: u8,
+    pub kind: i64,
     pub lock_key: Vec<u8>,
 }
 
@@ -215,7 +215,7 @@ pub async fn lock_keys_to_reap(
 ) -> sqlx::Result<Vec<ReapKey>> {
     sqlx::query_as(&format!(
         r#"
-SELECT DISTINCT w.tenant, w.kind, w.lock_key FROM waiters w
+SELECT DISTINCT w.tenant, CAST(w.kind AS SIGNED) AS kind, w.lock_key FROM waiters w
 JOIN locks l ON l.tenant = w.tenant AND l.kind = w.kind AND l.lock_key = w.lock_key
 WHERE w.granted_token IS NULL AND w.kind IN (0, 1)
   AND (l.owner IS NULL OR l.expires_at <= NOW(6)
@@ -236,11 +236,11 @@ pub async fn semaphore_keys_to_reap(
 ) -> sqlx::Result<Vec<ReapKey>> {
     sqlx::query_as(&format!(
         r#"
-SELECT DISTINCT s.tenant, {kind} AS kind, s.sem_key AS lock_key FROM semaphores s
+SELECT DISTINCT s.tenant, CAST({kind} AS SIGNED) AS kind, s.sem_key AS lock_key FROM semaphores s
 JOIN semaphore_slots x ON x.tenant = s.tenant AND x.sem_key = s.sem_key
 WHERE s.queued > 0 AND (x.owner IS NULL OR x.expires_at <= NOW(6))
 UNION
-SELECT DISTINCT w.tenant, w.kind, w.lock_key FROM waiters w
+SELECT DISTINCT w.tenant, CAST(w.kind AS SIGNED) AS kind, w.lock_key FROM waiters w
 WHERE w.granted_token IS NULL AND w.kind = {kind}
   AND w.deadline < NOW(6) - INTERVAL {STALE_AFTER_S} SECOND
 LIMIT ?

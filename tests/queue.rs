@@ -1,0 +1,273 @@
+//! Fair waiting: the durable queue, direct handoff, waking across brokers,
+//! departures. Orders are checked by fencing tokens: each grant of a key
+//! takes the next token, so the token a waiter gets is its place in line.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use lockbroker::client::Client;
+use lockbroker_tests::{config, drop_db, fresh_db_name, Broker, BrokerProcess};
+use serde_json::json;
+use tokio::{io::AsyncWriteExt, net::TcpStream};
+
+/// Waits until `key` has `n` waiters (as any broker on the database sees it).
+async fn until_waiters(c: &Client, key: &str, n: u64) {
+    for _ in 0..2000 {
+        if c.status(key).await.unwrap().body["waiters"] == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("{key} never had {n} waiters");
+}
+
+/// Starts a waiting acquire that releases at once when granted; its result
+/// is (owner, token) or the error reply.
+fn waiter(
+    c: &Client,
+    key: &str,
+    owner: &str,
+    priority: i32,
+) -> tokio::task::JoinHandle<(String, u64)> {
+    let (c, key, owner) = (c.clone(), key.to_owned(), owner.to_owned());
+    tokio::spawn(async move {
+        let body =
+            json!({"owner": owner, "ttl_ms": 30_000, "wait_ms": 60_000, "priority": priority});
+        let r = c
+            .post(&format!("/v1/locks/{key}/acquire"), &body)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{owner}: {:?}", r.body);
+        let token = r.body["token"].as_u64().unwrap();
+        let rel = c.release(&key, &owner, token).await.unwrap();
+        assert_eq!(rel.status, 200, "{owner} release: {:?}", rel.body);
+        (owner, token)
+    })
+}
+
+/// Holds `key`, queues `owners` in order (each with its priority), releases,
+/// and returns the owners in the order they were granted.
+async fn grant_order(
+    holder: &Client,
+    clients: &[Client],
+    key: &str,
+    owners: &[(&str, i32)],
+) -> Vec<String> {
+    let g = holder.acquire(key, "holder", 60_000, 0).await.unwrap();
+    let base = g.body["token"].as_u64().unwrap();
+    let mut tasks = Vec::new();
+    for (i, (owner, priority)) in owners.iter().enumerate() {
+        let c = &clients[i % clients.len()];
+        tasks.push(waiter(c, key, owner, *priority));
+        until_waiters(holder, key, i as u64 + 1).await;
+    }
+    holder.release(key, "holder", base).await.unwrap();
+    let mut granted = Vec::new();
+    for t in tasks {
+        granted.push(t.await.unwrap());
+    }
+    granted.sort_by_key(|(_, token)| *token);
+    let tokens: Vec<u64> = granted.iter().map(|(_, t)| *t).collect();
+    let expected: Vec<u64> = (1..=owners.len() as u64).map(|i| base + i).collect();
+    assert_eq!(tokens, expected, "every handoff took the next token");
+    granted.into_iter().map(|(owner, _)| owner).collect()
+}
+
+#[tokio::test]
+async fn fifo_with_the_default_policy() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let owners: Vec<(String, i32)> = (0..10).map(|i| (format!("w{i}"), 9 - i)).collect();
+    let owners: Vec<(&str, i32)> = owners.iter().map(|(o, p)| (o.as_str(), *p)).collect();
+    let order = grant_order(&c, std::slice::from_ref(&c), "fifo", &owners).await;
+    let expected: Vec<&str> = owners.iter().map(|(o, _)| *o).collect();
+    assert_eq!(order, expected, "priorities are ignored by FIFO");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn priority_order_with_the_priority_policy() {
+    let db = fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.policy_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
+    cfg.tenants[0].policy = Some("priority.wasm".into());
+    let broker = Broker::start_with(db, cfg).await;
+    let c = broker.client();
+    let owners = [
+        ("p1", 1),
+        ("p5a", 5),
+        ("p3", 3),
+        ("p5b", 5),
+        ("p2", 2),
+        ("p0", 0),
+    ];
+    let order = grant_order(&c, std::slice::from_ref(&c), "prio", &owners).await;
+    assert_eq!(order, ["p5a", "p5b", "p3", "p2", "p1", "p0"]);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn fifo_across_two_broker_processes() {
+    let db = fresh_db_name();
+    let a = BrokerProcess::start(&db, "").await;
+    let b = BrokerProcess::start(&db, "").await;
+    let (ca, cb) = (a.client(), b.client());
+    let owners: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    let owners: Vec<(&str, i32)> = owners.iter().map(|o| (o.as_str(), 0)).collect();
+    let started = Instant::now();
+    let order = grant_order(&ca, &[cb.clone(), ca.clone()], "cross", &owners).await;
+    let expected: Vec<&str> = owners.iter().map(|(o, _)| *o).collect();
+    assert_eq!(order, expected);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    a.stop().await;
+    b.stop().await;
+    drop_db(&db).await;
+}
+
+#[tokio::test]
+async fn a_thousand_waiters_are_served_in_order() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let g = c.acquire("crowd", "holder", 60_000, 0).await.unwrap();
+    let base = g.body["token"].as_u64().unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..1000u64 {
+        let cw = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let c = cw;
+            let owner = format!("w{i}");
+            let body = json!({"owner": owner, "ttl_ms": 60_000, "wait_ms": 300_000});
+            let r = c.post("/v1/locks/crowd/acquire", &body).await.unwrap();
+            assert_eq!(r.status, 200, "{owner}: {:?}", r.body);
+            let token = r.body["token"].as_u64().unwrap();
+            assert_eq!(c.release("crowd", &owner, token).await.unwrap().status, 200);
+            token
+        }));
+        // Enqueue in a known order: each after the previous one is queued.
+        until_waiters(&c, "crowd", i + 1).await;
+    }
+    c.release("crowd", "holder", base).await.unwrap();
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(
+            t.await.unwrap(),
+            base + 1 + i as u64,
+            "waiter {i} served in its turn"
+        );
+    }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn handoff_on_expiry_is_prompt() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let g = c.acquire("exp", "holder", 500, 0).await.unwrap();
+    let token = g.body["token"].as_u64().unwrap();
+    let acquired = Instant::now();
+    let w = c.acquire("exp", "next", 30_000, 10_000).await.unwrap();
+    let took = acquired.elapsed();
+    assert_eq!(w.status, 200);
+    assert_eq!(w.body["token"].as_u64().unwrap(), token + 1);
+    // The lease ran 500 ms; the reaper hands it on within its tick.
+    assert!(took >= Duration::from_millis(450), "{took:?}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn no_barging_past_the_queue() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    c.acquire("nb", "holder", 400, 0).await.unwrap();
+    let w = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("nb", "queued", 30_000, 10_000).await.unwrap() })
+    };
+    until_waiters(&c, "nb", 1).await;
+    // Right after expiry, before or after the reaper: a newcomer's try never
+    // takes the lock from the queued waiter.
+    for _ in 0..40 {
+        let r = c.acquire("nb", "newcomer", 30_000, 0).await.unwrap();
+        assert_eq!(r.status, 409, "{:?}", r.body);
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let w = w.await.unwrap();
+    assert_eq!((w.status, &w.body["owner"]), (200, &json!("queued")));
+    broker.stop().await;
+}
+
+/// Sends a waiting acquire over a raw connection, to drop it mid-wait.
+async fn raw_waiting_acquire(broker: &Broker, key: &str, owner: &str) -> TcpStream {
+    let addr = broker.url().trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let body = json!({"owner": owner, "ttl_ms": 30_000, "wait_ms": 60_000}).to_string();
+    let request = format!(
+        "POST /v1/locks/{key}/acquire HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        lockbroker_tests::KEY,
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    s
+}
+
+#[tokio::test]
+async fn a_departed_waiter_never_holds_the_lock() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let g = c.acquire("dc", "holder", 60_000, 0).await.unwrap();
+    let token = g.body["token"].as_u64().unwrap();
+    let conn = raw_waiting_acquire(&broker, "dc", "gone").await;
+    until_waiters(&c, "dc", 1).await;
+    drop(conn);
+    until_waiters(&c, "dc", 0).await;
+    c.release("dc", "holder", token).await.unwrap();
+    let s = c.status("dc").await.unwrap();
+    assert_eq!(s.body["held"], false, "{:?}", s.body);
+
+    // The race: the client leaves just as the lock is handed to it. The
+    // grant is released again, never left held by nobody.
+    for round in 0..10 {
+        let g = c.acquire("dc", "holder", 60_000, 0).await.unwrap();
+        let token = g.body["token"].as_u64().unwrap();
+        let conn = raw_waiting_acquire(&broker, "dc", "gone").await;
+        until_waiters(&c, "dc", 1).await;
+        let (_, released) = tokio::join!(async { drop(conn) }, c.release("dc", "holder", token));
+        assert_eq!(released.unwrap().status, 200);
+        let mut free = false;
+        for _ in 0..100 {
+            let s = c.status("dc").await.unwrap();
+            if s.body["held"] == false && s.body["waiters"] == 0 {
+                free = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            free,
+            "round {round}: the departed waiter's grant was released"
+        );
+    }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_waiter_that_times_out_leaves_the_queue() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let g = c.acquire("to", "holder", 60_000, 0).await.unwrap();
+    let token = g.body["token"].as_u64().unwrap();
+    let started = Instant::now();
+    let r = c.acquire("to", "impatient", 30_000, 300).await.unwrap();
+    assert_eq!(r.code(), Some("lock_held"));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(c.status("to").await.unwrap().body["waiters"], 0);
+    c.release("to", "holder", token).await.unwrap();
+    assert_eq!(c.status("to").await.unwrap().body["held"], false);
+    broker.stop().await;
+}

@@ -1,0 +1,217 @@
+//! Semaphores: N holders at once, slots with leases and tokens, waiting.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use lockbroker::client::{Client, Reply};
+use lockbroker_tests::Broker;
+use serde_json::json;
+
+async fn acquire(
+    c: &Client,
+    key: &str,
+    owner: &str,
+    permits: u64,
+    ttl_ms: u64,
+    wait_ms: u64,
+) -> Reply {
+    let body = json!({"owner": owner, "permits": permits, "ttl_ms": ttl_ms, "wait_ms": wait_ms});
+    c.post(&format!("/v1/semaphores/{key}/acquire"), &body)
+        .await
+        .unwrap()
+}
+
+async fn release(c: &Client, key: &str, owner: &str, slot: u64, token: u64) -> Reply {
+    let body = json!({"owner": owner, "slot": slot, "token": token});
+    c.post(&format!("/v1/semaphores/{key}/release"), &body)
+        .await
+        .unwrap()
+}
+
+fn lease(r: &Reply) -> (u64, u64) {
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    (
+        r.body["slot"].as_u64().unwrap(),
+        r.body["token"].as_u64().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn permits_slots_and_errors() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let a = acquire(&c, "pool", "a", 2, 30_000, 0).await;
+    let (slot_a, token_a) = lease(&a);
+    assert_eq!(a.body["permits"], 2);
+    assert_eq!(a.body["key"], "pool");
+    let (slot_b, _) = lease(&acquire(&c, "pool", "b", 2, 30_000, 0).await);
+    assert_ne!(slot_a, slot_b);
+    assert!(slot_a < 2 && slot_b < 2);
+
+    let full = acquire(&c, "pool", "c", 2, 30_000, 0).await;
+    assert_eq!((full.status, full.code()), (409, Some("semaphore_full")));
+    assert!(full.body["error"]["retry_after_ms"].as_u64().unwrap() >= 1);
+    let mismatch = acquire(&c, "pool", "c", 3, 30_000, 0).await;
+    assert_eq!(
+        (mismatch.status, mismatch.code()),
+        (409, Some("permits_mismatch"))
+    );
+
+    // The same owner asking again gets its own permit back, renewed.
+    assert_eq!(
+        lease(&acquire(&c, "pool", "a", 2, 30_000, 0).await),
+        (slot_a, token_a)
+    );
+
+    let status = c.get("/v1/semaphores/pool").await.unwrap();
+    assert_eq!(status.body["permits"], 2);
+    assert_eq!(status.body["holders"].as_array().unwrap().len(), 2);
+    assert_eq!(status.body["waiters"], 0);
+
+    let wrong = release(&c, "pool", "a", slot_a, token_a + 7).await;
+    assert_eq!(wrong.code(), Some("lease_lost"));
+    let wrong = release(&c, "pool", "b", slot_a, token_a).await;
+    assert_eq!(wrong.code(), Some("lease_lost"));
+
+    let renew = c
+        .post(
+            "/v1/semaphores/pool/renew",
+            &json!({"owner": "a", "slot": slot_a, "token": token_a, "ttl_ms": 60_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(renew.status, 200, "{:?}", renew.body);
+    assert_eq!(renew.body["ttl_ms"], 60_000);
+
+    assert_eq!(release(&c, "pool", "a", slot_a, token_a).await.status, 200);
+    let (slot_c, token_c) = lease(&acquire(&c, "pool", "c", 2, 30_000, 0).await);
+    assert_eq!(slot_c, slot_a, "the freed slot");
+    assert!(token_c > token_a, "slot tokens increase");
+
+    for bad in [
+        json!({"owner": "x", "permits": 0}),
+        json!({"owner": "x", "permits": 1001}),
+        json!({"owner": "x"}),
+        json!({"permits": 2}),
+    ] {
+        let r = c.post("/v1/semaphores/pool/acquire", &bad).await.unwrap();
+        assert_eq!((r.status, r.code()), (400, Some("bad_request")), "{bad}");
+    }
+    let fresh = c.get("/v1/semaphores/never").await.unwrap();
+    assert_eq!(fresh.body["permits"], json!(null));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn waiters_get_released_and_expired_permits() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let (slot, token) = lease(&acquire(&c, "w", "a", 1, 30_000, 0).await);
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "w", "b", 1, 400, 10_000).await })
+    };
+    for _ in 0..500 {
+        if c.get("/v1/semaphores/w").await.unwrap().body["waiters"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(release(&c, "w", "a", slot, token).await.status, 200);
+    let got = waiter.await.unwrap();
+    assert_eq!(lease(&got), (slot, token + 1), "handed over directly");
+
+    // b's 400 ms lease expires; a waiter gets it from the reaper.
+    let started = Instant::now();
+    let c2 = acquire(&c, "w", "c", 1, 30_000, 5_000).await;
+    assert_eq!(lease(&c2).1, token + 2);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    broker.stop().await;
+}
+
+#[derive(Debug, Clone)]
+struct Hold {
+    slot: u64,
+    token: u64,
+    granted: Instant,
+    released: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn never_more_than_n_holders() {
+    const PERMITS: usize = 3;
+    let broker = Broker::start().await;
+    let in_use = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let (c, in_use, most, history) = (
+            broker.client(),
+            in_use.clone(),
+            most.clone(),
+            history.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("c{i}");
+            let wait_ms = if i % 2 == 0 { 2_000 } else { 0 };
+            while Instant::now() < deadline {
+                let r = acquire(&c, "stress", &owner, PERMITS as u64, 30_000, wait_ms).await;
+                if r.status == 409 {
+                    continue;
+                }
+                let (slot, token) = lease(&r);
+                let granted = Instant::now();
+                let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                assert!(now <= PERMITS, "{now} holders of {PERMITS} permits");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                in_use.fetch_sub(1, Ordering::SeqCst);
+                let released = Instant::now();
+                assert_eq!(release(&c, "stress", &owner, slot, token).await.status, 200);
+                history.lock().unwrap().push(Hold {
+                    slot,
+                    token,
+                    granted,
+                    released,
+                });
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let history = history.lock().unwrap().clone();
+    assert!(history.len() > 100, "{} holds", history.len());
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        PERMITS,
+        "all permits were used"
+    );
+    let mut per_slot: HashMap<u64, Vec<Hold>> = HashMap::new();
+    for h in history {
+        assert!((h.slot as usize) < PERMITS);
+        per_slot.entry(h.slot).or_default().push(h);
+    }
+    for (slot, mut holds) in per_slot {
+        holds.sort_by_key(|h| h.granted);
+        for pair in holds.windows(2) {
+            assert!(
+                pair[1].granted > pair[0].released,
+                "slot {slot} overlaps: {pair:?}"
+            );
+            assert!(
+                pair[1].token > pair[0].token,
+                "slot {slot} tokens: {pair:?}"
+            );
+        }
+    }
+    broker.stop().await;
+}
