@@ -351,6 +351,13 @@ impl Engine {
         owner: &str,
         token: u64,
     ) -> Result<Released, EngineError> {
+        // The common case, a sole hold and no waiters, is one statement.
+        if locks::free_if_sole_holder(&self.pool, lock.row(), owner, token).await? {
+            return Ok(Released {
+                released: true,
+                hold_count: 0,
+            });
+        }
         let (released, delivery) = retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;
             let row = locks::select_for_update(&mut *tx, lock.row()).await?;

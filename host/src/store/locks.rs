@@ -193,3 +193,29 @@ FOR UPDATE SKIP LOCKED
     .fetch_optional(db)
     .await
 }
+
+/// Frees a key in one autocommit statement when that is all a release has
+/// to do: `owner` holds it live with `token`, once, and nobody waits.
+/// Returns whether it did; otherwise the caller takes the full path.
+pub async fn free_if_sole_holder(
+    db: impl MySqlExecutor<'_>,
+    k: RowKey<'_>,
+    owner: &str,
+    token: u64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        r#"
+UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
+WHERE tenant = ? AND kind = ? AND lock_key = ?
+  AND owner = ? AND token = ? AND hold_count = 1 AND queued = 0 AND expires_at > NOW(6)
+"#,
+    )
+    .bind(k.tenant)
+    .bind(k.kind as u8)
+    .bind(k.key)
+    .bind(owner)
+    .bind(token)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
