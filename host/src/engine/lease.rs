@@ -16,7 +16,7 @@ use sqlx::MySqlConnection;
 use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, Handoff, LockRef};
 use crate::store::{
     self, elections,
-    locks::{self, LockRow},
+    locks::{self, LockRow, Locking},
     waiters, Failure, Kind,
 };
 
@@ -212,7 +212,7 @@ impl Engine {
             let mut inserted = false;
             loop {
                 let mut tx = self.pool.begin().await?;
-                let row = match locks::select_nowait(&mut *tx, lock.row()).await {
+                let row = match locks::select(&mut *tx, lock.row(), Locking::NoWait).await {
                     Ok(row) => row,
                     Err(err) if store::classify(&err) == Failure::RowLocked => {
                         tx.rollback().await?;
@@ -269,7 +269,7 @@ impl Engine {
             let mut inserted = false;
             loop {
                 let mut tx = self.pool.begin().await?;
-                let Some(row) = locks::select_for_update(&mut *tx, lock.row()).await? else {
+                let Some(row) = locks::select(&mut *tx, lock.row(), Locking::Wait).await? else {
                     tx.rollback().await?;
                     self.create_row(lock, &mut inserted).await?;
                     continue;
@@ -360,7 +360,7 @@ impl Engine {
         }
         let (released, delivery) = retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;
-            let row = locks::select_for_update(&mut *tx, lock.row()).await?;
+            let row = locks::select(&mut *tx, lock.row(), Locking::Wait).await?;
             let Some(row) = row.filter(|r| owns(r, owner, token)) else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
@@ -404,7 +404,7 @@ impl Engine {
     ) -> Result<Grant, EngineError> {
         retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;
-            let row = locks::select_for_update(&mut *tx, lock.row()).await?;
+            let row = locks::select(&mut *tx, lock.row(), Locking::Wait).await?;
             let Some(row) = row.filter(|r| owns(r, owner, token)) else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
@@ -428,7 +428,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Unavailable`] when the database failed.
     pub async fn inspect(&self, lock: &LockRef) -> Result<LockState, EngineError> {
-        let row = locks::select(&self.pool, lock.row()).await?;
+        let row = locks::select(&self.pool, lock.row(), Locking::None).await?;
         let waiters = row.as_ref().map_or(0, |r| u64::from(r.queued));
         let live = row.as_ref().and_then(|r| r.live_owner().map(|o| (r, o)));
         Ok(match live {
@@ -454,7 +454,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Unavailable`].
     pub async fn last_term(&self, lock: &LockRef) -> Result<u64, EngineError> {
-        Ok(locks::select(&self.pool, lock.row())
+        Ok(locks::select(&self.pool, lock.row(), Locking::None)
             .await?
             .map_or(0, |r| r.token))
     }
@@ -476,7 +476,7 @@ impl Engine {
     /// row another transaction (or another broker's reaper) holds.
     pub(super) async fn reap_lock(&self, lock: &LockRef) -> Result<(), EngineError> {
         let mut tx = self.pool.begin().await?;
-        let Some(row) = locks::select_skip_locked(&mut *tx, lock.row()).await? else {
+        let Some(row) = locks::select(&mut *tx, lock.row(), Locking::SkipLocked).await? else {
             tx.rollback().await?;
             return Ok(());
         };

@@ -23,8 +23,9 @@ use super::{Engine, EngineError, Handoff, LockRef};
 use crate::{
     policy::Waiter,
     store::{
-        locks, semaphores,
-        waiters::{self, NewWaiter, WaiterRow},
+        locks::{self, Locking},
+        semaphores,
+        waiters::{self, NewWaiter, Order, WaiterRow},
         Kind,
     },
 };
@@ -50,11 +51,11 @@ impl Engine {
         conn: &mut MySqlConnection,
         lock: &LockRef,
     ) -> Result<Option<WaiterRow>, EngineError> {
-        let mut rows = waiters::oldest(&mut *conn, lock.row(), WINDOW).await?;
+        let mut rows = waiters::pending(&mut *conn, lock.row(), Order::Oldest, WINDOW).await?;
         if rows.len() == WINDOW as usize {
             // More may wait beyond the window: add the most urgent ones so a
             // priority policy sees them.
-            for row in waiters::most_urgent(&mut *conn, lock.row(), WINDOW).await? {
+            for row in waiters::pending(&mut *conn, lock.row(), Order::MostUrgent, WINDOW).await? {
                 if !rows.iter().any(|r| r.id == row.id) {
                     rows.push(row);
                 }
@@ -216,7 +217,7 @@ impl Engine {
                     .await?;
             }
             Kind::Lock | Kind::Election => {
-                locks::select_for_update(&mut *tx, lock.row()).await?;
+                locks::select(&mut *tx, lock.row(), Locking::Wait).await?;
             }
         }
         let Some(row) = waiters::get(&mut *tx, id).await? else {

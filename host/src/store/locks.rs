@@ -39,53 +39,39 @@ impl LockRow {
     }
 }
 
-/// Reads and row-locks a key, failing at once if another transaction holds
-/// the row (`NOWAIT`).
-pub async fn select_nowait(
-    db: impl MySqlExecutor<'_>,
-    k: RowKey<'_>,
-) -> sqlx::Result<Option<LockRow>> {
-    sqlx::query_as(
-        r#"
-SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
-FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
-FOR UPDATE NOWAIT
-"#,
-    )
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .fetch_optional(db)
-    .await
+/// How a read of a lock row locks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locking {
+    /// A plain consistent read.
+    None,
+    /// `FOR UPDATE`: waits (briefly) for other transactions.
+    Wait,
+    /// `FOR UPDATE NOWAIT`: fails at once (1205 / 3572) if the row is busy.
+    NoWait,
+    /// `FOR UPDATE SKIP LOCKED`: `None` if the row is busy, as if missing;
+    /// how reapers of several brokers stay out of each other's way.
+    SkipLocked,
 }
 
-/// Reads and row-locks a key, waiting (briefly) for other transactions.
-pub async fn select_for_update(
+/// Reads a key's row with the database clock, locking it as asked.
+pub async fn select(
     db: impl MySqlExecutor<'_>,
     k: RowKey<'_>,
+    locking: Locking,
 ) -> sqlx::Result<Option<LockRow>> {
-    sqlx::query_as(
+    let suffix = match locking {
+        Locking::None => "",
+        Locking::Wait => "FOR UPDATE",
+        Locking::NoWait => "FOR UPDATE NOWAIT",
+        Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
+    };
+    sqlx::query_as(&format!(
         r#"
 SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
 FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
-FOR UPDATE
-"#,
-    )
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .fetch_optional(db)
-    .await
-}
-
-/// Reads a key without locking it (a consistent snapshot).
-pub async fn select(db: impl MySqlExecutor<'_>, k: RowKey<'_>) -> sqlx::Result<Option<LockRow>> {
-    sqlx::query_as(
-        r#"
-SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
-FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
-"#,
-    )
+{suffix}
+"#
+    ))
     .bind(k.tenant)
     .bind(k.kind as u8)
     .bind(k.key)
@@ -170,27 +156,6 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
     .bind(k.kind as u8)
     .bind(k.key)
     .execute(db)
-    .await
-}
-
-/// Reads and row-locks a key unless another transaction holds it (then
-/// `None`, as for a missing row): how reapers of several brokers stay out
-/// of each other's way.
-pub async fn select_skip_locked(
-    db: impl MySqlExecutor<'_>,
-    k: RowKey<'_>,
-) -> sqlx::Result<Option<LockRow>> {
-    sqlx::query_as(
-        r#"
-SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
-FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
-FOR UPDATE SKIP LOCKED
-"#,
-    )
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .fetch_optional(db)
     .await
 }
 

@@ -64,42 +64,33 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
     Ok(done.last_insert_id())
 }
 
-const CANDIDATE_COLUMNS: &str = "id, owner, priority, ttl_ms, broker, attempts, \
-     CAST(UNIX_TIMESTAMP(enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms";
-
-/// The oldest pending, unexpired waiters of a key.
-pub async fn oldest(
-    db: impl MySqlExecutor<'_>,
-    k: RowKey<'_>,
-    limit: u32,
-) -> sqlx::Result<Vec<WaiterRow>> {
-    sqlx::query_as(&format!(
-        r#"
-SELECT {CANDIDATE_COLUMNS} FROM waiters
-WHERE tenant = ? AND kind = ? AND lock_key = ? AND granted_token IS NULL AND deadline > NOW(6)
-ORDER BY id LIMIT ?
-"#
-    ))
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .bind(limit)
-    .fetch_all(db)
-    .await
+/// Which end of the queue to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Oldest first.
+    Oldest,
+    /// Highest priority first, oldest first among equals.
+    MostUrgent,
 }
 
-/// The highest-priority pending, unexpired waiters of a key, oldest first
-/// among equals.
-pub async fn most_urgent(
+/// Up to `limit` pending, unexpired waiters of a key, in `order`.
+pub async fn pending(
     db: impl MySqlExecutor<'_>,
     k: RowKey<'_>,
+    order: Order,
     limit: u32,
 ) -> sqlx::Result<Vec<WaiterRow>> {
+    let order_by = match order {
+        Order::Oldest => "id",
+        Order::MostUrgent => "priority DESC, id",
+    };
     sqlx::query_as(&format!(
         r#"
-SELECT {CANDIDATE_COLUMNS} FROM waiters
+SELECT id, owner, priority, ttl_ms, broker, attempts,
+       CAST(UNIX_TIMESTAMP(enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms
+FROM waiters
 WHERE tenant = ? AND kind = ? AND lock_key = ? AND granted_token IS NULL AND deadline > NOW(6)
-ORDER BY priority DESC, id LIMIT ?
+ORDER BY {order_by} LIMIT ?
 "#
     ))
     .bind(k.tenant)
