@@ -172,7 +172,8 @@ async fn never_more_than_n_holders() {
                 let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 assert!(now <= PERMITS, "{now} holders of {PERMITS} permits");
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                // Long enough for holds to overlap, so all permits are used.
+                tokio::time::sleep(Duration::from_millis(25)).await;
                 in_use.fetch_sub(1, Ordering::SeqCst);
                 let released = Instant::now();
                 assert_eq!(release(&c, "stress", &owner, slot, token).await.status, 200);

@@ -109,7 +109,13 @@ impl Engine {
                     .await?
                     .map_or(0, |h| h.queued)
             };
-            let mine = semaphores::slot_of_owner(&mut *tx, tenant, key, owner).await?;
+            // An owner asking again gets its own live permit back, renewed.
+            let mine = match semaphores::slot_of_owner(&mut *tx, tenant, key, owner).await? {
+                Some(slot) => semaphores::slot_for_update(&mut *tx, tenant, key, slot)
+                    .await?
+                    .filter(|row| row.live_owner() == Some(owner.as_bytes())),
+                None => None,
+            };
             let claimed = match mine {
                 Some(row) => Some(grant_slot(row, true)),
                 None if queued > 0 => None,

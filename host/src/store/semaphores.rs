@@ -117,27 +117,28 @@ FOR UPDATE SKIP LOCKED
     .await
 }
 
-/// A live slot of `owner`, for re-entry: a semaphore permit is not
-/// re-entrant, but an owner asking again gets its slot back renewed.
+/// The slot `owner` holds live, if any, by a plain read: locking reads over
+/// the semaphore's slots would wait for every slot being claimed. The caller
+/// locks that one slot and checks again.
 pub async fn slot_of_owner(
     db: impl MySqlExecutor<'_>,
     tenant: &str,
     key: &str,
     owner: &str,
-) -> sqlx::Result<Option<SlotRow>> {
-    sqlx::query_as(
+) -> sqlx::Result<Option<u32>> {
+    let row: Option<(u32,)> = sqlx::query_as(
         r#"
-SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+SELECT slot FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND owner = ? AND expires_at > NOW(6)
 LIMIT 1
-FOR UPDATE
 "#,
     )
     .bind(tenant)
     .bind(key)
     .bind(owner)
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(|(slot,)| slot))
 }
 
 /// One slot, row-locked.
