@@ -148,3 +148,26 @@ async fn broker_process_exits_cleanly_on_sigterm() {
     assert!(again.stop().await.success());
     drop_db(&db).await;
 }
+
+#[tokio::test]
+async fn slow_headers_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.header_read_timeout_ms = 300;
+    let broker = Broker::start_with(db, cfg).await;
+    let addr = broker.url().trim_start_matches("http://").to_owned();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 512];
+    let read = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    let closed_after = started.elapsed();
+    assert!(read.is_ok(), "the connection was not closed");
+    assert!(closed_after < Duration::from_secs(3), "{closed_after:?}");
+    // Other clients are served meanwhile and after.
+    assert_eq!(broker.client().get("/healthz").await.unwrap().status, 200);
+    broker.stop().await;
+}

@@ -58,6 +58,9 @@ pub struct Config {
     /// `~/.cache/lockbroker`; none if neither is known.
     #[serde(default = "default_cache_dir")]
     pub cache_dir: Option<PathBuf>,
+    /// Time a client has to send its request headers, in milliseconds.
+    #[serde(default = "default_header_read_timeout_ms")]
+    pub header_read_timeout_ms: u64,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     /// True when the built-in development defaults are in use.
@@ -103,6 +106,9 @@ fn default_max_policy_bytes() -> usize {
 }
 fn default_reaper_interval_ms() -> u64 {
     25
+}
+fn default_header_read_timeout_ms() -> u64 {
+    10_000
 }
 fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -197,6 +203,9 @@ api_key = "dev-key"
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
         if self.tenants.is_empty() {
             return invalid("at least one [[tenant]] is needed".into());
+        }
+        if self.header_read_timeout_ms == 0 {
+            return invalid("header_read_timeout_ms must be at least 1".into());
         }
         if self.max_connections == 0 {
             return invalid("max_connections must be at least 1".into());

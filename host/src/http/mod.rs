@@ -38,8 +38,6 @@ use crate::app::App;
 pub type Body = BoxBody<Bytes, Infallible>;
 pub type Response = hyper::Response<Body>;
 
-/// Time a client has to send its request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time in-flight requests get to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -66,7 +64,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiv
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(Duration::from_millis(app.config.header_read_timeout_ms))
         .keep_alive(true);
     loop {
         let (stream, _peer) = tokio::select! {
