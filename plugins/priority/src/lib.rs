@@ -1,25 +1,21 @@
 //! A lockbroker policy that grants a freed lock to the waiter with the
 //! highest `priority`, the oldest first among equals. Naming and backoff are
-//! the default policy's: the key unchanged (empty keys, keys over 255 bytes
-//! and keys with control characters rejected), and exponential backoff with
-//! full jitter from 10 ms up to 1 s, never giving up.
+//! the default policy's (from `policy-common`): the key unchanged (empty
+//! keys, keys over 255 bytes and keys with control characters rejected), and
+//! exponential backoff with full jitter from 10 ms up to 1 s, never giving
+//! up.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "policy",
-});
+policy_common::policy! {
+    wit: "../../wit",
+    name: NAME,
+    version: VERSION,
+    fairness: |_key, waiters| pick_next(&waiters),
+}
 
-use exports::lockbroker::policy::backoff::{self, Contention, Decision};
-use exports::lockbroker::policy::fairness::{self, Waiter};
-use exports::lockbroker::policy::meta::{self, Descriptor};
-use exports::lockbroker::policy::naming;
+use exports::lockbroker::policy::fairness::Waiter;
 
 pub const NAME: &str = "priority";
 pub const VERSION: &str = "0.1.0";
-
-pub const MAX_KEY_BYTES: usize = 255;
-pub const BASE_DELAY_MS: u64 = 10;
-pub const MAX_DELAY_MS: u64 = 1000;
 
 /// The index of the waiter with the highest priority; among waiters of equal
 /// priority, the lowest index (the oldest, as the broker lists them oldest
@@ -36,74 +32,11 @@ pub fn pick_next(waiters: &[Waiter]) -> u32 {
     u32::try_from(best).unwrap_or(0)
 }
 
-/// As the default policy: the key itself, if it is 1 to 255 bytes and has no
-/// control character.
-pub fn storage_key(key: &str) -> Result<String, String> {
-    if key.is_empty() {
-        return Err("key must not be empty".to_string());
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "key is {} bytes long; at most {MAX_KEY_BYTES} bytes are allowed",
-            key.len()
-        ));
-    }
-    if let Some((at, c)) = key.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(format!(
-            "key contains a control character (U+{:04X}) at byte {at}",
-            u32::from(c)
-        ));
-    }
-    Ok(key.to_string())
-}
-
-/// As the default policy: `min(1000, 10 * 2^min(attempt - 1, 20))` ms.
-pub fn ceiling_ms(attempt: u32) -> u64 {
-    let exponent = attempt.max(1).saturating_sub(1).min(20);
-    BASE_DELAY_MS
-        .saturating_mul(1u64 << exponent)
-        .min(MAX_DELAY_MS)
-}
-
-/// As the default policy: full jitter in `[1, ceiling_ms(attempt)]`.
-pub fn delay_ms(attempt: u32, seed: u64) -> u64 {
-    1 + seed % ceiling_ms(attempt)
-}
-
-struct Policy;
-
-impl meta::Guest for Policy {
-    fn describe() -> Descriptor {
-        Descriptor {
-            name: NAME.to_string(),
-            version: VERSION.to_string(),
-        }
-    }
-}
-
-impl naming::Guest for Policy {
-    fn storage_key(_tenant: String, key: String) -> Result<String, String> {
-        storage_key(&key)
-    }
-}
-
-impl fairness::Guest for Policy {
-    fn pick_next(_key: String, waiters: Vec<Waiter>) -> u32 {
-        pick_next(&waiters)
-    }
-}
-
-impl backoff::Guest for Policy {
-    fn next_delay(contention: Contention) -> Decision {
-        Decision::RetryAfter(delay_ms(contention.attempt, contention.seed))
-    }
-}
-
-export!(Policy);
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use exports::lockbroker::policy::backoff::{self, Contention, Decision};
+    use exports::lockbroker::policy::{fairness, meta, naming};
 
     fn waiters(priorities: &[i32]) -> Vec<Waiter> {
         priorities
@@ -144,10 +77,26 @@ mod tests {
 
     #[test]
     fn naming_and_backoff_are_the_defaults() {
+        let storage_key =
+            |key: &str| <Policy as naming::Guest>::storage_key("acme".into(), key.into());
         assert_eq!(storage_key("Orders/42").as_deref(), Ok("Orders/42"));
         assert!(storage_key("").is_err());
         assert!(storage_key(&"x".repeat(256)).is_err());
         assert!(storage_key("a\u{1b}b").is_err());
+        let delay_ms = |attempt, seed| {
+            let contention = Contention {
+                attempt,
+                waited_ms: 40,
+                budget_ms: 5_000,
+                waiters: 2,
+                lease_remaining_ms: 900,
+                seed,
+            };
+            match <Policy as backoff::Guest>::next_delay(contention) {
+                Decision::RetryAfter(ms) => ms,
+                Decision::GiveUp => panic!("gave up"),
+            }
+        };
         assert_eq!(delay_ms(1, 0), 1);
         assert_eq!(delay_ms(2, 19), 20);
         assert_eq!(delay_ms(100, 999), 1000);

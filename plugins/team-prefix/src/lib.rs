@@ -7,15 +7,12 @@
 //! (exponential with full jitter, 10 ms to 1 s, never giving up) are the
 //! default policy's.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "policy",
-});
-
-use exports::lockbroker::policy::backoff::{self, Contention, Decision};
-use exports::lockbroker::policy::fairness::{self, Waiter};
-use exports::lockbroker::policy::meta::{self, Descriptor};
-use exports::lockbroker::policy::naming;
+policy_common::policy! {
+    wit: "../../wit",
+    name: NAME,
+    version: VERSION,
+    naming: |tenant, key| storage_key(&tenant, &key),
+}
 
 pub const NAME: &str = "team-prefix";
 pub const VERSION: &str = "0.1.0";
@@ -24,8 +21,6 @@ pub const VERSION: &str = "0.1.0";
 pub const MAX_KEY_BYTES: usize = 200;
 /// The longest storage key the broker accepts, in bytes.
 pub const MAX_STORAGE_KEY_BYTES: usize = 255;
-pub const BASE_DELAY_MS: u64 = 10;
-pub const MAX_DELAY_MS: u64 = 1000;
 
 fn is_first_char(c: char) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit()
@@ -87,58 +82,11 @@ pub fn storage_key(tenant: &str, key: &str) -> Result<String, String> {
     Ok(storage)
 }
 
-/// As the default policy: the oldest waiter first.
-pub fn pick_next(_waiters: &[Waiter]) -> u32 {
-    0
-}
-
-/// As the default policy: `min(1000, 10 * 2^min(attempt - 1, 20))` ms.
-pub fn ceiling_ms(attempt: u32) -> u64 {
-    let exponent = attempt.max(1).saturating_sub(1).min(20);
-    BASE_DELAY_MS
-        .saturating_mul(1u64 << exponent)
-        .min(MAX_DELAY_MS)
-}
-
-/// As the default policy: full jitter in `[1, ceiling_ms(attempt)]`.
-pub fn delay_ms(attempt: u32, seed: u64) -> u64 {
-    1 + seed % ceiling_ms(attempt)
-}
-
-struct Policy;
-
-impl meta::Guest for Policy {
-    fn describe() -> Descriptor {
-        Descriptor {
-            name: NAME.to_string(),
-            version: VERSION.to_string(),
-        }
-    }
-}
-
-impl naming::Guest for Policy {
-    fn storage_key(tenant: String, key: String) -> Result<String, String> {
-        storage_key(&tenant, &key)
-    }
-}
-
-impl fairness::Guest for Policy {
-    fn pick_next(_key: String, waiters: Vec<Waiter>) -> u32 {
-        pick_next(&waiters)
-    }
-}
-
-impl backoff::Guest for Policy {
-    fn next_delay(contention: Contention) -> Decision {
-        Decision::RetryAfter(delay_ms(contention.attempt, contention.seed))
-    }
-}
-
-export!(Policy);
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use exports::lockbroker::policy::backoff::{self, Contention, Decision};
+    use exports::lockbroker::policy::{fairness, meta};
 
     #[test]
     fn prefixes_with_the_tenant_and_lowercases() {
@@ -233,10 +181,25 @@ mod tests {
 
     #[test]
     fn fifo_and_default_backoff() {
-        assert_eq!(pick_next(&[]), 0);
-        assert_eq!(delay_ms(1, 0), 1);
-        assert_eq!(delay_ms(4, 79), 80);
-        assert_eq!(delay_ms(40, 123_456), 457);
+        assert_eq!(
+            <Policy as fairness::Guest>::pick_next("k".into(), Vec::new()),
+            0
+        );
+        for (attempt, seed, delay) in [(1, 0, 1), (4, 79, 80), (40, 123_456, 457)] {
+            let contention = Contention {
+                attempt,
+                waited_ms: 0,
+                budget_ms: 0,
+                waiters: 0,
+                lease_remaining_ms: 0,
+                seed,
+            };
+            let decision = <Policy as backoff::Guest>::next_delay(contention);
+            assert!(
+                matches!(decision, Decision::RetryAfter(ms) if ms == delay),
+                "{attempt} {seed}"
+            );
+        }
     }
 
     #[test]
