@@ -244,9 +244,10 @@ async fn a_departed_waiter_never_holds_the_lock() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let last = c.status("dc").await.unwrap().body;
         assert!(
             free,
-            "round {round}: the departed waiter's grant was released"
+            "round {round}: the departed waiter's grant was released: {last}"
         );
     }
     broker.stop().await;

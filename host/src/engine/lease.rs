@@ -13,7 +13,11 @@
 use chrono::NaiveDateTime;
 use sqlx::MySqlConnection;
 
-use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, Handoff, LockRef};
+use super::{
+    plus_ms,
+    queue::{Delivery, Queued},
+    retry_deadlocks, Engine, EngineError, Handoff, LockRef,
+};
 use crate::store::{
     self, elections,
     locks::{self, LockRow, Locking},
@@ -148,7 +152,7 @@ impl Engine {
             {
                 Ok(grant) => Attempt::Granted(grant),
                 Err(queued) => {
-                    return match self.await_handoff(lock, queued, owner, wait_ms).await? {
+                    return match self.await_handoff(lock, queued, wait_ms).await? {
                         Some(handoff) => Ok(self.handed(lock, owner, ttl_ms, handoff)),
                         None => {
                             let hint = self.retry_after(lock, 0, 0, wait_ms).await;
@@ -264,7 +268,7 @@ impl Engine {
         ttl_ms: u64,
         wait_ms: u64,
         priority: i32,
-    ) -> Result<Result<Grant, (u64, tokio::sync::oneshot::Receiver<Handoff>)>, EngineError> {
+    ) -> Result<Result<Grant, Queued>, EngineError> {
         retry_deadlocks(|| async {
             let mut inserted = false;
             loop {
@@ -283,10 +287,8 @@ impl Engine {
                 let queued = self
                     .enqueue(&mut tx, lock, owner, priority, ttl_ms, wait_ms)
                     .await?;
-                if let Err(err) = tx.commit().await {
-                    self.forget(queued.0);
-                    return Err(err.into());
-                }
+                // If this fails, dropping `queued` takes the waiter out again.
+                tx.commit().await?;
                 return Ok(Err(queued));
             }
         })

@@ -94,9 +94,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Enqueues a waiter (the caller holds the key's header row and commits;
-    /// if the commit fails it calls [`Engine::forget`]). The receiver gets
-    /// the handoff.
+    /// Enqueues a waiter (the caller holds the key's header row and
+    /// commits). From here on the waiter is guarded: if the request is
+    /// dropped (client gone, or the commit failed) at any point before it
+    /// has its answer, the waiter leaves the queue and a lease handed to it
+    /// is released.
     pub(super) async fn enqueue(
         &self,
         conn: &mut MySqlConnection,
@@ -105,7 +107,7 @@ impl Engine {
         priority: i32,
         ttl_ms: u64,
         wait_ms: u64,
-    ) -> Result<(u64, oneshot::Receiver<Handoff>), EngineError> {
+    ) -> Result<Queued, EngineError> {
         self.check_room(conn, lock).await?;
         let waiter = NewWaiter {
             owner,
@@ -115,17 +117,18 @@ impl Engine {
             wait_ms,
         };
         let id = waiters::insert(&mut *conn, lock.row(), waiter).await?;
-        self.add_queued(conn, lock, 1).await?;
         // Registered before the commit: a handoff right after it finds us.
         let (tx, rx) = oneshot::channel();
         self.local.lock().expect("local waiters").insert(id, tx);
-        Ok((id, rx))
-    }
-
-    /// Drops the in-process registration of a waiter whose enqueue did not
-    /// commit.
-    pub(super) fn forget(&self, id: u64) {
-        self.local.lock().expect("local waiters").remove(&id);
+        let guard = Departure {
+            engine: self.clone(),
+            lock: lock.clone(),
+            id,
+            owner: owner.to_owned(),
+            armed: true,
+        };
+        self.add_queued(conn, lock, 1).await?;
+        Ok(Queued { id, rx, guard })
     }
 
     /// Adds `delta` to the header row's count of pending waiters.
@@ -160,7 +163,7 @@ impl Engine {
         }
     }
 
-    /// Waits for the handoff to waiter `id` until `wait_ms` runs out.
+    /// Waits for the handoff to a queued waiter until `wait_ms` runs out.
     ///
     /// # Errors
     /// `Ok(None)` is a timeout (the waiter has left the queue);
@@ -168,29 +171,22 @@ impl Engine {
     pub(super) async fn await_handoff(
         &self,
         lock: &LockRef,
-        (id, rx): (u64, oneshot::Receiver<Handoff>),
-        owner: &str,
+        mut queued: Queued,
         wait_ms: u64,
     ) -> Result<Option<Handoff>, EngineError> {
-        let mut guard = Departure {
-            engine: self.clone(),
-            lock: lock.clone(),
-            id,
-            owner: owner.to_owned(),
-            armed: true,
-        };
+        let id = queued.id;
         let mut stop = self.shutdown.clone();
         let outcome = tokio::select! {
-            handoff = rx => handoff.ok(),
+            handoff = &mut queued.rx => handoff.ok(),
             () = tokio::time::sleep(Duration::from_millis(wait_ms)) => None,
             () = crate::shutdown::stopped(&mut stop) => {
-                guard.armed = false;
-                self.abandon(lock, id, owner).await;
+                queued.guard.armed = false;
+                self.abandon(lock, id, &queued.guard.owner).await;
                 return Err(EngineError::ShuttingDown);
             }
         };
-        guard.armed = false;
         if let Some(handoff) = outcome {
+            queued.guard.armed = false;
             let engine = self.clone();
             // The row only told us our grant; remove it off the reply path.
             tokio::spawn(async move {
@@ -198,8 +194,11 @@ impl Engine {
             });
             return Ok(Some(handoff));
         }
-        // Timed out: leave the queue, unless a handoff won the race.
-        self.leave(lock, id).await
+        // Timed out: leave the queue, unless a handoff won the race. Still
+        // guarded: if the client goes away meanwhile, the guard finishes it.
+        let left = self.leave(lock, id).await;
+        queued.guard.armed = false;
+        left
     }
 
     /// Removes waiter `id` from the queue. A handoff that happened first is
@@ -297,6 +296,13 @@ impl Engine {
             }
         }
     }
+}
+
+/// A waiter in the queue: its id, where its handoff arrives, and its guard.
+pub(super) struct Queued {
+    id: u64,
+    rx: oneshot::Receiver<Handoff>,
+    guard: Departure,
 }
 
 /// Leaves the queue if the waiting request is dropped (client gone).

@@ -136,10 +136,8 @@ impl Engine {
             let queued = self
                 .enqueue(&mut tx, lock, owner, priority, ttl_ms, wait_ms)
                 .await?;
-            if let Err(err) = tx.commit().await {
-                self.forget(queued.0);
-                return Err(err.into());
-            }
+            // If this fails, dropping `queued` takes the waiter out again.
+            tx.commit().await?;
             Ok(Err(Some(queued)))
         })
         .await?;
@@ -149,7 +147,7 @@ impl Engine {
             Err(Some(queued)) => Some(queued),
         };
         if let Some(queued) = queued {
-            if let Some(handoff) = self.await_handoff(lock, queued, owner, wait_ms).await? {
+            if let Some(handoff) = self.await_handoff(lock, queued, wait_ms).await? {
                 return Ok(SemaphoreGrant {
                     owner: owner.to_owned(),
                     slot: handoff.slot.unwrap_or_default(),
