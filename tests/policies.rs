@@ -428,6 +428,7 @@ async fn admin_upload_validates_then_swaps() {
     for bad in [
         "fixtures/trap-always.wasm",
         "fixtures/wrong-world.wasm",
+        "fixtures/imports.wasm",
         "fixtures/not-a-component.wasm",
         "fixtures/garbage.wasm",
     ] {

@@ -175,6 +175,10 @@ fn bad_components_are_refused_with_a_reason() {
         ("fixtures/trap-always.wasm", "self-check"),
         ("fixtures/wrong-world.wasm", "does not export"),
         (
+            "fixtures/imports.wasm",
+            "imports lockbroker:needs-clock/clock@0.1.0, but policies get no imports",
+        ),
+        (
             "fixtures/not-a-component.wasm",
             "not a valid WebAssembly component",
         ),
