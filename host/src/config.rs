@@ -170,7 +170,7 @@ api_key = "dev-key"
     }
 
     /// Applies `LOCKBROKER_LISTEN`, `LOCKBROKER_DATABASE_URL`,
-    /// `LOCKBROKER_ADMIN_TOKEN` and `LOCKBROKER_POLICY_DIR`.
+    /// `LOCKBROKER_ADMIN_TOKEN`, `LOCKBROKER_POLICY_DIR` and `LOCKBROKER_CACHE_DIR`.
     ///
     /// # Errors
     /// `LOCKBROKER_LISTEN` is not a socket address.
