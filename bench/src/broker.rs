@@ -1,0 +1,694 @@
+//! Scenarios against a running broker, over HTTP, one connection per client
+//! task (each task has its own `Client`, whose pool keeps one connection
+//! for sequential requests).
+
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use lockbroker::client::{encode_key, Client, Reply};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde_json::json;
+
+use crate::{
+    report::Row,
+    run::{merge, micros, run_clients, Run, Tally},
+};
+
+/// Lease length of the short scenarios.
+const TTL_MS: u64 = 30_000;
+/// Lease length of the held leases: longer than the whole run.
+const HELD_TTL_MS: u64 = 600_000;
+/// Queue budget of the waiting scenarios.
+const WAIT_MS: u64 = 5_000;
+/// Clients that fill and exercise the held leases.
+const HELD_CLIENTS: usize = 32;
+
+/// Where the broker is, and a prefix that keeps this run's keys apart.
+pub struct Broker {
+    pub url: String,
+    pub run: String,
+}
+
+/// What a refused or failed answer was, for the log.
+fn describe(r: &Reply) -> String {
+    format!("HTTP {} {}", r.status, r.body)
+}
+
+/// A pause after a transport error, so a dead broker is not hammered.
+async fn pause() {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+impl Broker {
+    fn client(&self, api_key: &str) -> Client {
+        Client::new(&self.url, Some(api_key)).expect("broker URL checked at start")
+    }
+}
+
+/// How the clients of a lock scenario behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Own keys, `wait_ms` 0: acquire + release pairs.
+    Uncontended,
+    /// One key, `wait_ms` 5000: the queue with direct handoff.
+    Contended,
+    /// One key, `wait_ms` 0, retried at once.
+    Storm,
+}
+
+/// Lock scenarios: the raw tallies (so runs can be pooled).
+pub async fn lock_tallies(
+    b: &Broker,
+    api_key: &str,
+    prefix: &str,
+    mode: LockMode,
+    clients: usize,
+    duration: Duration,
+) -> Run {
+    let one_key = format!("{prefix}{}-{clients}", b.run);
+    run_clients(clients, duration, |c, gate| {
+        let client = b.client(api_key);
+        let (run, prefix, one_key) = (b.run.clone(), prefix.to_owned(), one_key.clone());
+        async move {
+            let mut t = Tally::default();
+            let owner = format!("bench-{c}");
+            if let Err(e) = client.get("/healthz").await {
+                t.error(|| e.to_string());
+            }
+            let deadline = gate.ready().await;
+            let wait_ms = if mode == LockMode::Contended {
+                WAIT_MS
+            } else {
+                0
+            };
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let key = match mode {
+                    LockMode::Uncontended => format!("{prefix}{run}-{c}-{}", n % 16),
+                    _ => one_key.clone(),
+                };
+                n += 1;
+                let t0 = Instant::now();
+                let reply = client.acquire(&key, &owner, TTL_MS, wait_ms).await;
+                let granted_at = Instant::now();
+                let in_time = granted_at <= deadline;
+                if mode == LockMode::Storm && in_time {
+                    t.lat_us.push(micros(granted_at - t0));
+                }
+                let token = match reply {
+                    Ok(r) if r.status == 200 => r.body["token"].as_u64().unwrap_or(0),
+                    Ok(r) if r.status == 409 => {
+                        if in_time {
+                            t.refused += 1;
+                        }
+                        continue;
+                    }
+                    Ok(r) => {
+                        t.error(|| describe(&r));
+                        continue;
+                    }
+                    Err(e) => {
+                        t.error(|| e.to_string());
+                        pause().await;
+                        continue;
+                    }
+                };
+                if in_time {
+                    t.grants.push((token, granted_at));
+                }
+                let release_at = Instant::now();
+                match client.release(&key, &owner, token).await {
+                    Ok(r) if r.status == 200 => {}
+                    Ok(r) => {
+                        t.error(|| describe(&r));
+                        continue;
+                    }
+                    Err(e) => {
+                        t.error(|| e.to_string());
+                        pause().await;
+                        continue;
+                    }
+                }
+                let done = Instant::now();
+                if done <= deadline {
+                    t.releases.push((token, done));
+                    t.release_us.push(micros(done - release_at));
+                    t.ops += 1;
+                    if mode != LockMode::Storm {
+                        t.lat_us.push(micros(done - t0));
+                        t.aux_us.push(micros(granted_at - t0));
+                    }
+                }
+            }
+            t
+        }
+    })
+    .await
+}
+
+pub async fn lock_scenario(
+    b: &Broker,
+    api_key: &str,
+    mode: LockMode,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    let (name, prefix) = match mode {
+        LockMode::Uncontended => ("uncontended", "u"),
+        LockMode::Contended => ("contended", "c"),
+        LockMode::Storm => ("nowait-storm", "s"),
+    };
+    let m = merge(lock_tallies(b, api_key, prefix, mode, clients, duration).await);
+    let mut row = Row::new(name, clients, duration, &m);
+    if mode == LockMode::Uncontended {
+        // Handoffs mean nothing on private keys.
+        row.handoff = None;
+        row.note.clear();
+        if m.errors > 0 {
+            row.add_note(format!("{} errors", m.errors));
+        }
+    }
+    if let Some(aux) = m.aux {
+        row.set("acquire_p50_ms", aux.p50_ms);
+        if mode == LockMode::Contended {
+            row.add_note(format!("acquire (wait) p50 {:.1} ms", aux.p50_ms));
+        }
+    }
+    if let (LockMode::Contended, Some(p)) = (mode, row.release_p50_ms) {
+        row.add_note(format!("release p50 {p:.2} ms"));
+    }
+    if let Some(e) = &m.first_error {
+        eprintln!("lockbench: {name} c={clients}: first error: {e}");
+    }
+    row
+}
+
+/// Semaphore of 8 permits, or election churn: both wait in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    Semaphore,
+    Election,
+}
+
+pub async fn queue_scenario(
+    b: &Broker,
+    api_key: &str,
+    kind: QueueKind,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    let (name, path) = match kind {
+        QueueKind::Semaphore => ("semaphore", "semaphores"),
+        QueueKind::Election => ("election", "elections"),
+    };
+    let key = encode_key(&format!("{name}{}-{clients}", b.run));
+    let run = run_clients(clients, duration, |c, gate| {
+        let client = b.client(api_key);
+        let base = format!("/v1/{path}/{key}");
+        async move {
+            let mut t = Tally::default();
+            let me = format!("bench-{c}");
+            if let Err(e) = client.get("/healthz").await {
+                t.error(|| e.to_string());
+            }
+            let deadline = gate.ready().await;
+            let (acquire, release) = match kind {
+                QueueKind::Semaphore => (format!("{base}/acquire"), format!("{base}/release")),
+                QueueKind::Election => (format!("{base}/campaign"), format!("{base}/resign")),
+            };
+            let ask = match kind {
+                QueueKind::Semaphore => {
+                    json!({"owner": me, "permits": 8, "ttl_ms": TTL_MS, "wait_ms": WAIT_MS})
+                }
+                QueueKind::Election => {
+                    json!({"candidate": me, "ttl_ms": TTL_MS, "wait_ms": WAIT_MS})
+                }
+            };
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let reply = match client.post(&acquire, &ask).await {
+                    Ok(r) if r.status == 200 => r,
+                    Ok(r) if r.status == 409 => {
+                        t.refused += 1;
+                        continue;
+                    }
+                    Ok(r) => {
+                        t.error(|| describe(&r));
+                        continue;
+                    }
+                    Err(e) => {
+                        t.error(|| e.to_string());
+                        pause().await;
+                        continue;
+                    }
+                };
+                let granted_at = Instant::now();
+                let give_back = match kind {
+                    QueueKind::Semaphore => json!({"owner": me,
+                        "slot": reply.body["slot"], "token": reply.body["token"]}),
+                    QueueKind::Election => json!({"candidate": me, "term": reply.body["term"]}),
+                };
+                let term = reply.body["term"].as_u64();
+                if let (Some(term), true) = (term, granted_at <= deadline) {
+                    t.grants.push((term, granted_at));
+                }
+                let release_at = Instant::now();
+                match client.post(&release, &give_back).await {
+                    Ok(r) if r.status == 200 => {}
+                    Ok(r) => {
+                        t.error(|| describe(&r));
+                        continue;
+                    }
+                    Err(e) => {
+                        t.error(|| e.to_string());
+                        pause().await;
+                        continue;
+                    }
+                }
+                let done = Instant::now();
+                if done <= deadline {
+                    if let Some(term) = term {
+                        t.releases.push((term, done));
+                    }
+                    t.release_us.push(micros(done - release_at));
+                    t.ops += 1;
+                    t.lat_us.push(micros(done - t0));
+                    t.aux_us.push(micros(granted_at - t0));
+                }
+            }
+            t
+        }
+    })
+    .await;
+    let m = merge(run);
+    if let Some(e) = &m.first_error {
+        eprintln!("lockbench: {name} c={clients}: first error: {e}");
+    }
+    let mut row = Row::new(name, clients, duration, &m);
+    if let Some(aux) = m.aux {
+        row.set("acquire_p50_ms", aux.p50_ms);
+        row.add_note(format!(
+            "{} p50 {:.1} ms",
+            if kind == QueueKind::Semaphore {
+                "acquire"
+            } else {
+                "campaign"
+            },
+            aux.p50_ms
+        ));
+    }
+    if let Some(p) = row.release_p50_ms {
+        row.add_note(format!("release p50 {p:.2} ms"));
+    }
+    row
+}
+
+/// The same uncontended scenario for two tenants, interleaved (A, B, A, B,
+/// ... for `rounds`) at each client count: rows for both, and wasm/native of
+/// pairs/s.
+pub async fn wasm_vs_native(
+    b: &Broker,
+    native_key: &str,
+    wasm_key: &str,
+    clients: &[usize],
+    rounds: usize,
+    duration: Duration,
+) -> (Vec<Row>, Vec<(usize, f64)>) {
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for &c in clients {
+        let mut pooled: [(Run, Vec<f64>); 2] = Default::default();
+        for _round in 0..rounds {
+            for (i, (key, prefix)) in [(native_key, "wn"), (wasm_key, "ww")].iter().enumerate() {
+                let run = lock_tallies(b, key, prefix, LockMode::Uncontended, c, duration).await;
+                let rate = run.ops() as f64 / duration.as_secs_f64();
+                eprintln!(
+                    "lockbench: wasm-vs-native {} c={c}: {rate:.0} pairs/s",
+                    ["native", "wasm"][i]
+                );
+                pooled[i].0.extend(run);
+                pooled[i].1.push(rate);
+            }
+        }
+        let mut rates = [0.0; 2];
+        for (i, (run, runs)) in pooled.into_iter().enumerate() {
+            let m = merge(run);
+            let label = ["wasm-vs-native: native", "wasm-vs-native: wasm"][i];
+            if let Some(e) = &m.first_error {
+                eprintln!("lockbench: {label} c={c}: first error: {e}");
+            }
+            let mut row = Row::new(label, c, duration * rounds as u32, &m);
+            row.handoff = None;
+            row.note.clear();
+            row.add_note(format!(
+                "runs {}",
+                runs.iter()
+                    .map(|r| format!("{r:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            if m.errors > 0 {
+                row.add_note(format!("{} errors", m.errors));
+            }
+            row.set("runs_ops_per_s", runs.clone());
+            rates[i] = row.ops_per_s;
+            rows.push(row);
+        }
+        let ratio = rates[1] / rates[0];
+        if let Some(last) = rows.last_mut() {
+            last.add_note(format!("wasm/native {ratio:.3}"));
+        }
+        ratios.push((c, ratio));
+    }
+    (rows, ratios)
+}
+
+/// What the held scenario samples while it measures.
+#[derive(Debug, Default, Clone, Copy)]
+struct Samples {
+    rss_kb_max: u64,
+    rss_kb_last: u64,
+    conns_max: i64,
+    active_max: i64,
+}
+
+/// The broker's resident set, from /proc.
+pub fn rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The broker's MySQL connections: open, and running a statement.
+async fn broker_connections(pool: &sqlx::MySqlPool, db: &str) -> Option<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(COMMAND <> 'Sleep'), 0) AS SIGNED) \
+         FROM information_schema.PROCESSLIST WHERE DB = ?",
+    )
+    .bind(db)
+    .fetch_one(pool)
+    .await
+    .ok()
+}
+
+/// Where the held scenario reads the broker's footprint.
+pub struct Footprint {
+    pub pid: Option<u32>,
+    /// The baseline pool (for PROCESSLIST) and the broker's database name.
+    pub db: Option<(sqlx::MySqlPool, String)>,
+}
+
+/// Holds 100, then each of `counts`, leases (32 clients fill them), and at
+/// each level measures for `duration`: 16 clients renewing random held
+/// leases and 16 acquiring + releasing their own other keys. Then releases
+/// all but the first 100 and measures the 100 level again (`after`), so
+/// drift during the scenario shows.
+pub async fn held(
+    b: &Broker,
+    api_key: &str,
+    counts: &[usize],
+    duration: Duration,
+    footprint: &Footprint,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let held: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let mut levels = vec![100];
+    levels.extend(counts.iter().copied().filter(|&n| n > 100));
+    if levels.len() > 1 {
+        levels.push(100);
+    }
+    for (step, level) in levels.iter().copied().enumerate() {
+        let name = if step > 0 && level == 100 {
+            "held 100 (after release)".to_owned()
+        } else {
+            format!("held {level}")
+        };
+        let before = held.lock().expect("held").len();
+        let started = Instant::now();
+        if level >= before {
+            fill(b, api_key, &held, level).await;
+        } else {
+            drain(b, api_key, &held, level).await;
+        }
+        let filled = held.lock().expect("held").len();
+        let fill_rate = filled.abs_diff(before) as f64 / started.elapsed().as_secs_f64();
+        eprintln!(
+            "lockbench: held: {filled} leases held ({} {} at {fill_rate:.0}/s)",
+            filled.abs_diff(before),
+            if filled >= before {
+                "acquired"
+            } else {
+                "released"
+            }
+        );
+        let snapshot: Arc<Vec<(String, u64)>> = Arc::new(held.lock().expect("held").clone());
+
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let stop = stop.clone();
+            let pid = footprint.pid;
+            let db = footprint.db.clone();
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(kb) = pid.and_then(rss_kb) {
+                        s.rss_kb_max = s.rss_kb_max.max(kb);
+                        s.rss_kb_last = kb;
+                    }
+                    if let Some((pool, name)) = &db {
+                        if let Some((open, active)) = broker_connections(pool, name).await {
+                            s.conns_max = s.conns_max.max(open);
+                            s.active_max = s.active_max.max(active);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                s
+            })
+        };
+        let half = HELD_CLIENTS / 2;
+        let run = run_clients(HELD_CLIENTS, duration, |c, gate| {
+            let client = b.client(api_key);
+            let snapshot = snapshot.clone();
+            let run = b.run.clone();
+            async move {
+                let mut t = Tally::default();
+                if let Err(e) = client.get("/healthz").await {
+                    t.error(|| e.to_string());
+                }
+                let mut rng = StdRng::seed_from_u64(c as u64 * 7919 + level as u64);
+                let owner = format!("bench-{c}");
+                let deadline = gate.ready().await;
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    if c < half {
+                        let (key, token) = &snapshot[rng.gen_range(0..snapshot.len())];
+                        match client.renew(key, HOLDER, *token, HELD_TTL_MS).await {
+                            Ok(r) if r.status == 200 => {}
+                            Ok(r) => t.error(|| describe(&r)),
+                            Err(e) => {
+                                t.error(|| e.to_string());
+                                pause().await;
+                            }
+                        }
+                        let done = Instant::now();
+                        if done <= deadline {
+                            t.ops += 1;
+                            t.lat_us.push(micros(done - t0));
+                        }
+                        continue;
+                    }
+                    let key = format!("hf{run}-{c}-{}", n % 16);
+                    n += 1;
+                    let token = match client.acquire(&key, &owner, TTL_MS, 0).await {
+                        Ok(r) if r.status == 200 => r.body["token"].as_u64().unwrap_or(0),
+                        Ok(r) => {
+                            t.error(|| describe(&r));
+                            continue;
+                        }
+                        Err(e) => {
+                            t.error(|| e.to_string());
+                            pause().await;
+                            continue;
+                        }
+                    };
+                    let granted = Instant::now();
+                    match client.release(&key, &owner, token).await {
+                        Ok(r) if r.status == 200 => {}
+                        Ok(r) => t.error(|| describe(&r)),
+                        Err(e) => {
+                            t.error(|| e.to_string());
+                            pause().await;
+                        }
+                    }
+                    let done = Instant::now();
+                    if done <= deadline {
+                        t.ops += 1;
+                        t.lat_us.push(micros(done - t0));
+                        t.aux_us.push(micros(granted - t0));
+                    }
+                }
+                t
+            }
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        let samples = sampler.await.unwrap_or_default();
+        // One run, two kinds of clients: CPU is shown per operation of
+        // either kind (renewal or pair).
+        let mut renewers = run.tallies;
+        let pairs = renewers.split_off(half);
+        let renew = merge(Run {
+            tallies: renewers,
+            cpu: run.cpu,
+        });
+        let pair = merge(Run {
+            tallies: pairs,
+            cpu: run.cpu,
+        });
+        let all_ops = renew.ops + pair.ops;
+        for (m, what) in [(&renew, "renew"), (&pair, "acquire+release")] {
+            if let Some(e) = &m.first_error {
+                eprintln!("lockbench: {name} {what}: first error: {e}");
+            }
+        }
+        let mut r = Row::new(&format!("{name}: renew"), half, duration, &renew);
+        r.cpu_ops = all_ops;
+        r.set("held", level);
+        r.set("fill_per_s", fill_rate);
+        if level > 100 {
+            r.add_note(format!("filled at {fill_rate:.0} acquires/s"));
+        } else if step > 0 {
+            r.add_note(format!("released at {fill_rate:.0}/s before"));
+        }
+        rows.push(r);
+        let mut r = Row::new(
+            &format!("{name}: acquire+release"),
+            HELD_CLIENTS - half,
+            duration,
+            &pair,
+        );
+        r.cpu_ops = all_ops;
+        r.set("held", level);
+        if let Some(aux) = pair.aux {
+            r.set("acquire_p50_ms", aux.p50_ms);
+        }
+        if footprint.pid.is_some() {
+            let mb = samples.rss_kb_max as f64 / 1024.0;
+            r.set("rss_mb_max", mb);
+            r.set("rss_mb_last", samples.rss_kb_last as f64 / 1024.0);
+            r.add_note(format!("broker RSS {mb:.0} MB"));
+        }
+        if footprint.db.is_some() {
+            r.set("db_connections_max", samples.conns_max);
+            r.set("db_connections_active_max", samples.active_max);
+            r.add_note(format!(
+                "MySQL conns {} open, {} busy (max)",
+                samples.conns_max, samples.active_max
+            ));
+        }
+        rows.push(r);
+        for r in &rows[rows.len() - 2..] {
+            eprintln!("lockbench: {}", r.progress());
+        }
+    }
+    rows
+}
+
+/// The owner of every held lease.
+const HOLDER: &str = "bench-holder";
+
+/// Releases held leases from the end until `target` are left.
+async fn drain(b: &Broker, api_key: &str, held: &Arc<Mutex<Vec<(String, u64)>>>, target: usize) {
+    let leases: Arc<Mutex<Vec<(String, u64)>>> = {
+        let mut all = held.lock().expect("held");
+        let cut = target.min(all.len());
+        Arc::new(Mutex::new(all.split_off(cut)))
+    };
+    let errors = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..HELD_CLIENTS {
+        let client = b.client(api_key);
+        let (leases, errors) = (leases.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let next = leases.lock().expect("leases").pop();
+                let Some((key, token)) = next else { break };
+                match client.release(&key, HOLDER, token).await {
+                    Ok(r) if r.status == 200 => {}
+                    Ok(r) => {
+                        if errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                            eprintln!("lockbench: held: release {key}: {}", describe(&r));
+                        }
+                    }
+                    Err(e) => {
+                        if errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                            eprintln!("lockbench: held: release {key}: {e}");
+                        }
+                        pause().await;
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// Acquires new leases until `target` are held.
+async fn fill(b: &Broker, api_key: &str, held: &Arc<Mutex<Vec<(String, u64)>>>, target: usize) {
+    let next = Arc::new(AtomicUsize::new(held.lock().expect("held").len()));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..HELD_CLIENTS {
+        let client = b.client(api_key);
+        let (next, errors, held) = (next.clone(), errors.clone(), held.clone());
+        let run = b.run.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= target {
+                    break;
+                }
+                if i > 0 && i % 10_000 == 0 {
+                    eprintln!("lockbench: held: acquiring lease {i} of {target}");
+                }
+                let key = format!("h{run}-{i}");
+                // A few tries: a lease must not be missing from the count.
+                for _ in 0..5 {
+                    match client.acquire(&key, HOLDER, HELD_TTL_MS, 0).await {
+                        Ok(r) if r.status == 200 => {
+                            mine.push((key.clone(), r.body["token"].as_u64().unwrap_or(0)));
+                            break;
+                        }
+                        Ok(r) => {
+                            if errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                                eprintln!("lockbench: held: {key}: {}", describe(&r));
+                            }
+                        }
+                        Err(e) => {
+                            if errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                                eprintln!("lockbench: held: {key}: {e}");
+                            }
+                            pause().await;
+                        }
+                    }
+                }
+            }
+            held.lock().expect("held").extend(mine);
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}

@@ -1,0 +1,671 @@
+//! lockbench: load scenarios against a running lockbroker, with baselines on
+//! the same database server (GET_LOCK, the raw lease-row transaction, a
+//! SKIP LOCKED claim) and on Redis, in one run. It starts nothing itself:
+//! `scripts/bench` starts the broker, MariaDB and Redis.
+//!
+//! Progress goes to stderr; the results go to stdout as a markdown table
+//! with the ratio targets below it, or as one JSON document (`--json`).
+
+mod baseline;
+mod broker;
+mod cpu;
+mod criterion_summary;
+mod report;
+mod run;
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::bail;
+use clap::Parser;
+use lockbroker::client::Client;
+use serde_json::json;
+
+use crate::{
+    baseline::Baseline,
+    broker::{Broker, Footprint, LockMode, QueueKind},
+    report::{Ratio, Row},
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Load scenarios for lockbroker, with MySQL and Redis baselines",
+    // A later --clients (etc.) replaces an earlier one: scripts/bench
+    // passes its defaults first and the user's arguments after them.
+    args_override_self = true
+)]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:7420")]
+    broker_url: String,
+    /// API key of a tenant on the built-in (native) policy.
+    #[arg(long, default_value = "dev-key")]
+    api_key: String,
+    /// API key of a tenant whose policy is default.wasm (wasm-vs-native).
+    #[arg(long)]
+    wasm_api_key: Option<String>,
+    /// Database for the baselines (created if missing); also used to read
+    /// the broker's connections from PROCESSLIST.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/lockbench_baseline")]
+    database_url: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Length of each measured run.
+    #[arg(long, default_value_t = 5.0)]
+    duration_s: f64,
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "1,8,32,128")]
+    clients: Vec<usize>,
+    /// Client counts of the interleaved wasm-vs-native comparison.
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "8,32")]
+    wasm_clients: Vec<usize>,
+    /// Leases held in the `held` scenario, one level after the other (a
+    /// 100-lease level always comes first, as the reference).
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "10000,100000")]
+    held_counts: Vec<usize>,
+    /// `all`, `broker`, `baselines`, or a comma-separated list of:
+    /// uncontended, contended, nowait-storm, semaphore, election, held,
+    /// wasm-vs-native, mysql-get-lock, lease-row-tx, skip-locked-claim, redis;
+    /// and, only when named, lease-row-tx-pooled (the lease-row pairs through
+    /// one shared sqlx pool, with and without its ping on acquire).
+    #[arg(long, default_value = "all")]
+    scenarios: String,
+    /// The broker's process id (for its RSS in `held`).
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// The broker's database name (for its connections in `held`).
+    #[arg(long)]
+    broker_db: Option<String>,
+    /// The broker's max_connections: MySQL baselines that would not fit
+    /// beside a full broker pool run before the broker scenarios.
+    #[arg(long, default_value_t = 32)]
+    broker_max_connections: u32,
+    /// Rounds of the interleaved wasm-vs-native comparison (native, wasm).
+    #[arg(long, default_value_t = 3)]
+    wasm_rounds: usize,
+    /// A line for the header (e.g. the commit measured).
+    #[arg(long)]
+    label: Option<String>,
+    /// Print one JSON document instead of the markdown table.
+    #[arg(long)]
+    json: bool,
+    /// Only summarise criterion's results under this directory (e.g.
+    /// $CARGO_TARGET_DIR/criterion) as a markdown table, and exit.
+    #[arg(long, value_name = "DIR")]
+    criterion_summary: Option<PathBuf>,
+}
+
+const BROKER_SCENARIOS: [&str; 7] = [
+    "uncontended",
+    "contended",
+    "nowait-storm",
+    "semaphore",
+    "election",
+    "wasm-vs-native",
+    "held",
+];
+const BASELINE_SCENARIOS: [&str; 4] = [
+    "mysql-get-lock",
+    "lease-row-tx",
+    "skip-locked-claim",
+    "redis",
+];
+/// Scenarios only run when named.
+const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
+
+/// How rows are grouped in the table.
+const ROW_ORDER: [&str; 13] = [
+    "uncontended",
+    "lease-row-tx",
+    "lease-row-tx pooled (ping on acquire)",
+    "lease-row-tx pooled (no ping)",
+    "mysql-get-lock",
+    "redis",
+    "contended",
+    "nowait-storm",
+    "lease-row-tx nowait-storm",
+    "mysql-get-lock contended",
+    "semaphore",
+    "skip-locked-claim",
+    "election",
+];
+
+/// Which MySQL baselines to run now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pair {
+    /// Pairs on own keys: lease-row-tx, GET_LOCK.
+    Uncontended,
+    /// One key: the lease-row NOWAIT storm and GET_LOCK waiting.
+    Storm,
+    /// The SKIP LOCKED claim.
+    Rest,
+    All,
+}
+
+async fn sql_baselines(
+    base: &Baseline,
+    setup: &sqlx::MySqlPool,
+    want: &impl Fn(&str) -> bool,
+    c: usize,
+    duration: Duration,
+    which: Pair,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let now = |p: Pair| which == p || which == Pair::All;
+    if now(Pair::Uncontended) {
+        if want("lease-row-tx") {
+            rows.push(baseline::lease_row_tx(base, false, c, duration).await?);
+        }
+        if want("mysql-get-lock") {
+            rows.push(baseline::get_lock(base, false, c, duration).await?);
+        }
+    }
+    if now(Pair::Storm) {
+        if want("lease-row-tx") {
+            rows.push(baseline::lease_row_tx(base, true, c, duration).await?);
+        }
+        if want("mysql-get-lock") {
+            rows.push(baseline::get_lock(base, true, c, duration).await?);
+        }
+    }
+    if now(Pair::Rest) && want("skip-locked-claim") {
+        rows.push(baseline::skip_locked(base, setup, c, duration).await?);
+    }
+    if now(Pair::Rest) && want("lease-row-tx-pooled") {
+        // A pool of at most 32, as the broker's, shared by all clients.
+        let max = u32::try_from(c.min(32))?;
+        for ping in [true, false] {
+            rows.push(baseline::lease_row_tx_pooled(base, ping, max, c, duration).await?);
+        }
+    }
+    Ok(rows)
+}
+
+fn selected(spec: &str) -> anyhow::Result<Vec<&'static str>> {
+    let mut out = Vec::new();
+    for name in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match name {
+            "all" => {
+                out.extend(BASELINE_SCENARIOS);
+                out.extend(BROKER_SCENARIOS);
+            }
+            "broker" => out.extend(BROKER_SCENARIOS),
+            "baselines" => out.extend(BASELINE_SCENARIOS),
+            other => match BROKER_SCENARIOS
+                .iter()
+                .chain(BASELINE_SCENARIOS.iter())
+                .chain(EXTRA_SCENARIOS.iter())
+                .find(|s| **s == other)
+            {
+                Some(s) => out.push(*s),
+                None => bail!("unknown scenario {other:?}"),
+            },
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(dir) = &args.criterion_summary {
+        return match criterion_summary::markdown(dir) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("lockbench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match bench(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockbench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
+    let wanted = selected(&args.scenarios)?;
+    eprintln!(
+        "lockbench: scenarios {wanted:?}, clients {:?}",
+        args.clients
+    );
+    let want = |s: &str| wanted.contains(&s);
+    let duration = Duration::from_secs_f64(args.duration_s);
+    if args.clients.is_empty() || args.clients.contains(&0) {
+        bail!("--clients needs positive counts");
+    }
+    // One prefix per run keeps keys, lock names and rows of runs apart.
+    let run = format!("{:x}", rand::random::<u32>());
+    let broker = Broker {
+        url: args.broker_url.clone(),
+        run: run.clone(),
+    };
+    let base = Baseline {
+        url: args.database_url.clone(),
+        run: run.clone(),
+    };
+    let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
+    if needs_broker {
+        let probe = Client::new(&args.broker_url, Some(&args.api_key))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ready = probe
+            .get("/readyz")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if ready.status != 200 {
+            bail!(
+                "the broker is not ready: HTTP {} {}",
+                ready.status,
+                ready.body
+            );
+        }
+    }
+    let watched = cpu::watch(args.broker_pid);
+    if watched.db.is_none() {
+        eprintln!("lockbench: no mariadbd/mysqld process found here: its CPU is not shown");
+    }
+    let setup = baseline::prepare(&args.database_url).await?;
+    let (version,): (String,) = sqlx::query_as("SELECT VERSION()").fetch_one(&setup).await?;
+    let max_conns: (i64,) = sqlx::query_as("SELECT CAST(@@max_connections AS SIGNED)")
+        .fetch_one(&setup)
+        .await?;
+    let header = format!(
+        "lockbench: {} s per run, clients {:?}, database server {version}, {} ({} CPUs)",
+        args.duration_s,
+        args.clients,
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        std::thread::available_parallelism().map_or(0, usize::from),
+    );
+    let header = match &args.label {
+        Some(label) => format!("{header}\n\n{label}"),
+        None => header,
+    };
+    eprintln!("{header}");
+
+    let mut rows: Vec<Row> = Vec::new();
+    let push = |row: Row, rows: &mut Vec<Row>| {
+        eprintln!("lockbench: {}", row.progress());
+        rows.push(row);
+    };
+    let redis_ok = if want("redis") {
+        match baseline::redis_reachable(&args.redis_url).await {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "lockbench: Redis at {} is unreachable ({e}): skipping the redis baseline",
+                    args.redis_url
+                );
+                false
+            }
+        }
+    } else {
+        false
+    };
+
+    // A MySQL baseline at c clients opens c connections. Counts that fit
+    // beside everything else, the broker's whole pool included, run
+    // interleaved with the broker scenarios (each ratio's two sides a few
+    // seconds apart, under the same conditions). Larger counts run first,
+    // while the broker's pool is still small.
+    let in_use: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM information_schema.PROCESSLIST")
+        .fetch_one(&setup)
+        .await?;
+    let reserve = if needs_broker {
+        i64::from(args.broker_max_connections)
+    } else {
+        0
+    };
+    let interleave_room = usize::try_from(max_conns.0 - in_use.0 - reserve - 4).unwrap_or(0);
+    let sql_wanted = [
+        "mysql-get-lock",
+        "lease-row-tx",
+        "skip-locked-claim",
+        "lease-row-tx-pooled",
+    ]
+    .iter()
+    .any(|s| want(s));
+    let key = args.api_key.as_str();
+    let early: Vec<usize> = args
+        .clients
+        .iter()
+        .copied()
+        .filter(|&c| sql_wanted && c > interleave_room)
+        .collect();
+    for &c in &early {
+        let in_use: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM information_schema.PROCESSLIST")
+            .fetch_one(&setup)
+            .await?;
+        let room = usize::try_from(max_conns.0 - in_use.0).unwrap_or(0);
+        if c + 4 > room {
+            eprintln!(
+                "lockbench: skipping the MySQL baselines at {c} clients: the server has room for {room} more connections (max_connections {})",
+                max_conns.0
+            );
+            continue;
+        }
+        eprintln!("lockbench: MySQL baselines at {c} clients run first (connections)");
+        for row in sql_baselines(&base, &setup, &want, c, duration, Pair::All).await? {
+            push(row, &mut rows);
+        }
+    }
+    for &c in &args.clients {
+        let sql_here = sql_wanted && !early.contains(&c);
+        // Each ratio's pair back to back.
+        if sql_here {
+            for row in sql_baselines(&base, &setup, &want, c, duration, Pair::Uncontended).await? {
+                push(row, &mut rows);
+            }
+        }
+        if want("uncontended") {
+            let row = broker::lock_scenario(&broker, key, LockMode::Uncontended, c, duration).await;
+            push(row, &mut rows);
+        }
+        if sql_here {
+            for row in sql_baselines(&base, &setup, &want, c, duration, Pair::Storm).await? {
+                push(row, &mut rows);
+            }
+        }
+        for (name, mode) in [
+            ("nowait-storm", LockMode::Storm),
+            ("contended", LockMode::Contended),
+        ] {
+            if want(name) {
+                let row = broker::lock_scenario(&broker, key, mode, c, duration).await;
+                push(row, &mut rows);
+            }
+        }
+        if sql_here {
+            for row in sql_baselines(&base, &setup, &want, c, duration, Pair::Rest).await? {
+                push(row, &mut rows);
+            }
+        }
+        for (name, kind) in [
+            ("semaphore", QueueKind::Semaphore),
+            ("election", QueueKind::Election),
+        ] {
+            if want(name) {
+                let row = broker::queue_scenario(&broker, key, kind, c, duration).await;
+                push(row, &mut rows);
+            }
+        }
+        if redis_ok {
+            push(
+                baseline::redis(&args.redis_url, &run, c, duration).await?,
+                &mut rows,
+            );
+        }
+    }
+    // The table groups rows by scenario, in this order, then by clients.
+    rows.sort_by_key(|r| {
+        ROW_ORDER
+            .iter()
+            .position(|s| *s == r.scenario)
+            .map_or((ROW_ORDER.len(), 0), |rank| (rank, r.clients))
+    });
+    let mut wasm_ratios = Vec::new();
+    if want("wasm-vs-native") {
+        match &args.wasm_api_key {
+            Some(wasm_key) => {
+                let (wrows, ratios) = broker::wasm_vs_native(
+                    &broker,
+                    key,
+                    wasm_key,
+                    &args.wasm_clients,
+                    args.wasm_rounds.max(1),
+                    duration,
+                )
+                .await;
+                for row in wrows {
+                    push(row, &mut rows);
+                }
+                wasm_ratios = ratios;
+            }
+            None => eprintln!("lockbench: no --wasm-api-key: skipping wasm-vs-native"),
+        }
+    }
+    if want("held") {
+        let footprint = Footprint {
+            pid: args.broker_pid,
+            db: args.broker_db.clone().map(|db| (setup.clone(), db)),
+        };
+        let held_rows = broker::held(&broker, key, &args.held_counts, duration, &footprint).await;
+        rows.extend(held_rows);
+    }
+
+    let counters = if needs_broker {
+        broker_counters(&args).await
+    } else {
+        Vec::new()
+    };
+    for line in &counters {
+        eprintln!("lockbench: broker counter: {line}");
+    }
+    let ratios = ratios(&rows, &args, &wasm_ratios);
+    if args.json {
+        let doc = json!({
+            "duration_s": args.duration_s,
+            "clients": args.clients,
+            "database_server": version,
+            "cpus": std::thread::available_parallelism().map_or(0, usize::from),
+            "date": chrono::Utc::now().to_rfc3339(),
+            "rows": rows,
+            "ratios": ratios,
+            "broker_counters": counters,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", report::markdown(&header, &rows, &ratios));
+        if !counters.is_empty() {
+            println!("\nBroker counters after the run (GET /metrics):\n\n```");
+            for line in &counters {
+                println!("{line}");
+            }
+            println!("```");
+        }
+    }
+    setup.close().await;
+    Ok(())
+}
+
+/// The broker's counters worth a look after a run: failures, 5xx answers,
+/// handoffs, departed waiters.
+async fn broker_counters(args: &Args) -> Vec<String> {
+    let Ok(client) = Client::new(&args.broker_url, None) else {
+        return Vec::new();
+    };
+    let Ok(reply) = client.get("/metrics").await else {
+        return vec!["(GET /metrics failed)".into()];
+    };
+    let text = reply.body.as_str().unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.starts_with("lockbroker_policy_failures_total")
+                || l.starts_with("lockbroker_reaper_errors_total")
+                || l.starts_with("lockbroker_waiters_departed_total")
+                || l.starts_with("lockbroker_handoffs_total")
+                || l.starts_with("lockbroker_expiry_handoffs_total")
+                || (l.starts_with("lockbroker_http_requests_total")
+                    && !l.contains("status=\"200\"")
+                    && !l.contains("status=\"409\""))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn find<'a>(rows: &'a [Row], scenario: &str, clients: usize) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.clients == clients)
+}
+
+/// The client count a ratio is taken at: `preferred` if measured, else the
+/// largest measured count.
+fn at_count(args: &Args, preferred: usize) -> usize {
+    if args.clients.contains(&preferred) {
+        preferred
+    } else {
+        args.clients.iter().copied().max().unwrap_or(preferred)
+    }
+}
+
+fn ratio(
+    name: String,
+    value: Option<f64>,
+    shown: impl Fn(f64) -> String,
+    target: &str,
+    met: impl Fn(f64) -> bool,
+    detail: String,
+) -> Ratio {
+    Ratio {
+        name,
+        shown: value.map_or_else(|| "-".into(), &shown),
+        target: target.to_owned(),
+        met: value.map(&met),
+        value,
+        detail,
+    }
+}
+
+fn ratios(rows: &[Row], args: &Args, wasm: &[(usize, f64)]) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    let times = |v: f64| format!("{v:.2}x");
+
+    let c = at_count(args, 32);
+    let (b, l) = (find(rows, "uncontended", c), find(rows, "lease-row-tx", c));
+    out.push(ratio(
+        format!("uncontended pairs/s, broker / lease-row-tx, {c} clients"),
+        b.zip(l).map(|(b, l)| b.ops_per_s / l.ops_per_s),
+        times,
+        ">= 0.70",
+        |v| v >= 0.70,
+        b.zip(l).map_or_else(String::new, |(b, l)| {
+            format!("{:.0} / {:.0}", b.ops_per_s, l.ops_per_s)
+        }),
+    ));
+
+    let c = if args.clients.contains(&1) {
+        1
+    } else {
+        args.clients[0]
+    };
+    let (b, l) = (find(rows, "uncontended", c), find(rows, "lease-row-tx", c));
+    let p50s = b.and_then(|b| b.p50_ms).zip(l.and_then(|l| l.p50_ms));
+    out.push(ratio(
+        format!("pair p50, broker / lease-row-tx, {c} client(s)"),
+        p50s.map(|(b, l)| b / l),
+        times,
+        "< 2x",
+        |v| v < 2.0,
+        p50s.map_or_else(String::new, |(b, l)| format!("{b:.2} ms / {l:.2} ms")),
+    ));
+
+    for c in [8, 32, 128]
+        .into_iter()
+        .filter(|c| args.clients.contains(c))
+    {
+        let q = find(rows, "contended", c);
+        for (storm, label) in [
+            ("nowait-storm", "broker nowait-storm grants/s"),
+            (
+                "lease-row-tx nowait-storm",
+                "lease-row-tx NOWAIT-storm grants/s",
+            ),
+        ] {
+            let s = find(rows, storm, c);
+            out.push(ratio(
+                format!("contended handoffs/s / {label}, {c} clients"),
+                q.zip(s).map(|(q, s)| q.ops_per_s / s.ops_per_s),
+                times,
+                ">= 5x",
+                |v| v >= 5.0,
+                q.zip(s).map_or_else(String::new, |(q, s)| {
+                    format!("{:.0} / {:.0}", q.ops_per_s, s.ops_per_s)
+                }),
+            ));
+        }
+        let h = q.and_then(|q| q.handoff);
+        out.push(ratio(
+            format!("contended handoff p50, {c} clients"),
+            h.map(|h| h.p50_ms),
+            |v| format!("{v:.2} ms"),
+            "< 2 ms",
+            |v| v < 2.0,
+            h.map_or_else(String::new, |h| {
+                format!("{} handoffs, p99 {:.2} ms", h.pairs, h.p99_ms)
+            }),
+        ));
+    }
+
+    if let Some(top) = args.held_counts.iter().copied().filter(|&n| n > 100).max() {
+        let pair = find(rows, &format!("held {top}: acquire+release"), 16);
+        let reference = find(rows, "held 100: acquire+release", 16);
+        let num =
+            |r: Option<&Row>, k: &str| r.and_then(|r| r.extra.get(k)).and_then(|v| v.as_f64());
+        let conns = num(pair, "db_connections_max");
+        out.push(ratio(
+            format!("{top} held: broker MySQL connections (max sampled)"),
+            conns,
+            |v| format!("{v:.0}"),
+            "<= 32",
+            |v| v <= 32.0,
+            num(pair, "db_connections_active_max")
+                .map_or_else(String::new, |a| format!("{a:.0} busy at most")),
+        ));
+        let rss = num(pair, "rss_mb_max");
+        out.push(ratio(
+            format!("{top} held: broker RSS (max sampled)"),
+            rss,
+            |v| format!("{v:.0} MB"),
+            "< 300 MB",
+            |v| v < 300.0,
+            num(reference, "rss_mb_max")
+                .map_or_else(String::new, |r| format!("{r:.0} MB with 100 held")),
+        ));
+        let p50s = pair
+            .and_then(|r| r.p50_ms)
+            .zip(reference.and_then(|r| r.p50_ms));
+        out.push(ratio(
+            format!("{top} held: acquire+release p50 / 100-held p50"),
+            p50s.map(|(a, b)| a / b),
+            times,
+            "within 20 % (0.80-1.20x)",
+            |v| (0.8..=1.2).contains(&v),
+            p50s.map_or_else(String::new, |(a, b)| {
+                let after = find(rows, "held 100 (after release): acquire+release", 16)
+                    .and_then(|r| r.p50_ms)
+                    .map_or_else(String::new, |p| {
+                        format!("; 100 held again after the release: {p:.2} ms")
+                    });
+                format!("{a:.2} ms / {b:.2} ms{after}")
+            }),
+        ));
+    }
+
+    for &(c, r) in wasm {
+        let (w, n) = (
+            find(rows, "wasm-vs-native: wasm", c),
+            find(rows, "wasm-vs-native: native", c),
+        );
+        let mut detail = w.zip(n).map_or_else(String::new, |(w, n)| {
+            format!("{:.0} / {:.0} pairs/s", w.ops_per_s, n.ops_per_s)
+        });
+        let cpu = |r: Option<&Row>| r.and_then(|r| r.per_op(r.cpu.and_then(|c| c.broker_s)));
+        if let (Some(w), Some(n)) = (cpu(w), cpu(n)) {
+            detail.push_str(&format!("; broker CPU {w:.0} / {n:.0} µs per pair"));
+        }
+        out.push(ratio(
+            format!("wasm / native pairs/s, {c} clients"),
+            Some(r),
+            |v| format!("{v:.3}"),
+            ">= 0.90",
+            |v| v >= 0.90,
+            detail,
+        ));
+    }
+    out
+}
