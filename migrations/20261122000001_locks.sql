@@ -14,8 +14,9 @@ CREATE TABLE IF NOT EXISTS locks (
     expires_at DATETIME(6) NULL,
     -- Pending waiters of this key; changed only under this row's lock.
     queued INT UNSIGNED NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, kind, lock_key),
-    KEY locks_by_expiry (expires_at)
+    -- No index on expires_at: nothing scans locks by expiry (the reaper
+    -- starts from `waiters`), and every grant would have to rewrite it.
+    PRIMARY KEY (tenant, kind, lock_key)
 ) ENGINE = InnoDB;
 
 -- Semaphores: a header row (size and queue) and one row per slot.

@@ -354,11 +354,18 @@ impl Engine {
         token: u64,
     ) -> Result<Released, EngineError> {
         // The common case, a sole hold and no waiters, is one statement.
-        if locks::free_if_sole_holder(&self.pool, lock.row(), owner, token).await? {
-            return Ok(Released {
-                released: true,
-                hold_count: 0,
-            });
+        // Anything else (re-entry, waiters, a lost lease, even a deadlock
+        // victim) takes the full transaction below.
+        match locks::free_if_sole_holder(&self.pool, lock.row(), owner, token).await {
+            Ok(true) => {
+                return Ok(Released {
+                    released: true,
+                    hold_count: 0,
+                })
+            }
+            Ok(false) => {}
+            Err(err) if store::classify(&err) != Failure::Unavailable => {}
+            Err(err) => return Err(err.into()),
         }
         let (released, delivery) = retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;

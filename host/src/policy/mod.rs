@@ -83,7 +83,8 @@ pub trait Policy: Send + Sync + 'static {
     fn pick_next(&self, key: &str, waiters: &[Waiter]) -> Result<u32, PolicyFault>;
     /// Delay before the next try, or give up.
     fn next_delay(&self, contention: &Contention) -> Result<Decision, PolicyFault>;
-    /// True when calls may take long enough to need a blocking thread.
+    /// True when the next call may take long enough to need a blocking
+    /// thread (calls are bounded by the policy deadline either way).
     fn blocks(&self) -> bool {
         false
     }
@@ -236,10 +237,10 @@ impl TenantPolicy {
     }
 }
 
-/// Runs one policy call. A call that may block (a WebAssembly guest, up to
-/// its deadline) runs where it cannot stall the reactor: in place on a
-/// multi-threaded runtime (its other tasks move to other workers), else on
-/// the blocking pool.
+/// Runs one policy call. A call that may block (a WebAssembly guest that
+/// was slow lately, up to its deadline) runs where it cannot stall the
+/// reactor: in place on a multi-threaded runtime (its other tasks move to
+/// other workers), else on the blocking pool.
 async fn call<T: Send + 'static>(
     loaded: &Loaded,
     f: impl FnOnce(&dyn Policy) -> Result<T, PolicyFault> + Send + 'static,

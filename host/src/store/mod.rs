@@ -95,6 +95,9 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<MySqlPoo
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(ACQUIRE_TIMEOUT)
+        // No ping before each use: it costs a round trip per operation. A
+        // connection that died fails its statement (503) and is dropped.
+        .test_before_acquire(false)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -6,7 +6,13 @@
 //! timed out or overran its memory is dropped, never reused: wasmtime
 //! refuses to enter it again, and its state is suspect anyway.
 
-use std::sync::Mutex;
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex, OnceLock,
+    },
+    time::{Duration, Instant},
+};
 
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
 
@@ -22,6 +28,17 @@ use crate::policy::{Contention, Decision, Descriptor, Policy, PolicyFault, Waite
 /// Idle instances kept per policy: more concurrent calls than this make
 /// short-lived extra instances.
 const MAX_IDLE: usize = 16;
+/// A call this slow (or one cut off at its deadline) marks the policy slow.
+const SLOW_CALL: Duration = Duration::from_millis(1);
+/// How long a slow policy's calls run off the async workers.
+const ISOLATE_FOR: Duration = Duration::from_secs(10);
+
+/// Milliseconds since the first call in this process: a cheap clock for
+/// the slow mark.
+fn clock_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(START.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// What each store carries: only its resource limits.
 pub struct StoreState {
@@ -39,6 +56,8 @@ pub struct WasmPolicy {
     pre: PolicyPre<StoreState>,
     limits: Limits,
     idle: Mutex<Vec<Instance>>,
+    /// Until when (by [`clock_ms`]) calls should run off the async workers.
+    slow_until: AtomicU64,
 }
 
 impl WasmPolicy {
@@ -48,6 +67,7 @@ impl WasmPolicy {
             pre,
             limits,
             idle: Mutex::new(Vec::new()),
+            slow_until: AtomicU64::new(0),
         }
     }
 
@@ -72,8 +92,22 @@ impl WasmPolicy {
         u64::try_from(self.limits.deadline.as_millis() / tick).unwrap_or(u64::MAX) + 1
     }
 
-    /// Runs `f` on an idle (or new) instance within the limits.
+    /// Runs `f` on an idle (or new) instance within the limits, and marks
+    /// the policy slow if the call was.
     fn with_instance<T>(
+        &self,
+        f: impl FnOnce(&mut Store<StoreState>, &Bindings) -> wasmtime::Result<T>,
+    ) -> Result<T, PolicyFault> {
+        let started = Instant::now();
+        let result = self.call_instance(f);
+        if started.elapsed() >= SLOW_CALL || matches!(result, Err(PolicyFault::Timeout)) {
+            let until = clock_ms().saturating_add(ISOLATE_FOR.as_millis() as u64);
+            self.slow_until.store(until, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn call_instance<T>(
         &self,
         f: impl FnOnce(&mut Store<StoreState>, &Bindings) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyFault> {
@@ -174,7 +208,11 @@ impl Policy for WasmPolicy {
         })
     }
 
+    /// A well-behaved policy answers in well under a microsecond: calling
+    /// it in place costs less than moving the call to another thread. One
+    /// that was slow lately (or was cut off at its deadline) runs off the
+    /// async workers for a while, so it cannot stall other requests.
     fn blocks(&self) -> bool {
-        true
+        clock_ms() < self.slow_until.load(Ordering::Relaxed)
     }
 }

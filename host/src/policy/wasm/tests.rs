@@ -4,7 +4,7 @@
 use std::{path::PathBuf, time::Instant};
 
 use super::*;
-use crate::policy::{builtin, Contention, Decision, PolicyFault, Waiter};
+use crate::policy::{builtin, Contention, Decision, Policy, PolicyFault, Waiter};
 
 fn dist(name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -222,4 +222,18 @@ fn compiled_components_are_cached_by_sha256() {
         Ok("k".into())
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn fast_policies_run_in_place_and_slow_ones_are_moved_off() {
+    let host = host();
+    let fast = host.load_file(&dist("default.wasm")).unwrap();
+    for _ in 0..100 {
+        fast.policy.storage_key("t", "k").unwrap().unwrap();
+    }
+    assert!(!fast.policy.blocks(), "a sub-microsecond policy runs in place");
+    let slow = host.load_file(&dist("fixtures/loop.wasm")).unwrap();
+    assert!(!slow.policy.blocks(), "innocent until slow");
+    assert!(slow.policy.storage_key("t", "boom").is_err());
+    assert!(slow.policy.blocks(), "a call cut off at its deadline moves it off");
 }
