@@ -320,25 +320,10 @@ impl Engine {
             expires_at: plus_ms(row.now, waiter.ttl_ms),
         };
         write(conn, lock, &grant, true).await?;
-        let handoff = Handoff {
-            token: grant.token,
-            slot: None,
-            expires_at: grant.expires_at,
-        };
-        waiters::grant(
-            &mut *conn,
-            waiter.id,
-            handoff.token,
-            None,
-            handoff.expires_at,
-        )
-        .await?;
-        self.add_queued(conn, lock, -1).await?;
-        Ok(Some(Delivery {
-            broker: waiter.broker,
-            id: waiter.id,
-            handoff,
-        }))
+        let delivery = self
+            .record_handoff(conn, lock, waiter, grant.token, None, grant.expires_at)
+            .await?;
+        Ok(Some(delivery))
     }
 
     /// Releases one hold of `owner`'s lease with `token`; the last hold

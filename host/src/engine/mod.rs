@@ -91,6 +91,9 @@ pub struct Handoff {
     pub token: u64,
     pub slot: Option<u32>,
     pub expires_at: NaiveDateTime,
+    /// True when the waiter's row is gone already (a handoff in this
+    /// broker); false when the waiter removes it (another broker's grant).
+    pub collected: bool,
 }
 
 /// The lock engine, shared by all requests (cheap to clone).

@@ -8,11 +8,12 @@
 //! no barging, and only that waiter is woken.
 //!
 //! Waking: a waiter of this process gets the handoff in-process at once (a
-//! oneshot per waiter). Waiters of other processes are found by their
-//! broker's one batched query per tick ([`WAKE_TICK`]). A waiter that times
-//! out or whose client goes away leaves the queue in a transaction on the
-//! key's header row; a grant that raced with its departure is released
-//! (handed on), never left held by nobody.
+//! oneshot per waiter; its row is removed by the handoff itself). A waiter
+//! of another process is marked granted; its broker finds it with one
+//! batched query per tick ([`WAKE_TICK`]). A waiter that times out or whose
+//! client goes away leaves the queue in a transaction on the key's header
+//! row; a grant that raced with its departure is released (handed on),
+//! never left held by nobody.
 
 use std::time::Duration;
 
@@ -37,9 +38,11 @@ const WINDOW: u32 = 32;
 
 /// A handoff to deliver once its transaction committed.
 pub(super) struct Delivery {
-    pub broker: Vec<u8>,
-    pub id: u64,
-    pub handoff: Handoff,
+    broker: Vec<u8>,
+    id: u64,
+    handoff: Handoff,
+    lock: LockRef,
+    owner: String,
 }
 
 impl Engine {
@@ -120,15 +123,16 @@ impl Engine {
         // Registered before the commit: a handoff right after it finds us.
         let (tx, rx) = oneshot::channel();
         self.local.lock().expect("local waiters").insert(id, tx);
-        let guard = Departure {
+        let queued = Queued {
             engine: self.clone(),
             lock: lock.clone(),
             id,
             owner: owner.to_owned(),
+            rx,
             armed: true,
         };
         self.add_queued(conn, lock, 1).await?;
-        Ok(Queued { id, rx, guard })
+        Ok(queued)
     }
 
     /// Adds `delta` to the header row's count of pending waiters.
@@ -148,8 +152,42 @@ impl Engine {
         Ok(())
     }
 
-    /// Delivers committed handoffs: in-process at once to our own waiters;
-    /// other brokers' waiters are found by their wake loop.
+    /// Records the handoff of a lease to `waiter` in the freeing
+    /// transaction (which has already written the lease). A waiter of this
+    /// broker leaves the queue right here and gets the lease in-process; a
+    /// waiter of another broker is marked granted for its wake loop.
+    pub(super) async fn record_handoff(
+        &self,
+        conn: &mut MySqlConnection,
+        lock: &LockRef,
+        waiter: WaiterRow,
+        token: u64,
+        slot: Option<u32>,
+        expires_at: chrono::NaiveDateTime,
+    ) -> Result<Delivery, EngineError> {
+        let local = waiter.broker == self.broker.as_bytes();
+        if local {
+            waiters::delete(&mut *conn, waiter.id).await?;
+        } else {
+            waiters::grant(&mut *conn, waiter.id, token, slot, expires_at).await?;
+        }
+        self.add_queued(conn, lock, -1).await?;
+        Ok(Delivery {
+            broker: waiter.broker,
+            id: waiter.id,
+            handoff: Handoff {
+                token,
+                slot,
+                expires_at,
+                collected: local,
+            },
+            lock: lock.clone(),
+            owner: String::from_utf8_lossy(&waiter.owner).into_owned(),
+        })
+    }
+
+    /// Delivers committed handoffs to this broker's waiters. One whose
+    /// request is gone gets its lease released (handed on) instead.
     pub(super) fn deliver(&self, deliveries: Vec<Delivery>) {
         for d in deliveries {
             self.metrics.inc("lockbroker_handoffs_total", &[]);
@@ -157,8 +195,13 @@ impl Engine {
                 continue;
             }
             let sender = self.local.lock().expect("local waiters").remove(&d.id);
-            if let Some(sender) = sender {
-                let _ = sender.send(d.handoff);
+            let undelivered = match sender {
+                Some(sender) => sender.send(d.handoff).err(),
+                None => Some(d.handoff),
+            };
+            if let Some(handoff) = undelivered {
+                let engine = self.clone();
+                tokio::spawn(async move { engine.give_back(&d.lock, &d.owner, handoff).await });
             }
         }
     }
@@ -180,29 +223,42 @@ impl Engine {
             handoff = &mut queued.rx => handoff.ok(),
             () = tokio::time::sleep(Duration::from_millis(wait_ms)) => None,
             () = crate::shutdown::stopped(&mut stop) => {
-                queued.guard.armed = false;
-                self.abandon(lock, id, &queued.guard.owner).await;
+                queued.armed = false;
+                let handed = queued.rx.try_recv().ok();
+                self.clean_up(lock, id, &queued.owner, handed).await;
                 return Err(EngineError::ShuttingDown);
             }
         };
         if let Some(handoff) = outcome {
-            queued.guard.armed = false;
-            let engine = self.clone();
-            // The row only told us our grant; remove it off the reply path.
-            tokio::spawn(async move {
-                let _ = waiters::delete(&engine.pool, id).await;
-            });
+            queued.armed = false;
+            self.collect(id, handoff);
             return Ok(Some(handoff));
         }
         // Timed out: leave the queue, unless a handoff won the race. Still
         // guarded: if the client goes away meanwhile, the guard finishes it.
         let left = self.leave(lock, id).await;
-        queued.guard.armed = false;
-        left
+        queued.armed = false;
+        match left {
+            // Handed over in-process while we were leaving: it is ours.
+            Ok(None) => Ok(queued.rx.try_recv().ok()),
+            other => other,
+        }
     }
 
-    /// Removes waiter `id` from the queue. A handoff that happened first is
-    /// returned (the caller now holds that lease).
+    /// Removes the row of a waiter granted by another broker (off the reply
+    /// path: the row only told us our grant).
+    fn collect(&self, id: u64, handoff: Handoff) {
+        if !handoff.collected {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                let _ = waiters::delete(&engine.pool, id).await;
+            });
+        }
+    }
+
+    /// Removes waiter `id` from the queue. A handoff another broker made
+    /// first is returned (the caller now holds that lease); one made by this
+    /// broker arrives on the waiter's channel instead.
     pub(super) async fn leave(
         &self,
         lock: &LockRef,
@@ -229,6 +285,7 @@ impl Engine {
                 token,
                 slot: row.granted_slot,
                 expires_at,
+                collected: true,
             }),
             _ => {
                 self.add_queued(&mut tx, lock, -1).await?;
@@ -239,27 +296,33 @@ impl Engine {
         Ok(handoff)
     }
 
-    /// A waiter whose client went away: leave the queue, and release a
-    /// lease that was handed over in the meantime (handing it on).
-    pub(super) async fn abandon(&self, lock: &LockRef, id: u64, owner: &str) {
-        let result = async {
-            if let Some(handoff) = self.leave(lock, id).await? {
-                match handoff.slot {
-                    Some(slot) => {
-                        self.release_slot(lock, owner, slot, handoff.token).await?;
-                    }
-                    None => {
-                        self.release(lock, owner, handoff.token).await?;
-                    }
-                }
-            }
-            Ok::<_, EngineError>(())
+    /// Releases (hands on) a lease handed to a waiter whose request is gone.
+    async fn give_back(&self, lock: &LockRef, owner: &str, handoff: Handoff) {
+        let released = match handoff.slot {
+            Some(slot) => self.release_slot(lock, owner, slot, handoff.token).await,
+            None => self.release(lock, owner, handoff.token).await.map(|_| ()),
+        };
+        if let Err(err) = released {
+            // The lease runs out by its TTL and goes to the next waiter then.
+            tracing::warn!(error = %err, "could not release a departed waiter's lease");
         }
-        .await;
-        if let Err(err) = result {
-            // The row stays; the reaper removes it after its deadline and
-            // the lease, if any, runs out by its TTL.
-            tracing::warn!(error = %err, waiter = id, "could not remove a departed waiter");
+    }
+
+    /// A waiter whose request is gone: release what was handed to it, or
+    /// leave the queue (releasing a grant another broker made meanwhile).
+    async fn clean_up(&self, lock: &LockRef, id: u64, owner: &str, handed: Option<Handoff>) {
+        if let Some(handoff) = handed {
+            self.collect(id, handoff);
+            return self.give_back(lock, owner, handoff).await;
+        }
+        match self.leave(lock, id).await {
+            Ok(Some(handoff)) => self.give_back(lock, owner, handoff).await,
+            Ok(None) => {}
+            // The row stays; the reaper removes it after its deadline and a
+            // lease handed to it meanwhile runs out by its TTL.
+            Err(err) => {
+                tracing::warn!(error = %err, waiter = id, "could not remove a departed waiter")
+            }
         }
     }
 
@@ -285,11 +348,14 @@ impl Engine {
             for row in granted {
                 if let (Some(token), Some(expires_at)) = (row.granted_token, row.granted_expires_at)
                 {
+                    // A waiter no longer registered left (or is leaving) and
+                    // finds the grant in its row itself.
                     if let Some(sender) = local.remove(&row.id) {
                         let _ = sender.send(Handoff {
                             token,
                             slot: row.granted_slot,
                             expires_at,
+                            collected: false,
                         });
                     }
                 }
@@ -298,23 +364,19 @@ impl Engine {
     }
 }
 
-/// A waiter in the queue: its id, where its handoff arrives, and its guard.
+/// A waiter in the queue, guarded: if its request is dropped before it has
+/// its answer (client gone), the waiter leaves the queue and a lease handed
+/// to it is released.
 pub(super) struct Queued {
-    id: u64,
-    rx: oneshot::Receiver<Handoff>,
-    guard: Departure,
-}
-
-/// Leaves the queue if the waiting request is dropped (client gone).
-struct Departure {
     engine: Engine,
     lock: LockRef,
     id: u64,
     owner: String,
+    rx: oneshot::Receiver<Handoff>,
     armed: bool,
 }
 
-impl Drop for Departure {
+impl Drop for Queued {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -324,15 +386,18 @@ impl Drop for Departure {
             .lock()
             .expect("local waiters")
             .remove(&self.id);
+        self.engine
+            .metrics
+            .inc("lockbroker_waiters_departed_total", &[]);
+        let handed = self.rx.try_recv().ok();
         let (engine, lock, id, owner) = (
             self.engine.clone(),
             self.lock.clone(),
             self.id,
             std::mem::take(&mut self.owner),
         );
-        engine.metrics.inc("lockbroker_waiters_departed_total", &[]);
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move { engine.abandon(&lock, id, &owner).await });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { engine.clean_up(&lock, id, &owner, handed).await });
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use chrono::NaiveDateTime;
 
-use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, Handoff, LockRef};
+use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, LockRef};
 use crate::store::{
     semaphores::{self, SlotRow},
     waiters,
@@ -184,27 +184,13 @@ impl Engine {
             return Ok(None);
         };
         let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
-        let handoff = Handoff {
-            token: row.token + 1,
-            slot: Some(row.slot),
-            expires_at: plus_ms(row.now, waiter.ttl_ms),
-        };
-        let lease = (owner.as_str(), handoff.token, handoff.expires_at);
+        let (token, expires_at) = (row.token + 1, plus_ms(row.now, waiter.ttl_ms));
+        let lease = (owner.as_str(), token, expires_at);
         semaphores::write_slot(&mut *conn, tenant, key, row.slot, Some(lease)).await?;
-        waiters::grant(
-            &mut *conn,
-            waiter.id,
-            handoff.token,
-            handoff.slot,
-            handoff.expires_at,
-        )
-        .await?;
-        self.add_queued(conn, lock, -1).await?;
-        Ok(Some(Delivery {
-            broker: waiter.broker,
-            id: waiter.id,
-            handoff,
-        }))
+        let delivery = self
+            .record_handoff(conn, lock, waiter, token, Some(row.slot), expires_at)
+            .await?;
+        Ok(Some(delivery))
     }
 
     /// Gives back `owner`'s permit in `slot` with `token`; it goes to the

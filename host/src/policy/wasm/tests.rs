@@ -231,9 +231,15 @@ fn fast_policies_run_in_place_and_slow_ones_are_moved_off() {
     for _ in 0..100 {
         fast.policy.storage_key("t", "k").unwrap().unwrap();
     }
-    assert!(!fast.policy.blocks(), "a sub-microsecond policy runs in place");
+    assert!(
+        !fast.policy.blocks(),
+        "a sub-microsecond policy runs in place"
+    );
     let slow = host.load_file(&dist("fixtures/loop.wasm")).unwrap();
     assert!(!slow.policy.blocks(), "innocent until slow");
     assert!(slow.policy.storage_key("t", "boom").is_err());
-    assert!(slow.policy.blocks(), "a call cut off at its deadline moves it off");
+    assert!(
+        slow.policy.blocks(),
+        "a call cut off at its deadline moves it off"
+    );
 }
