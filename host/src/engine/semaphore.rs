@@ -11,8 +11,9 @@ use chrono::NaiveDateTime;
 
 use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, LockRef};
 use crate::store::{
+    self,
     semaphores::{self, SlotRow},
-    waiters,
+    waiters, Failure,
 };
 
 /// A permit held by an owner.
@@ -97,50 +98,58 @@ impl Engine {
             ttl_ms,
             expires_at: plus_ms(row.now, ttl_ms),
         };
-        let outcome = retry_deadlocks(|| async {
-            let mut tx = self.pool.begin().await?;
-            let queued = if wait_ms == 0 {
-                // A try takes no header lock; queued waiters still go first.
-                semaphores::header(&mut *tx, tenant, key)
-                    .await?
-                    .map_or(0, |h| h.queued)
-            } else {
-                semaphores::header_for_update(&mut *tx, tenant, key)
-                    .await?
-                    .map_or(0, |h| h.queued)
-            };
-            // An owner asking again gets its own live permit back, renewed.
-            let mine = match semaphores::slot_of_owner(&mut *tx, tenant, key, owner).await? {
-                Some(slot) => semaphores::slot_for_update(&mut *tx, tenant, key, slot)
-                    .await?
-                    .filter(|row| row.live_owner() == Some(owner.as_bytes())),
-                None => None,
-            };
-            let claimed = match mine {
-                Some(row) => Some(grant_slot(row, true)),
-                None if queued > 0 => None,
-                None => semaphores::claim_free_slot(&mut *tx, tenant, key)
-                    .await?
-                    .map(|row| grant_slot(row, false)),
-            };
-            if let Some(grant) = claimed {
-                let lease = (owner, grant.token, grant.expires_at);
-                semaphores::write_slot(&mut *tx, tenant, key, grant.slot, Some(lease)).await?;
+        // First a try that takes no header lock (queued waiters still go
+        // first); only a waiting acquire that found no permit locks the
+        // header, to look again and join the queue atomically.
+        let mut outcome = Err(None);
+        for locked in [false, true] {
+            if locked && wait_ms == 0 {
+                break;
+            }
+            outcome = retry_deadlocks(|| async {
+                let mut tx = self.pool.begin().await?;
+                let header = if locked {
+                    semaphores::header_for_update(&mut *tx, tenant, key).await?
+                } else {
+                    semaphores::header(&mut *tx, tenant, key).await?
+                };
+                let queued = header.map_or(0, |h| h.queued);
+                // An owner asking again gets its own live permit back, renewed.
+                let mine = match semaphores::slot_of_owner(&mut *tx, tenant, key, owner).await? {
+                    Some(slot) => semaphores::slot_for_update(&mut *tx, tenant, key, slot)
+                        .await?
+                        .filter(|row| row.live_owner() == Some(owner.as_bytes())),
+                    None => None,
+                };
+                let claimed = match mine {
+                    Some(row) => Some(grant_slot(row, true)),
+                    None if queued > 0 => None,
+                    None => semaphores::claim_free_slot(&mut *tx, tenant, key)
+                        .await?
+                        .map(|row| grant_slot(row, false)),
+                };
+                if let Some(grant) = claimed {
+                    let lease = (owner, grant.token, grant.expires_at);
+                    semaphores::write_slot(&mut *tx, tenant, key, grant.slot, Some(lease)).await?;
+                    tx.commit().await?;
+                    return Ok(Ok(grant));
+                }
+                if !locked {
+                    tx.rollback().await?;
+                    return Ok(Err(None));
+                }
+                let queued = self
+                    .enqueue(&mut tx, lock, owner, priority, ttl_ms, wait_ms)
+                    .await?;
+                // If this fails, dropping `queued` takes the waiter out again.
                 tx.commit().await?;
-                return Ok(Ok(grant));
+                Ok(Err(Some(queued)))
+            })
+            .await?;
+            if !matches!(outcome, Err(None)) {
+                break;
             }
-            if wait_ms == 0 {
-                tx.rollback().await?;
-                return Ok(Err(None));
-            }
-            let queued = self
-                .enqueue(&mut tx, lock, owner, priority, ttl_ms, wait_ms)
-                .await?;
-            // If this fails, dropping `queued` takes the waiter out again.
-            tx.commit().await?;
-            Ok(Err(Some(queued)))
-        })
-        .await?;
+        }
         let queued = match outcome {
             Ok(grant) => return Ok(grant),
             Err(None) => None,
@@ -206,6 +215,14 @@ impl Engine {
         token: u64,
     ) -> Result<(), EngineError> {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        // The common case, nobody waiting, is one statement that does not
+        // serialize on the header; anything else takes the full path.
+        match semaphores::free_if_nobody_waits(&self.pool, tenant, key, slot, owner, token).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(err) if store::classify(&err) != Failure::Unavailable => {}
+            Err(err) => return Err(err.into()),
+        }
         let delivery = retry_deadlocks(|| async {
             let mut tx = self.pool.begin().await?;
             let Some(header) = semaphores::header_for_update(&mut *tx, tenant, key).await? else {

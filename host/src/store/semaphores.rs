@@ -224,3 +224,33 @@ pub async fn add_queued(
     .execute(db)
     .await
 }
+
+/// Frees `owner`'s live slot with `token` in one statement when nobody
+/// waits for the semaphore (the header is only share-locked, so releases do
+/// not queue behind each other). Returns whether it did.
+pub async fn free_if_nobody_waits(
+    db: impl MySqlExecutor<'_>,
+    tenant: &str,
+    key: &str,
+    slot: u32,
+    owner: &str,
+    token: u64,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        r#"
+UPDATE semaphore_slots s
+JOIN semaphores h ON h.tenant = s.tenant AND h.sem_key = s.sem_key
+SET s.owner = NULL, s.expires_at = NULL
+WHERE s.tenant = ? AND s.sem_key = ? AND s.slot = ?
+  AND s.owner = ? AND s.token = ? AND s.expires_at > NOW(6) AND h.queued = 0
+"#,
+    )
+    .bind(tenant)
+    .bind(key)
+    .bind(slot)
+    .bind(owner)
+    .bind(token)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
