@@ -171,3 +171,64 @@ async fn slow_headers_are_cut_off() {
     assert_eq!(broker.client().get("/healthz").await.unwrap().status, 200);
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn migrate_creates_the_database_and_exits() {
+    let db = fresh_db_name();
+    let config = lockbroker_tests::tempfile_like::TempFile::new(
+        "toml",
+        format!(
+            "database_url = \"{}/{db}\"\n[[tenant]]\nname = \"t\"\napi_key = \"k\"\n",
+            lockbroker_tests::server_url()
+        )
+        .as_bytes(),
+    );
+    let out = tokio::process::Command::new(lockbroker_tests::bin("lockbroker"))
+        .arg("migrate")
+        .arg("--config")
+        .arg(config.path())
+        .env("LOCKBROKER_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut conn = lockbroker_tests::db_conn(&db).await;
+    let tables: Vec<(String,)> = sqlx::query_as("SHOW TABLES")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let names: Vec<&str> = tables.iter().map(|t| t.0.as_str()).collect();
+    for table in [
+        "locks",
+        "waiters",
+        "semaphores",
+        "semaphore_slots",
+        "election_terms",
+    ] {
+        assert!(names.contains(&table), "{table} in {names:?}");
+    }
+    // Running it again is harmless.
+    let again = tokio::process::Command::new(lockbroker_tests::bin("lockbroker"))
+        .args(["migrate", "--config"])
+        .arg(config.path())
+        .env("LOCKBROKER_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    assert!(again.status.success());
+    drop_db(&db).await;
+}
+
+#[tokio::test]
+async fn a_bad_config_is_refused_at_start() {
+    let config = lockbroker_tests::tempfile_like::TempFile::new("toml", b"listen = 7\n");
+    let out = tokio::process::Command::new(lockbroker_tests::bin("lockbroker"))
+        .args(["serve", "--config"])
+        .arg(config.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid config"), "{stderr}");
+}

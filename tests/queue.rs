@@ -163,16 +163,33 @@ async fn a_thousand_waiters_are_served_in_order() {
 async fn handoff_on_expiry_is_prompt() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let g = c.acquire("exp", "holder", 500, 0).await.unwrap();
-    let token = g.body["token"].as_u64().unwrap();
-    let acquired = Instant::now();
-    let w = c.acquire("exp", "next", 30_000, 10_000).await.unwrap();
-    let took = acquired.elapsed();
-    assert_eq!(w.status, 200);
-    assert_eq!(w.body["token"].as_u64().unwrap(), token + 1);
-    // The lease ran 500 ms; the reaper hands it on within its tick.
-    assert!(took >= Duration::from_millis(450), "{took:?}");
-    assert!(took < Duration::from_millis(900), "{took:?}");
+    let db_time = |r: &lockbroker_tests::Reply| {
+        let at =
+            chrono::DateTime::parse_from_rfc3339(r.body["expires_at"].as_str().unwrap()).unwrap();
+        at - chrono::Duration::milliseconds(r.body["ttl_ms"].as_i64().unwrap())
+    };
+    let mut delays = Vec::new();
+    for round in 0..3 {
+        let key = format!("exp-{round}");
+        let g = c.acquire(&key, "holder", 300, 0).await.unwrap();
+        let token = g.body["token"].as_u64().unwrap();
+        let expired_at =
+            chrono::DateTime::parse_from_rfc3339(g.body["expires_at"].as_str().unwrap()).unwrap();
+        let w = c.acquire(&key, "next", 30_000, 10_000).await.unwrap();
+        assert_eq!(w.status, 200);
+        assert_eq!(w.body["token"].as_u64().unwrap(), token + 1);
+        // Both times are the database's: when the lease ended, and when the
+        // waiter's lease began (its expiry minus its TTL).
+        let delay = (db_time(&w) - expired_at).num_milliseconds();
+        assert!(delay >= 0, "granted before the lease ended: {delay} ms");
+        assert!(delay < 250, "handed on {delay} ms after expiry");
+        delays.push(delay);
+    }
+    delays.sort_unstable();
+    assert!(
+        delays[1] < 100,
+        "median handoff after expiry: {delays:?} ms"
+    );
     broker.stop().await;
 }
 

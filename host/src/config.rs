@@ -18,8 +18,10 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The parser's message says where and what (printed once: not a
+    /// `source`, so an error chain does not repeat it).
     #[error("invalid config: {0}")]
-    Parse(#[from] toml::de::Error),
+    Parse(toml::de::Error),
     #[error("invalid config: {0}")]
     Invalid(String),
 }
@@ -121,6 +123,12 @@ fn default_max_ttl_ms() -> u64 {
 }
 fn default_max_waiters() -> u64 {
     10_000
+}
+
+impl From<toml::de::Error> for ConfigError {
+    fn from(err: toml::de::Error) -> Self {
+        ConfigError::Parse(err)
+    }
 }
 
 impl Config {

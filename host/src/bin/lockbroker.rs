@@ -37,6 +37,7 @@ const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             EnvFilter::try_from_env("LOCKBROKER_LOG")
                 .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
