@@ -159,12 +159,12 @@ fn load_retrying(host: &WasmHost, bytes: &[u8]) -> Loaded {
 
 /// The naming call as a request makes it: `TenantPolicy::storage_key`
 /// awaited in a task on a 2-worker multi-threaded runtime (as the broker
-/// runs), where a policy that `blocks()` (the component) is called through
-/// `tokio::task::block_in_place` and the built-in one directly. The task
-/// yields after each call, as a request task does between its steps: a
-/// task that never yields keeps running on a thread whose worker core
-/// `block_in_place` already handed away, so later calls skip the hand-off
-/// (that is the `_no_yield` variant).
+/// runs). A policy is called in place unless it `blocks()` (a component
+/// that was slow lately), which goes through `tokio::task::block_in_place`.
+/// The task yields after each call, as a request task does between its
+/// steps; the `_no_yield` variant does not (it shows what the yield itself
+/// costs, and, for a policy moved off the worker, that a task that never
+/// yields skips later hand-offs).
 fn request_path(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

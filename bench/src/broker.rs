@@ -13,6 +13,7 @@ use std::{
 use lockbroker::client::{encode_key, Client, Reply};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde_json::json;
+use tokio::sync::{watch, Notify};
 
 use crate::{
     report::Row,
@@ -70,17 +71,60 @@ pub async fn lock_tallies(
     clients: usize,
     duration: Duration,
 ) -> Run {
+    lock_tallies_on(&[b], api_key, prefix, mode, clients, duration).await
+}
+
+/// Lock scenarios with the clients spread over brokers sharing one
+/// database: client `c` talks to `brokers[c % brokers.len()]` (and, with
+/// more than one, its tally says which, for the handoff split).
+///
+/// With more than one broker, each client first warms its broker's pool
+/// (an acquire and release of a key of its own, before the common start),
+/// and a contended run starts with a line-up: the key is held while the
+/// clients join its queue one after the other in client order, so that the
+/// queue, which keeps its cyclic order from then on (every holder re-joins
+/// at the tail), alternates between the brokers.
+async fn lock_tallies_on(
+    brokers: &[&Broker],
+    api_key: &str,
+    prefix: &str,
+    mode: LockMode,
+    clients: usize,
+    duration: Duration,
+) -> Run {
+    let b = brokers[0];
     let one_key = format!("{prefix}{}-{clients}", b.run);
-    run_clients(clients, duration, |c, gate| {
-        let client = b.client(api_key);
+    let several = brokers.len() > 1;
+    let lineup = if several && mode == LockMode::Contended {
+        Lineup::start(b.client(api_key), &one_key, clients).await
+    } else {
+        None
+    };
+    let run = run_clients(clients, duration, |c, gate| {
+        let side = c % brokers.len();
+        let client = brokers[side].client(api_key);
         let (run, prefix, one_key) = (b.run.clone(), prefix.to_owned(), one_key.clone());
+        let side = several.then(|| u8::try_from(side).unwrap_or(u8::MAX));
+        let lineup = lineup.as_ref().map(Lineup::handle);
         async move {
-            let mut t = Tally::default();
+            let mut t = Tally {
+                broker: side,
+                ..Tally::default()
+            };
             let owner = format!("bench-{c}");
             if let Err(e) = client.get("/healthz").await {
                 t.error(|| e.to_string());
             }
+            if several {
+                warm(&client, &format!("{prefix}{run}-warm-{c}"), &owner, &mut t).await;
+            }
             let deadline = gate.ready().await;
+            if let Some((go, mut turn)) = lineup {
+                if c == 0 {
+                    go.notify_one();
+                }
+                let _ = turn.wait_for(|&t| t > c).await;
+            }
             let wait_ms = if mode == LockMode::Contended {
                 WAIT_MS
             } else {
@@ -148,7 +192,108 @@ pub async fn lock_tallies(
             t
         }
     })
-    .await
+    .await;
+    if let Some(lineup) = lineup {
+        lineup.finish().await;
+    }
+    run
+}
+
+/// An acquire and release of a key of the client's own (warms the
+/// broker's connection pool).
+async fn warm(client: &Client, key: &str, owner: &str, t: &mut Tally) {
+    match client.acquire(key, owner, TTL_MS, 0).await {
+        Ok(r) if r.status == 200 => {
+            let token = r.body["token"].as_u64().unwrap_or(0);
+            match client.release(key, owner, token).await {
+                Ok(r) if r.status == 200 => {}
+                Ok(r) => t.error(|| describe(&r)),
+                Err(e) => t.error(|| e.to_string()),
+            }
+        }
+        Ok(r) => t.error(|| describe(&r)),
+        Err(e) => t.error(|| e.to_string()),
+    }
+}
+
+/// The start of a contended run on several brokers: the key is held (by
+/// `LINEUP_OWNER`, through the first broker) while the clients join its
+/// queue in client order, one at a time; then it is released to client 0.
+struct Lineup {
+    go: Arc<Notify>,
+    turn: watch::Receiver<usize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Holds the key during the line-up.
+const LINEUP_OWNER: &str = "bench-lineup";
+/// How long the line-up waits for one client to show up in the queue.
+const LINEUP_STEP: Duration = Duration::from_millis(200);
+
+impl Lineup {
+    async fn start(client: Client, key: &str, clients: usize) -> Option<Lineup> {
+        let token = match client.acquire(key, LINEUP_OWNER, TTL_MS, 0).await {
+            Ok(r) if r.status == 200 => r.body["token"].as_u64().unwrap_or(0),
+            other => {
+                let why = match other {
+                    Ok(r) => describe(&r),
+                    Err(e) => e.to_string(),
+                };
+                eprintln!(
+                    "lockbench: no line-up (cannot hold {key}: {why}): queue order as it comes"
+                );
+                return None;
+            }
+        };
+        let go = Arc::new(Notify::new());
+        let (tx, turn) = watch::channel(0usize);
+        let key = key.to_owned();
+        let task = tokio::spawn({
+            let go = go.clone();
+            async move {
+                go.notified().await;
+                let mut late = 0;
+                for c in 0..clients {
+                    let _ = tx.send(c + 1);
+                    // Until client c is in the queue (c + 1 waiters).
+                    let asked = Instant::now();
+                    loop {
+                        let queued = match client.status(&key).await {
+                            Ok(r) if r.status == 200 => r.body["waiters"].as_u64().unwrap_or(0),
+                            _ => 0,
+                        };
+                        if queued > c as u64 {
+                            break;
+                        }
+                        if asked.elapsed() > LINEUP_STEP {
+                            late += 1;
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_micros(500)).await;
+                    }
+                }
+                if late > 0 {
+                    eprintln!("lockbench: line-up: {late} client(s) not seen in the queue in time");
+                }
+                match client.release(&key, LINEUP_OWNER, token).await {
+                    Ok(r) if r.status == 200 => {}
+                    Ok(r) => eprintln!("lockbench: line-up release: {}", describe(&r)),
+                    Err(e) => eprintln!("lockbench: line-up release: {e}"),
+                }
+            }
+        });
+        Some(Lineup { go, turn, task })
+    }
+
+    fn handle(&self) -> (Arc<Notify>, watch::Receiver<usize>) {
+        (self.go.clone(), self.turn.clone())
+    }
+
+    async fn finish(self) {
+        if let Err(e) = self.task.await {
+            eprintln!("lockbench: line-up task failed: {e}");
+        }
+    }
 }
 
 pub async fn lock_scenario(
@@ -163,7 +308,51 @@ pub async fn lock_scenario(
         LockMode::Contended => ("contended", "c"),
         LockMode::Storm => ("nowait-storm", "s"),
     };
-    let m = merge(lock_tallies(b, api_key, prefix, mode, clients, duration).await);
+    lock_row(&[b], api_key, mode, name, prefix, clients, duration).await
+}
+
+/// `contended` with the clients on two brokers sharing the database: even
+/// clients on `a`, odd ones on `b`, so most handoffs cross brokers (the
+/// grantee's broker finds them with its wake loop).
+pub async fn contended_cross(
+    a: &Broker,
+    b: &Broker,
+    api_key: &str,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    let mut row = lock_row(
+        &[a, b],
+        api_key,
+        LockMode::Contended,
+        "contended-cross",
+        "x",
+        clients,
+        duration,
+    )
+    .await;
+    if let Some(h) = row.handoff {
+        for (what, split) in [("same", h.same), ("cross", h.cross)] {
+            if let Some(s) = split {
+                row.set(&format!("handoff_{what}_pairs"), s.pairs);
+                row.set(&format!("handoff_{what}_p50_ms"), s.p50_ms);
+                row.set(&format!("handoff_{what}_p99_ms"), s.p99_ms);
+            }
+        }
+    }
+    row
+}
+
+async fn lock_row(
+    brokers: &[&Broker],
+    api_key: &str,
+    mode: LockMode,
+    name: &str,
+    prefix: &str,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    let m = merge(lock_tallies_on(brokers, api_key, prefix, mode, clients, duration).await);
     let mut row = Row::new(name, clients, duration, &m);
     if mode == LockMode::Uncontended {
         // Handoffs mean nothing on private keys.

@@ -4,7 +4,10 @@
 //! 2-core machine shared by the load generator, the broker and the database,
 //! CPU per operation is what bounds throughput.
 
-use std::sync::OnceLock;
+use std::sync::{
+    atomic::{AtomicU32, Ordering},
+    OnceLock,
+};
 
 use serde::Serialize;
 
@@ -20,6 +23,14 @@ pub struct Watch {
 }
 
 static WATCH: OnceLock<Watch> = OnceLock::new();
+/// A second broker's pid while one runs (0: none); its CPU counts as the
+/// broker's.
+static SECOND_BROKER: AtomicU32 = AtomicU32::new(0);
+
+/// Watches (or, with `None`, stops watching) a second broker process.
+pub fn watch_second_broker(pid: Option<u32>) {
+    SECOND_BROKER.store(pid.unwrap_or(0), Ordering::Relaxed);
+}
 
 /// Sets the processes to watch (the database server is found by name).
 pub fn watch(broker: Option<u32>) -> Watch {
@@ -84,6 +95,7 @@ fn find_process(names: &[&str]) -> Option<u32> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Snapshot {
     broker: Option<u64>,
+    second_broker: Option<u64>,
     db: Option<u64>,
     redis: Option<u64>,
     me: Option<u64>,
@@ -94,6 +106,9 @@ pub fn snapshot() -> Snapshot {
     let w = WATCH.get().copied().unwrap_or_default();
     Snapshot {
         broker: w.broker.and_then(process_ticks),
+        second_broker: Some(SECOND_BROKER.load(Ordering::Relaxed))
+            .filter(|&pid| pid != 0)
+            .and_then(process_ticks),
         db: w.db.and_then(process_ticks),
         redis: w.redis.and_then(process_ticks),
         me: process_ticks(std::process::id()),
@@ -104,7 +119,11 @@ pub fn snapshot() -> Snapshot {
 /// CPU used between two snapshots, in seconds (machine: share of all CPUs).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Usage {
+    /// The broker's CPU; with a second broker running, both together.
     pub broker_s: Option<f64>,
+    /// The second broker's part of `broker_s`, when one ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_broker_s: Option<f64>,
     pub db_s: Option<f64>,
     pub redis_s: Option<f64>,
     pub bench_s: Option<f64>,
@@ -119,8 +138,14 @@ fn delta(a: Option<u64>, b: Option<u64>) -> Option<f64> {
 }
 
 pub fn usage(from: Snapshot, to: Snapshot) -> Usage {
+    let second_broker_s = delta(from.second_broker, to.second_broker);
+    let broker_s = match (delta(from.broker, to.broker), second_broker_s) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
     Usage {
-        broker_s: delta(from.broker, to.broker),
+        broker_s,
+        second_broker_s,
         db_s: delta(from.db, to.db),
         redis_s: delta(from.redis, to.redis),
         bench_s: delta(from.me, to.me),
@@ -137,6 +162,7 @@ impl Usage {
             (a, b) => a.or(b),
         };
         self.broker_s = sum(self.broker_s, other.broker_s);
+        self.second_broker_s = sum(self.second_broker_s, other.second_broker_s);
         self.db_s = sum(self.db_s, other.db_s);
         self.redis_s = sum(self.redis_s, other.redis_s);
         self.bench_s = sum(self.bench_s, other.bench_s);

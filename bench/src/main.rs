@@ -1,7 +1,8 @@
 //! lockbench: load scenarios against a running lockbroker, with baselines on
 //! the same database server (GET_LOCK, the raw lease-row transaction, a
 //! SKIP LOCKED claim) and on Redis, in one run. It starts nothing itself:
-//! `scripts/bench` starts the broker, MariaDB and Redis.
+//! `scripts/bench` starts the broker, MariaDB and Redis, and passes the
+//! commands that start and stop the second broker of `contended-cross`.
 //!
 //! Progress goes to stderr; the results go to stdout as a markdown table
 //! with the ratio targets below it, or as one JSON document (`--json`).
@@ -12,6 +13,7 @@ mod cpu;
 mod criterion_summary;
 mod report;
 mod run;
+mod second;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -24,6 +26,7 @@ use crate::{
     baseline::Baseline,
     broker::{Broker, Footprint, LockMode, QueueKind},
     report::{Ratio, Row},
+    second::SecondBroker,
 };
 
 #[derive(Parser, Debug)]
@@ -37,6 +40,26 @@ use crate::{
 struct Args {
     #[arg(long, default_value = "http://127.0.0.1:7420")]
     broker_url: String,
+    /// A second broker on the same database, with the same tenants, for
+    /// `contended-cross` (skipped without it).
+    #[arg(long, value_name = "URL")]
+    second_broker_url: Option<String>,
+    /// Shell command that starts the second broker and prints its pid; run
+    /// before each `contended-cross` run (lockbench then waits for its
+    /// /readyz). Without it the second broker must already run.
+    #[arg(long, value_name = "CMD")]
+    second_broker_start: Option<String>,
+    /// Shell command that stops the second broker, run after each
+    /// `contended-cross` run.
+    #[arg(long, value_name = "CMD")]
+    second_broker_stop: Option<String>,
+    /// The second broker's process id, when it runs throughout (for its
+    /// CPU during `contended-cross`).
+    #[arg(long)]
+    second_broker_pid: Option<u32>,
+    /// `contended-cross` runs at the counts of --clients from 2 up to this.
+    #[arg(long, default_value_t = 32)]
+    cross_max_clients: usize,
     /// API key of a tenant on the built-in (native) policy.
     #[arg(long, default_value = "dev-key")]
     api_key: String,
@@ -62,8 +85,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "10000,100000")]
     held_counts: Vec<usize>,
     /// `all`, `broker`, `baselines`, or a comma-separated list of:
-    /// uncontended, contended, nowait-storm, semaphore, election, held,
-    /// wasm-vs-native, mysql-get-lock, lease-row-tx, skip-locked-claim, redis;
+    /// uncontended, contended, contended-cross, nowait-storm, semaphore,
+    /// election, held, wasm-vs-native, mysql-get-lock, lease-row-tx,
+    /// skip-locked-claim, redis;
     /// and, only when named, lease-row-tx-pooled (the lease-row pairs through
     /// one shared sqlx pool, with and without its ping on acquire).
     #[arg(long, default_value = "all")]
@@ -93,9 +117,10 @@ struct Args {
     criterion_summary: Option<PathBuf>,
 }
 
-const BROKER_SCENARIOS: [&str; 7] = [
+const BROKER_SCENARIOS: [&str; 8] = [
     "uncontended",
     "contended",
+    "contended-cross",
     "nowait-storm",
     "semaphore",
     "election",
@@ -112,7 +137,7 @@ const BASELINE_SCENARIOS: [&str; 4] = [
 const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
 
 /// How rows are grouped in the table.
-const ROW_ORDER: [&str; 13] = [
+const ROW_ORDER: [&str; 14] = [
     "uncontended",
     "lease-row-tx",
     "lease-row-tx pooled (ping on acquire)",
@@ -120,6 +145,7 @@ const ROW_ORDER: [&str; 13] = [
     "mysql-get-lock",
     "redis",
     "contended",
+    "contended-cross",
     "nowait-storm",
     "lease-row-tx nowait-storm",
     "mysql-get-lock contended",
@@ -250,6 +276,24 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         run: run.clone(),
     };
     let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
+    let second = args.second_broker_url.as_ref().map(|url| SecondBroker {
+        url: url.clone(),
+        start: args.second_broker_start.clone(),
+        stop: args.second_broker_stop.clone(),
+        pid: args.second_broker_pid,
+    });
+    let cross_at = cross_counts(&args);
+    if want("contended-cross") {
+        if second.is_none() {
+            eprintln!("lockbench: no --second-broker-url: skipping contended-cross");
+        } else if cross_at.is_empty() {
+            eprintln!(
+                "lockbench: contended-cross needs 2 to {} clients in --clients: skipping it",
+                args.cross_max_clients
+            );
+        }
+    }
+    let mut second_counters: Vec<String> = Vec::new();
     if needs_broker {
         let probe = Client::new(&args.broker_url, Some(&args.api_key))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -379,6 +423,16 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 push(row, &mut rows);
             }
         }
+        if let (true, true, Some(second)) = (
+            want("contended-cross"),
+            cross_at.contains(&c),
+            second.as_ref(),
+        ) {
+            match cross_run(&broker, second, key, c, duration, &mut second_counters).await {
+                Ok(row) => push(row, &mut rows),
+                Err(e) => eprintln!("lockbench: skipping contended-cross at {c} clients: {e:#}"),
+            }
+        }
         if sql_here {
             for row in sql_baselines(&base, &setup, &want, c, duration, Pair::Rest).await? {
                 push(row, &mut rows);
@@ -437,11 +491,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         rows.extend(held_rows);
     }
 
-    let counters = if needs_broker {
-        broker_counters(&args).await
+    let mut counters = if needs_broker {
+        broker_counters(&args.broker_url).await
     } else {
         Vec::new()
     };
+    counters.extend(second_counters);
     for line in &counters {
         eprintln!("lockbench: broker counter: {line}");
     }
@@ -472,10 +527,51 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The client counts of `contended-cross`: those of --clients from 2 to
+/// --cross-max-clients.
+fn cross_counts(args: &Args) -> Vec<usize> {
+    args.clients
+        .iter()
+        .copied()
+        .filter(|c| (2..=args.cross_max_clients).contains(c))
+        .collect()
+}
+
+/// One `contended-cross` run: starts the second broker, runs, reads its
+/// counters, stops it.
+async fn cross_run(
+    broker: &Broker,
+    second: &SecondBroker,
+    api_key: &str,
+    clients: usize,
+    duration: Duration,
+    counters: &mut Vec<String>,
+) -> anyhow::Result<Row> {
+    eprintln!("lockbench: starting the second broker ({})", second.url);
+    if let Err(e) = second.up().await {
+        second.down().await;
+        return Err(e);
+    }
+    let other = Broker {
+        url: second.url.clone(),
+        run: broker.run.clone(),
+    };
+    let row = broker::contended_cross(broker, &other, api_key, clients, duration).await;
+    let lines = broker_counters(&second.url).await;
+    if !lines.is_empty() {
+        counters.push(format!(
+            "# second broker, after contended-cross at {clients} clients:"
+        ));
+        counters.extend(lines);
+    }
+    second.down().await;
+    Ok(row)
+}
+
 /// The broker's counters worth a look after a run: failures, 5xx answers,
 /// handoffs, departed waiters.
-async fn broker_counters(args: &Args) -> Vec<String> {
-    let Ok(client) = Client::new(&args.broker_url, None) else {
+async fn broker_counters(url: &str) -> Vec<String> {
+    let Ok(client) = Client::new(url, None) else {
         return Vec::new();
     };
     let Ok(reply) = client.get("/metrics").await else {
@@ -590,13 +686,40 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(usize, f64)]) -> Vec<Ratio> {
         }
         let h = q.and_then(|q| q.handoff);
         out.push(ratio(
-            format!("contended handoff p50, {c} clients"),
+            format!("handoff p50, one broker (contended), {c} clients"),
             h.map(|h| h.p50_ms),
             |v| format!("{v:.2} ms"),
             "< 2 ms",
             |v| v < 2.0,
             h.map_or_else(String::new, |h| {
                 format!("{} handoffs, p99 {:.2} ms", h.pairs, h.p99_ms)
+            }),
+        ));
+    }
+
+    for c in cross_counts(args) {
+        let h = find(rows, "contended-cross", c).and_then(|r| r.handoff);
+        let cross = h.and_then(|h| h.cross);
+        out.push(ratio(
+            format!("handoff p50 across brokers (contended-cross), {c} clients"),
+            cross.map(|x| x.p50_ms),
+            |v| format!("{v:.2} ms"),
+            "< 30 ms",
+            |v| v < 30.0,
+            h.zip(cross).map_or_else(String::new, |(h, x)| {
+                let same = h.same.map_or_else(
+                    || "no same-broker pairs".to_owned(),
+                    |s| {
+                        format!(
+                            "same-broker: {} pairs, p50 {:.2} / p99 {:.2} ms",
+                            s.pairs, s.p50_ms, s.p99_ms
+                        )
+                    },
+                );
+                format!(
+                    "{} of {} handoffs cross, p99 {:.2} ms; {same}",
+                    x.pairs, h.pairs, x.p99_ms
+                )
             }),
         ));
     }
@@ -668,4 +791,31 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(usize, f64)]) -> Vec<Ratio> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contended_cross_is_a_broker_scenario() {
+        assert!(selected("all").unwrap().contains(&"contended-cross"));
+        assert!(selected("broker").unwrap().contains(&"contended-cross"));
+        assert_eq!(selected("contended-cross").unwrap(), ["contended-cross"]);
+        assert!(selected("cross").is_err());
+    }
+
+    #[test]
+    fn contended_cross_runs_from_2_to_32_clients() {
+        let args = Args::parse_from(["lockbench"]);
+        assert_eq!(cross_counts(&args), [8, 32]);
+        let args = Args::parse_from([
+            "lockbench",
+            "--clients",
+            "1,2,64",
+            "--cross-max-clients",
+            "64",
+        ]);
+        assert_eq!(cross_counts(&args), [2, 64]);
+    }
 }

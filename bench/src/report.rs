@@ -66,6 +66,14 @@ impl Row {
                 "handoff p50 {:.2} / p99 {:.2} ms",
                 h.p50_ms, h.p99_ms
             ));
+            for (what, split) in [("same-broker", h.same), ("cross-broker", h.cross)] {
+                if let Some(s) = split {
+                    row.add_note(format!(
+                        "{what} {} pairs: p50 {:.2} / p99 {:.2} ms",
+                        s.pairs, s.p50_ms, s.p99_ms
+                    ));
+                }
+            }
         }
         if m.errors > 0 {
             row.add_note(format!("{} errors", m.errors));

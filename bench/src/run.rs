@@ -64,6 +64,10 @@ pub struct Tally {
     pub grants: Vec<(u64, Instant)>,
     /// (token, instant the release answer was received).
     pub releases: Vec<(u64, Instant)>,
+    /// Which broker this client talks to, when a scenario uses several
+    /// (0 = the first): handoffs are then split into same-broker and
+    /// cross-broker pairs.
+    pub broker: Option<u8>,
 }
 
 impl Tally {
@@ -188,6 +192,34 @@ pub struct Handoffs {
     /// Share of pairs whose grant answer arrived before the release answer
     /// (counted as a gap of 0).
     pub grant_first_share: f64,
+    /// With several brokers: pairs whose release and grant went through the
+    /// same broker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same: Option<HandoffSplit>,
+    /// With several brokers: pairs released through one broker and granted
+    /// through another (found by the grantee's broker's wake loop).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cross: Option<HandoffSplit>,
+}
+
+/// The handoff gaps of one kind of pair.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HandoffSplit {
+    pub pairs: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl HandoffSplit {
+    fn of(gaps: Vec<u32>) -> Option<HandoffSplit> {
+        let pairs = gaps.len();
+        let p = percentiles(gaps)?;
+        Some(HandoffSplit {
+            pairs,
+            p50_ms: p.p50_ms,
+            p99_ms: p.p99_ms,
+        })
+    }
 }
 
 pub fn merge(run: Run) -> Merged {
@@ -208,8 +240,13 @@ pub fn merge(run: Run) -> Merged {
         lat.extend(t.lat_us);
         aux.extend(t.aux_us);
         release.extend(t.release_us);
-        grants.extend(t.grants);
-        releases.extend(t.releases);
+        let side = t.broker;
+        grants.extend(t.grants.into_iter().map(|(token, at)| (token, at, side)));
+        releases.extend(
+            t.releases
+                .into_iter()
+                .map(|(token, at)| (token, (at, side))),
+        );
     }
     Merged {
         ops,
@@ -224,29 +261,49 @@ pub fn merge(run: Run) -> Merged {
     }
 }
 
-/// Pairs the grant of token t+1 with the release of token t.
-fn handoffs(grants: &[(u64, Instant)], releases: &HashMap<u64, Instant>) -> Option<Handoffs> {
+/// A grant or release answer: token, when it arrived, through which broker.
+type Event = (u64, Instant, Option<u8>);
+
+/// Pairs the grant of token t+1 with the release of token t. When both
+/// sides of a pair know their broker, the pair also counts as same-broker
+/// or cross-broker.
+fn handoffs(grants: &[Event], releases: &HashMap<u64, (Instant, Option<u8>)>) -> Option<Handoffs> {
     let mut gaps = Vec::new();
+    let (mut same, mut cross) = (Vec::new(), Vec::new());
     let mut early = 0usize;
-    for (token, granted) in grants {
-        let Some(released) = token.checked_sub(1).and_then(|t| releases.get(&t)) else {
+    for (token, granted, to) in grants {
+        let Some((released, from)) = token.checked_sub(1).and_then(|t| releases.get(&t)) else {
             continue;
         };
-        match granted.checked_duration_since(*released) {
-            Some(gap) => gaps.push(micros(gap)),
+        let gap = match granted.checked_duration_since(*released) {
+            Some(gap) => micros(gap),
             None => {
                 early += 1;
-                gaps.push(0);
+                0
             }
+        };
+        gaps.push(gap);
+        match (from, to) {
+            (Some(a), Some(b)) if a == b => same.push(gap),
+            (Some(_), Some(_)) => cross.push(gap),
+            _ => {}
         }
     }
+    let split = !same.is_empty() || !cross.is_empty();
     let pairs = gaps.len();
     let p = percentiles(gaps)?;
+    let (same, cross) = if split {
+        (HandoffSplit::of(same), HandoffSplit::of(cross))
+    } else {
+        (None, None)
+    };
     Some(Handoffs {
         pairs,
         p50_ms: p.p50_ms,
         p99_ms: p.p99_ms,
         grant_first_share: early as f64 / pairs as f64,
+        same,
+        cross,
     })
 }
 
@@ -270,14 +327,47 @@ mod tests {
     fn handoffs_pair_consecutive_tokens() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
-        let releases: HashMap<u64, Instant> = [(1, ms(10)), (2, ms(20))].into();
+        let releases: HashMap<u64, (Instant, Option<u8>)> =
+            [(1, (ms(10), None)), (2, (ms(20), None))].into();
         // Token 2 granted 2 ms after 1 was released; token 3 before 2's
         // release answer; token 9 has no predecessor.
-        let grants = [(2, ms(12)), (3, ms(19)), (9, ms(30))];
+        let grants = [(2, ms(12), None), (3, ms(19), None), (9, ms(30), None)];
         let h = handoffs(&grants, &releases).unwrap();
         assert_eq!(h.pairs, 2);
         assert_eq!(h.p50_ms, 0.0);
         assert_eq!(h.p99_ms, 2.0);
         assert_eq!(h.grant_first_share, 0.5);
+        assert!(h.same.is_none() && h.cross.is_none());
+    }
+
+    #[test]
+    fn handoffs_split_by_broker() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        // Released through broker 0 (tokens 1, 3) or 1 (token 2).
+        let releases: HashMap<u64, (Instant, Option<u8>)> = [
+            (1, (ms(10), Some(0))),
+            (2, (ms(20), Some(1))),
+            (3, (ms(30), Some(0))),
+        ]
+        .into();
+        // 2: 0 -> 1 after 6 ms; 3: 1 -> 0 after 4 ms; 4: 0 -> 0 after 1 ms.
+        let grants = [
+            (2, ms(16), Some(1)),
+            (3, ms(24), Some(0)),
+            (4, ms(31), Some(0)),
+        ];
+        let h = handoffs(&grants, &releases).unwrap();
+        assert_eq!(h.pairs, 3);
+        let cross = h.cross.unwrap();
+        assert_eq!(cross.pairs, 2);
+        assert_eq!(cross.p50_ms, 4.0);
+        assert_eq!(cross.p99_ms, 6.0);
+        let same = h.same.unwrap();
+        assert_eq!((same.pairs, same.p50_ms), (1, 1.0));
+        // Only cross pairs: no same-broker split.
+        let h = handoffs(&grants[..2], &releases).unwrap();
+        assert!(h.same.is_none());
+        assert_eq!(h.cross.unwrap().pairs, 2);
     }
 }
