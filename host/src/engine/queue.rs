@@ -54,6 +54,11 @@ impl Engine {
         conn: &mut MySqlConnection,
         lock: &LockRef,
     ) -> Result<Option<WaiterRow>, EngineError> {
+        if lock.tenant.policy.always_oldest() {
+            // FIFO (the built-in policy): the oldest waiter is all we need.
+            let mut oldest = waiters::pending(&mut *conn, lock.row(), Order::Oldest, 1).await?;
+            return Ok(oldest.pop());
+        }
         let mut rows = waiters::pending(&mut *conn, lock.row(), Order::Oldest, WINDOW).await?;
         if rows.len() == WINDOW as usize {
             // More may wait beyond the window: add the most urgent ones so a

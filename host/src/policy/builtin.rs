@@ -69,6 +69,10 @@ impl Policy for Builtin {
     fn next_delay(&self, contention: &Contention) -> Result<Decision, PolicyFault> {
         Ok(next_delay(contention))
     }
+
+    fn always_oldest(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

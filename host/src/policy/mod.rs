@@ -83,6 +83,11 @@ pub trait Policy: Send + Sync + 'static {
     fn pick_next(&self, key: &str, waiters: &[Waiter]) -> Result<u32, PolicyFault>;
     /// Delay before the next try, or give up.
     fn next_delay(&self, contention: &Contention) -> Result<Decision, PolicyFault>;
+    /// True when `pick_next` always picks the oldest waiter (index 0), so
+    /// the broker need not read the queue to ask it.
+    fn always_oldest(&self) -> bool {
+        false
+    }
     /// True when the next call may take long enough to need a blocking
     /// thread (calls are bounded by the policy deadline either way).
     fn blocks(&self) -> bool {
@@ -192,6 +197,11 @@ impl TenantPolicy {
                 Err(NamingError::Fault(fault))
             }
         }
+    }
+
+    /// True when the policy in force always grants the oldest waiter.
+    pub fn always_oldest(&self) -> bool {
+        self.current().policy.always_oldest()
     }
 
     /// Index of the waiter to grant next; the oldest if the policy fails.

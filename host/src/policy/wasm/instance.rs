@@ -28,8 +28,11 @@ use crate::policy::{Contention, Decision, Descriptor, Policy, PolicyFault, Waite
 /// Idle instances kept per policy: more concurrent calls than this make
 /// short-lived extra instances.
 const MAX_IDLE: usize = 16;
-/// A call this slow (or one cut off at its deadline) marks the policy slow.
-const SLOW_CALL: Duration = Duration::from_millis(1);
+/// A call that takes this share of its deadline (or is cut off at it) marks
+/// the policy slow. Wall time: a thread descheduled for that long mid-call
+/// marks a fast policy too, which only costs it a thread hand-off per call
+/// for a while.
+const SLOW_SHARE_OF_DEADLINE: u32 = 2;
 /// How long a slow policy's calls run off the async workers.
 const ISOLATE_FOR: Duration = Duration::from_secs(10);
 
@@ -100,7 +103,8 @@ impl WasmPolicy {
     ) -> Result<T, PolicyFault> {
         let started = Instant::now();
         let result = self.call_instance(f);
-        if started.elapsed() >= SLOW_CALL || matches!(result, Err(PolicyFault::Timeout)) {
+        let slow = started.elapsed() >= self.limits.deadline / SLOW_SHARE_OF_DEADLINE;
+        if slow || matches!(result, Err(PolicyFault::Timeout)) {
             let until = clock_ms().saturating_add(ISOLATE_FOR.as_millis() as u64);
             self.slow_until.store(until, Ordering::Relaxed);
         }

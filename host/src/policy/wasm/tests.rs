@@ -4,7 +4,7 @@
 use std::{path::PathBuf, time::Instant};
 
 use super::*;
-use crate::policy::{builtin, Contention, Decision, Policy, PolicyFault, Waiter};
+use crate::policy::{builtin, Contention, Decision, PolicyFault, Waiter};
 
 fn dist(name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
