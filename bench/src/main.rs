@@ -11,6 +11,7 @@ mod baseline;
 mod broker;
 mod cpu;
 mod criterion_summary;
+mod policy_calls;
 mod report;
 mod run;
 mod second;
@@ -115,6 +116,11 @@ struct Args {
     /// $CARGO_TARGET_DIR/criterion) as a markdown table, and exit.
     #[arg(long, value_name = "DIR")]
     criterion_summary: Option<PathBuf>,
+    /// Only time each policy export call by call (native and the
+    /// `default.wasm` in this directory, e.g. plugins/dist) as a markdown
+    /// table with p50/p99/p999, and exit.
+    #[arg(long, value_name = "DIST")]
+    policy_calls: Option<PathBuf>,
 }
 
 const BROKER_SCENARIOS: [&str; 8] = [
@@ -235,6 +241,18 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(dir) = &args.criterion_summary {
         return match criterion_summary::markdown(dir) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("lockbench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(dist) = &args.policy_calls {
+        return match policy_calls::markdown(dist, 1_000_000) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS
