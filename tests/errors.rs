@@ -7,16 +7,11 @@ use bytes::Bytes;
 use hyper::Method;
 use lockbroker_tests::{Broker, Reply, ADMIN, KEY, OTHER_KEY};
 
-async fn post_raw(c: &lockbroker::client::Client, path: &str, body: &'static [u8]) -> Reply {
-    c.send(
-        Method::POST,
-        path,
-        &[],
-        Bytes::from_static(body),
-        Duration::ZERO,
-    )
-    .await
-    .unwrap()
+/// POSTs any bytes as the body, as a misbehaving client would.
+async fn post_raw(c: &lockbroker::client::Client, path: &str, body: impl Into<Bytes>) -> Reply {
+    c.send(Method::POST, path, &[], body.into(), Duration::ZERO)
+        .await
+        .unwrap()
 }
 
 fn assert_error(reply: &Reply, status: u16, code: &str) {
@@ -97,21 +92,17 @@ async fn malformed_and_missing_fields_are_400() {
         ("renew", br#"{"owner": "w"}"#, "token missing"),
     ];
     for (action, body, why) in cases {
-        let reply = post_raw(&c, &format!("/v1/locks/k/{action}"), body).await;
+        let reply = post_raw(
+            &c,
+            &format!("/v1/locks/k/{action}"),
+            Bytes::from_static(body),
+        )
+        .await;
         assert_eq!(reply.status, 400, "{action} {why}: {:?}", reply.body);
         assert_error(&reply, 400, "bad_request");
     }
     let long_owner = format!(r#"{{"owner": "{}"}}"#, "o".repeat(129));
-    let reply = c
-        .send(
-            Method::POST,
-            "/v1/locks/k/acquire",
-            &[],
-            Bytes::from(long_owner),
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+    let reply = post_raw(&c, "/v1/locks/k/acquire", Bytes::from(long_owner)).await;
     assert_error(&reply, 400, "bad_request");
     assert!(reply.message().contains("owner"));
     // Nothing was granted by any of them.
@@ -124,42 +115,15 @@ async fn bodies_over_64_kib_are_413() {
     let broker = Broker::start().await;
     let c = broker.client();
     let big = Bytes::from(vec![b'a'; 1 << 20]);
-    let reply = c
-        .send(
-            Method::POST,
-            "/v1/locks/k/acquire",
-            &[],
-            big,
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+    let reply = post_raw(&c, "/v1/locks/k/acquire", big).await;
     assert_error(&reply, 413, "too_large");
     // Just over the limit, valid JSON: still too large.
     let json = format!(r#"{{"owner": "w", "pad": "{}"}}"#, "x".repeat(64 * 1024));
-    let reply = c
-        .send(
-            Method::POST,
-            "/v1/locks/k/acquire",
-            &[],
-            Bytes::from(json),
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+    let reply = post_raw(&c, "/v1/locks/k/acquire", Bytes::from(json)).await;
     assert_error(&reply, 413, "too_large");
     // Under the limit with unknown fields: fine.
     let json = format!(r#"{{"owner": "w", "pad": "{}"}}"#, "x".repeat(60 * 1024));
-    let reply = c
-        .send(
-            Method::POST,
-            "/v1/locks/k/acquire",
-            &[],
-            Bytes::from(json),
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+    let reply = post_raw(&c, "/v1/locks/k/acquire", Bytes::from(json)).await;
     assert_eq!(reply.status, 200);
     broker.stop().await;
 }
