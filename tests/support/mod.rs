@@ -6,6 +6,8 @@
 //! `mysql://root@127.0.0.1:3306`); each test's database is named
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
+mod eventually;
+
 use std::{
     net::SocketAddr,
     path::PathBuf,
@@ -18,6 +20,7 @@ use lockbroker::{client::Client, config::TenantConfig, Config, Server};
 use sqlx::{Connection, MySqlConnection};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
+pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use lockbroker::client::Reply;
 
 /// The test tenants: `default` (key `dev-key`) and `other` (key `other-key`).
