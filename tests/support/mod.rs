@@ -7,6 +7,7 @@
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
 mod eventually;
+mod mariadb;
 
 use std::{
     net::SocketAddr,
@@ -22,6 +23,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use lockbroker::client::Reply;
+pub use mariadb::PrivateMariaDb;
 
 /// The test tenants: `default` (key `dev-key`) and `other` (key `other-key`).
 pub const KEY: &str = "dev-key";
@@ -62,12 +64,20 @@ pub async fn db_conn(name: &str) -> MySqlConnection {
         .expect("connect to the test database")
 }
 
-/// A config for a test: port 0, database `db`, two tenants.
+/// A config for a test: port 0, database `db` on the shared server, two
+/// tenants.
 pub fn config(db: &str) -> Config {
+    config_at(&server_url(), db)
+}
+
+/// [`config`] with database `db` on another server (`mysql://...` without
+/// a database name), e.g. a [`PrivateMariaDb`] or a [`Proxy`] in front of
+/// one.
+pub fn config_at(server: &str, db: &str) -> Config {
     let mut config = Config::dev();
     config.dev_defaults = false;
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.database_url = format!("{}/{db}", server_url());
+    config.database_url = format!("{}/{db}", server.trim_end_matches('/'));
     config.admin_token = Some(ADMIN.into());
     config.max_connections = 16;
     config.tenants.push(TenantConfig {
