@@ -8,9 +8,9 @@
 
 mod eventually;
 mod mariadb;
+mod proxy;
 
 use std::{
-    net::SocketAddr,
     path::PathBuf,
     process::Stdio,
     sync::atomic::{AtomicU32, Ordering},
@@ -19,11 +19,12 @@ use std::{
 
 use lockbroker::{client::Client, config::TenantConfig, Config, Server};
 use sqlx::{Connection, MySqlConnection};
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio::net::TcpListener;
 
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use lockbroker::client::Reply;
 pub use mariadb::PrivateMariaDb;
+pub use proxy::{Fault, Proxy};
 
 /// The test tenants: `default` (key `dev-key`) and `other` (key `other-key`).
 pub const KEY: &str = "dev-key";
@@ -262,61 +263,6 @@ pub mod tempfile_like {
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.0);
         }
-    }
-}
-
-/// A TCP proxy in front of the database that a test can cut, to see what
-/// the broker does when the database goes away.
-pub struct Proxy {
-    pub addr: SocketAddr,
-    cut: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Proxy {
-    /// Proxies a local port to `upstream` (host:port).
-    pub async fn start(upstream: &str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (cut, cut_rx) = watch::channel(false);
-        let upstream = upstream.to_owned();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    continue;
-                };
-                let mut cut_rx = cut_rx.clone();
-                if *cut_rx.borrow() {
-                    continue; // drop the connection at once
-                }
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cut_rx.wait_for(|cut| *cut) => {}
-                    }
-                });
-            }
-        });
-        Proxy { addr, cut, task }
-    }
-
-    /// Closes every connection and refuses new ones until `restore`.
-    pub fn cut(&self) {
-        let _ = self.cut.send(true);
-    }
-
-    pub fn restore(&self) {
-        let _ = self.cut.send(false);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
