@@ -7,6 +7,7 @@
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
 mod eventually;
+pub mod history;
 mod mariadb;
 mod proxy;
 
@@ -22,6 +23,7 @@ use sqlx::{Connection, MySqlConnection};
 use tokio::net::TcpListener;
 
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
+pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
 pub use lockbroker::client::Reply;
 pub use mariadb::PrivateMariaDb;
 pub use proxy::{Fault, Proxy};
