@@ -8,6 +8,7 @@
 
 mod eventually;
 pub mod history;
+mod load;
 mod mariadb;
 mod proxy;
 
@@ -24,6 +25,7 @@ use tokio::net::TcpListener;
 
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
+pub use load::{run_clients, run_clients_with, Load};
 pub use lockbroker::client::Reply;
 pub use mariadb::PrivateMariaDb;
 pub use proxy::{Fault, Proxy};
