@@ -1,8 +1,19 @@
 //! What every end-to-end test shares: a fresh database per test on the real
 //! MariaDB, a broker started in-process on port 0 (or as a separate
-//! process), clients for it, and a TCP proxy that can cut the database off.
+//! process), clients for it — and, for fault tests, the means to break
+//! things and to judge what clients saw:
 //!
-//! The server is `LOCKBROKER_TEST_DATABASE_URL` (default
+//! - [`eventually`]: wait for a condition, never for a time;
+//! - [`PrivateMariaDb`] (`mariadb.rs`): a MariaDB server of the test's own,
+//!   to `kill -9`, stop and start again (the shared one is never touched);
+//! - [`Proxy`] (`proxy.rs`): a TCP proxy that cuts, resets or silently
+//!   pauses connections;
+//! - [`History`] and [`Recorder`] (`history/`): what clients saw, checked
+//!   for overlapping holds, token order and uncommitted releases;
+//! - [`run_clients`] (`load.rs`): a bounded acquire/hold/release load that
+//!   records into a history.
+//!
+//! The shared server is `LOCKBROKER_TEST_DATABASE_URL` (default
 //! `mysql://root@127.0.0.1:3306`); each test's database is named
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
