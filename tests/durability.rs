@@ -63,7 +63,7 @@ async fn database_down_means_503_and_nothing_granted() {
     let proxy = Proxy::start(&server_host_port()).await;
     let db = fresh_db_name();
     let mut cfg = config(&db);
-    cfg.database_url = format!("mysql://{}@{}/{db}", server_userinfo(), proxy.addr);
+    cfg.database_url = format!("mysql://{}@{}/{db}", server_userinfo(), proxy.addr).into();
     let broker = Broker::start_with(db.clone(), cfg).await;
     let c = broker.client();
     let g = c.acquire("dd", "a", 60_000, 0).await.unwrap();

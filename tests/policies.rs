@@ -73,6 +73,7 @@ async fn broker(dir: &PolicyDir, file: Option<&str>, bad_file: Option<&str>) -> 
             policy: Some(bad.into()),
             max_ttl_ms: 3_600_000,
             max_waiters: 100,
+            database_url: None,
         });
     }
     Broker::start_with(db, cfg).await

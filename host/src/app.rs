@@ -1,41 +1,48 @@
 //! Building the broker from its config, and running it: [`App`] is what
 //! every request shares; [`Server`] is a bound, serving, stoppable broker.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     config::Config,
-    engine::Engine,
+    engine::{self, Engine, Settings},
     http,
     metrics::Metrics,
     policy::{
-        reload::Reloader,
+        reload::{Reloader, NOT_LOADED},
         wasm::{Limits, WasmHost},
         TenantPolicy,
     },
-    store,
+    store::{db::Db, pool::Setup},
     tenant::{self, SecretDigest, Tenant, Tenants},
 };
+
+/// How long a start waits for each database server to answer.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// How long background tasks get to stop once the server has drained.
+const STOP_TASKS_WITHIN: Duration = Duration::from_secs(2);
 
 /// Everything a request needs.
 pub struct App {
     pub config: Config,
     pub tenants: Tenants,
-    pub engine: Engine,
+    /// One engine per database (the top-level one first, then each shard
+    /// a tenant names); a tenant's `database` is its index here.
+    pub engines: Vec<Engine>,
     pub metrics: Arc<Metrics>,
     pub admin_digest: Option<SecretDigest>,
     pub reloader: Arc<Reloader>,
 }
 
 impl App {
-    /// Connects to the database (creating and migrating it), and loads every
-    /// tenant's policy.
+    /// Connects to every database (creating and migrating it), says this
+    /// broker is alive there, and loads every tenant's policy.
     ///
     /// # Errors
-    /// The database cannot be reached or migrated, or a policy cannot load.
+    /// A database cannot be reached or migrated, or a policy cannot load.
     pub async fn build(config: Config, stop: watch::Receiver<bool>) -> anyhow::Result<App> {
         if config.dev_defaults {
             tracing::warn!(
@@ -43,7 +50,26 @@ impl App {
             );
         }
         let metrics = Arc::new(Metrics::default());
-        let pool = store::connect(&config.database_url, config.max_connections).await?;
+        let (databases, of_tenant) = config.databases();
+        let broker = engine::broker_name();
+        let mut engines = Vec::new();
+        for urls in &databases {
+            let db = open(&config, &urls.0).await?;
+            let engine = Engine::new(
+                db,
+                metrics.clone(),
+                stop.clone(),
+                Settings {
+                    db_timeout: config.db_timeout(),
+                },
+                broker.clone(),
+            );
+            engine
+                .heartbeat()
+                .await
+                .context("cannot register this broker in the database")?;
+            engines.push(engine);
+        }
         let host = WasmHost::new(
             Limits {
                 deadline: config.policy_deadline(),
@@ -57,7 +83,7 @@ impl App {
             metrics.clone(),
         ));
         let mut tenants = Vec::new();
-        for t in &config.tenants {
+        for (t, database) in config.tenants.iter().zip(of_tenant) {
             let (loaded, error) = match reloader.initial(t.policy.as_deref()).await {
                 Ok(loaded) => (loaded, None),
                 Err((stand_in, err)) => {
@@ -69,17 +95,78 @@ impl App {
             if let Some(error) = error {
                 policy.set_error(error);
             }
-            tenants.push(Tenant::new(t, policy));
+            tenants.push(Tenant::new(t, policy, database));
         }
         Ok(App {
             admin_digest: config.admin_token.as_deref().map(tenant::digest),
             tenants: Tenants::new(tenants),
             reloader,
-            engine: Engine::new(pool, metrics.clone(), stop),
+            engines,
             metrics,
             config,
         })
     }
+
+    /// The engine on the database that holds `tenant`'s locks.
+    pub fn engine(&self, tenant: &Tenant) -> &Engine {
+        &self.engines[tenant.database]
+    }
+
+    /// Ready when every database answers and every tenant's policy loaded.
+    ///
+    /// # Errors
+    /// What is not ready, in words.
+    pub async fn ready(&self) -> Result<(), String> {
+        for engine in &self.engines {
+            if !engine.ping().await {
+                return Err(format!(
+                    "the database {} does not answer",
+                    engine.db().describe()
+                ));
+            }
+        }
+        let not_loaded: Vec<&str> = self
+            .tenants
+            .iter()
+            .filter(|t| t.policy.current().descriptor.name == NOT_LOADED)
+            .map(|t| t.name.as_str())
+            .collect();
+        if !not_loaded.is_empty() {
+            return Err(format!(
+                "the policy of tenant(s) {} did not load",
+                not_loaded.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Opens a database on `urls`, creating and migrating it on the first
+/// server that answers.
+async fn open(config: &Config, urls: &[String]) -> anyhow::Result<Db> {
+    let seconds = config.db_timeout_ms.div_ceil(1000);
+    let setup = Setup {
+        // A waiting FOR UPDATE gives up (and is retried) within the budget.
+        lock_wait_timeout_s: (seconds / 2).max(1),
+        // Longer than any transaction of ours may take.
+        idle_transaction_timeout_s: seconds + 1,
+    };
+    let db = Db::new(urls, config.max_connections, setup)?;
+    db.prepare(CONNECT_PATIENCE)
+        .await
+        .with_context(|| format!("cannot use the database {}", db.describe()))?;
+    Ok(db)
+}
+
+/// Runs the migrations on every database of `config` (`lockbroker migrate`).
+///
+/// # Errors
+/// A database cannot be reached or migrated.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    for urls in config.databases().0 {
+        open(config, &urls.0).await?.close();
+    }
+    Ok(())
 }
 
 /// A running broker.
@@ -88,6 +175,7 @@ pub struct Server {
     app: Arc<App>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -105,14 +193,24 @@ impl Server {
             .with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
         let tenants: Vec<_> = app.tenants.iter().cloned().collect();
-        tokio::spawn(app.reloader.clone().watch(tenants.clone(), stopped.clone()));
-        tokio::spawn(app.engine.clone().run_waker(stopped.clone()));
-        let reap_every = std::time::Duration::from_millis(app.config.reaper_interval_ms.max(1));
-        tokio::spawn(
-            app.engine
-                .clone()
-                .run_reaper(tenants, reap_every, stopped.clone()),
-        );
+        let reap_every = Duration::from_millis(app.config.reaper_interval_ms.max(1));
+        let mut background = vec![tokio::spawn(
+            app.reloader.clone().watch(tenants.clone(), stopped.clone()),
+        )];
+        for (i, engine) in app.engines.iter().enumerate() {
+            let own: Vec<_> = tenants
+                .iter()
+                .filter(|t| t.database == i)
+                .cloned()
+                .collect();
+            background.push(tokio::spawn(engine.clone().run_waker(stopped.clone())));
+            background.push(tokio::spawn(engine.clone().run_heartbeat(stopped.clone())));
+            background.push(tokio::spawn(engine.clone().run_reaper(
+                own,
+                reap_every,
+                stopped.clone(),
+            )));
+        }
         let task = tokio::spawn(http::serve(listener, app.clone(), stopped));
         tracing::info!(%addr, "lockbroker ready");
         Ok(Server {
@@ -120,6 +218,7 @@ impl Server {
             app,
             stop,
             task,
+            background,
         })
     }
 
@@ -133,10 +232,31 @@ impl Server {
     }
 
     /// Stops accepting, lets in-flight requests finish (waiting acquires
-    /// answer 503 at once), and closes the database pool.
+    /// answer 503 at once), stops the background tasks, says this broker
+    /// is gone and closes the databases. Bounded in time whatever state
+    /// the database connections are in.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-        self.app.engine.pool().close().await;
+        join_within(self.background, STOP_TASKS_WITHIN).await;
+        for engine in &self.app.engines {
+            let _ = tokio::time::timeout(STOP_TASKS_WITHIN, engine.depart()).await;
+            engine.db().close();
+        }
+    }
+}
+
+/// Waits for every task for at most `within` in all, then aborts the rest.
+async fn join_within(tasks: Vec<JoinHandle<()>>, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    for mut task in tasks {
+        match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "a background task failed"),
+            Err(_) => {
+                tracing::warn!("a background task did not stop in time");
+                task.abort();
+            }
+        }
     }
 }

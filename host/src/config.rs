@@ -26,6 +26,50 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// One database: a server URL, or a list of servers holding the same data
+/// (a Galera cluster's nodes, a primary and its standbys), in failover
+/// order. In TOML a string or an array of strings; in
+/// `LOCKBROKER_DATABASE_URL`, comma-separated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(from = "OneOrMany")]
+pub struct DatabaseUrl(pub Vec<String>);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl From<OneOrMany> for DatabaseUrl {
+    fn from(value: OneOrMany) -> Self {
+        match value {
+            OneOrMany::One(url) => DatabaseUrl::parse_list(&url),
+            OneOrMany::Many(urls) => DatabaseUrl(urls),
+        }
+    }
+}
+
+impl From<String> for DatabaseUrl {
+    fn from(url: String) -> Self {
+        DatabaseUrl(vec![url])
+    }
+}
+
+impl DatabaseUrl {
+    /// A comma-separated list (commas never occur in a MySQL URL's host
+    /// part; a password with a comma must be percent-encoded).
+    pub fn parse_list(text: &str) -> DatabaseUrl {
+        DatabaseUrl(
+            text.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+}
+
 /// The whole configuration, after defaults and environment overrides.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +77,11 @@ pub struct Config {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
     #[serde(default = "default_database_url")]
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
+    /// Bound on the database work of one operation (every statement and
+    /// commit of it), in milliseconds: past it, 503.
+    #[serde(default = "default_db_timeout_ms")]
+    pub db_timeout_ms: u64,
     /// Bearer token for `/v1/admin`. Without one, the admin API answers 401.
     #[serde(default)]
     pub admin_token: Option<String>,
@@ -83,13 +131,19 @@ pub struct TenantConfig {
     pub max_ttl_ms: u64,
     #[serde(default = "default_max_waiters")]
     pub max_waiters: u64,
+    /// This tenant's own database (a shard); `None`: the top-level one.
+    #[serde(default)]
+    pub database_url: Option<DatabaseUrl>,
 }
 
 fn default_listen() -> SocketAddr {
     DEFAULT_LISTEN.parse().expect("valid default address")
 }
-fn default_database_url() -> String {
-    DEFAULT_DATABASE_URL.to_owned()
+fn default_database_url() -> DatabaseUrl {
+    DatabaseUrl::from(DEFAULT_DATABASE_URL.to_owned())
+}
+fn default_db_timeout_ms() -> u64 {
+    2000
 }
 fn default_policy_dir() -> PathBuf {
     PathBuf::from("plugins/dist")
@@ -189,7 +243,7 @@ api_key = "dev-key"
             })?;
         }
         if let Some(url) = var("LOCKBROKER_DATABASE_URL") {
-            self.database_url = url;
+            self.database_url = DatabaseUrl::parse_list(&url);
         }
         if let Some(token) = var("LOCKBROKER_ADMIN_TOKEN") {
             self.admin_token = Some(token);
@@ -218,6 +272,12 @@ api_key = "dev-key"
         if self.max_connections == 0 {
             return invalid("max_connections must be at least 1".into());
         }
+        if !(100..=60_000).contains(&self.db_timeout_ms) {
+            return invalid("db_timeout_ms must be 100 to 60000".into());
+        }
+        if self.database_url.0.is_empty() {
+            return invalid("database_url must name at least one server".into());
+        }
         if self.policy_deadline_ms == 0 || self.policy_deadline_ms > 10_000 {
             return invalid("policy_deadline_ms must be 1 to 10000".into());
         }
@@ -242,6 +302,11 @@ api_key = "dev-key"
             if tenant.max_ttl_ms < 100 {
                 return invalid(format!("tenant {name}: max_ttl_ms must be at least 100"));
             }
+            if tenant.database_url.as_ref().is_some_and(|u| u.0.is_empty()) {
+                return invalid(format!(
+                    "tenant {name}: database_url must name at least one server"
+                ));
+            }
             if let Some(policy) = &tenant.policy {
                 if policy.is_empty() || policy.contains(['/', '\\']) || policy.starts_with('.') {
                     return invalid(format!(
@@ -265,6 +330,30 @@ api_key = "dev-key"
             }
         }
         Ok(())
+    }
+
+    /// The distinct databases (the top-level one first) and, per tenant in
+    /// order, the index of its database among them.
+    pub fn databases(&self) -> (Vec<DatabaseUrl>, Vec<usize>) {
+        let mut databases = vec![self.database_url.clone()];
+        let mut of_tenant = Vec::new();
+        for tenant in &self.tenants {
+            let url = tenant.database_url.as_ref().unwrap_or(&self.database_url);
+            let index = match databases.iter().position(|d| d == url) {
+                Some(index) => index,
+                None => {
+                    databases.push(url.clone());
+                    databases.len() - 1
+                }
+            };
+            of_tenant.push(index);
+        }
+        (databases, of_tenant)
+    }
+
+    /// The bound on one operation's database work.
+    pub fn db_timeout(&self) -> Duration {
+        Duration::from_millis(self.db_timeout_ms)
     }
 
     /// The policy call deadline as a `Duration`.
@@ -322,11 +411,67 @@ max_waiters = 10000
             })
             .unwrap();
         assert_eq!(config.listen.port(), 9000);
-        assert_eq!(config.database_url, "mysql://x@h/db");
+        assert_eq!(config.database_url.0, ["mysql://x@h/db"]);
+        config
+            .apply_env(|name| {
+                (name == "LOCKBROKER_DATABASE_URL")
+                    .then(|| "mysql://a@db1/x, mysql://a@db2/x".into())
+            })
+            .unwrap();
+        assert_eq!(
+            config.database_url.0,
+            ["mysql://a@db1/x", "mysql://a@db2/x"]
+        );
         let err = config
             .apply_env(|_| Some("not an address".into()))
             .unwrap_err();
         assert!(err.to_string().contains("LOCKBROKER_LISTEN"));
+    }
+
+    #[test]
+    fn database_url_is_a_string_or_a_list_and_tenants_may_have_their_own() {
+        let config = Config::from_toml(
+            r#"
+database_url = ["mysql://lb@db1:3306/lockbroker", "mysql://lb@db2:3306/lockbroker"]
+db_timeout_ms = 1500
+[[tenant]]
+name = "a"
+api_key = "ka"
+[[tenant]]
+name = "b"
+api_key = "kb"
+database_url = "mysql://lb@shard2:3306/lockbroker"
+[[tenant]]
+name = "c"
+api_key = "kc"
+database_url = ["mysql://lb@db1:3306/lockbroker", "mysql://lb@db2:3306/lockbroker"]
+"#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.db_timeout(), Duration::from_millis(1500));
+        let (databases, of_tenant) = config.databases();
+        assert_eq!(databases.len(), 2);
+        assert_eq!(databases[1].0, ["mysql://lb@shard2:3306/lockbroker"]);
+        assert_eq!(of_tenant, [0, 1, 0]);
+        assert!(Config::from_toml(
+            "database_url = []
+[[tenant]]
+name = \"a\"
+api_key = \"k\""
+        )
+        .unwrap()
+        .validate()
+        .is_err());
+        assert!(Config::from_toml(
+            "db_timeout_ms = 5
+[[tenant]]
+name = \"a\"
+api_key = \"k\""
+        )
+        .unwrap()
+        .validate()
+        .is_err());
     }
 
     #[test]

@@ -37,12 +37,17 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 impl Metrics {
     /// Adds one to a counter.
     pub fn inc(&self, name: &'static str, pairs: &[(&str, &str)]) {
+        self.add_counter(name, pairs, 1);
+    }
+
+    /// Adds `n` to a counter.
+    pub fn add_counter(&self, name: &'static str, pairs: &[(&str, &str)], n: u64) {
         *self
             .counters
             .lock()
             .expect("metrics lock")
             .entry((name, labels(pairs)))
-            .or_default() += 1;
+            .or_default() += n;
     }
 
     /// Adds `delta` to a gauge.

@@ -33,6 +33,8 @@ pub struct Tenant {
     /// The policy file in `policy_dir`, if the tenant has one.
     pub policy_file: Option<String>,
     pub policy: TenantPolicy,
+    /// Which of the broker's databases holds this tenant's locks.
+    pub database: usize,
 }
 
 impl std::fmt::Debug for Tenant {
@@ -42,8 +44,9 @@ impl std::fmt::Debug for Tenant {
 }
 
 impl Tenant {
-    pub fn new(config: &TenantConfig, policy: TenantPolicy) -> Tenant {
+    pub fn new(config: &TenantConfig, policy: TenantPolicy, database: usize) -> Tenant {
         Tenant {
+            database,
             name: config.name.clone(),
             key_digest: digest(&config.api_key),
             max_ttl_ms: config.max_ttl_ms,
@@ -100,9 +103,10 @@ mod tests {
             policy: None,
             max_ttl_ms: 1000,
             max_waiters: 10,
+            database_url: None,
         };
         let policy = TenantPolicy::new(name, Loaded::builtin(), Arc::new(Metrics::default()));
-        Tenant::new(&config, policy)
+        Tenant::new(&config, policy, 0)
     }
 
     #[test]

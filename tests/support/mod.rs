@@ -93,7 +93,7 @@ pub fn config_at(server: &str, db: &str) -> Config {
     let mut config = Config::dev();
     config.dev_defaults = false;
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.database_url = format!("{}/{db}", server.trim_end_matches('/'));
+    config.database_url = format!("{}/{db}", server.trim_end_matches('/')).into();
     config.admin_token = Some(ADMIN.into());
     config.max_connections = 16;
     config.tenants.push(TenantConfig {
@@ -102,6 +102,7 @@ pub fn config_at(server: &str, db: &str) -> Config {
         policy: None,
         max_ttl_ms: 3_600_000,
         max_waiters: 10_000,
+        database_url: None,
     });
     config.validate().expect("test config is valid");
     config

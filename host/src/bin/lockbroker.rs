@@ -3,7 +3,7 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use lockbroker::{store, Config, Server};
+use lockbroker::{Config, Server};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -34,8 +34,28 @@ enum Command {
 /// How long `serve` keeps trying to reach the database at start.
 const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How long the runtime waits for leftover tasks once the broker stopped.
+const EXIT_WITHIN: Duration = Duration::from_secs(1);
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run());
+    // Whatever is left (a detached operation on a hung connection, a
+    // policy call) must not keep the process alive.
+    runtime.shutdown_timeout(EXIT_WITHIN);
+    code
+}
+
+async fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -79,8 +99,7 @@ async fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
 
 async fn migrate(path: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(path.as_deref())?;
-    let pool = store::connect(&config.database_url, 1).await?;
-    pool.close().await;
+    lockbroker::app::migrate(&config).await?;
     println!("migrations applied");
     Ok(())
 }

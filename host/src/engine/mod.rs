@@ -1,34 +1,56 @@
 //! The lock engine: grants, renewals, releases and handoffs as short MySQL
-//! transactions. A held lock is a row with an owner and an expiry, never an
-//! open transaction or a session lock, so held locks pin no connection.
+//! transactions on one database. A held lock is a row with an owner and an
+//! expiry, never an open transaction or a session lock, so held locks pin
+//! no connection.
 //!
 //! - `lease`: locks and elections (one row in `locks` per key).
 //! - `semaphore`: N slot rows per key, claimed with `SKIP LOCKED`.
 //! - `queue`: the durable wait queue, direct handoff and waking waiters.
-//! - `reaper`: hands expired leases with waiters on; cleans the queue.
+//! - `reaper`: hands expired leases on; cleans the queue of waiters past
+//!   their deadline or of dead brokers.
+//! - `brokers`: this broker's heartbeat, by which others tell it is alive.
+//! - `settle`: commits whose outcome is unknown, found out.
+//! - `detach`: operations that run to their end when their caller leaves.
+//!
+//! Every database call of an operation is bounded by its [`Budget`]
+//! (`db_timeout_ms`); collisions with other transactions (deadlocks,
+//! Galera certification failures) are retried with backoff within it.
 
+mod brokers;
+mod detach;
 mod lease;
 mod queue;
 mod reaper;
 mod semaphore;
+mod settle;
 
-use std::{collections::HashMap, ops::Deref, sync::Arc, sync::Mutex};
+use std::{collections::HashMap, ops::Deref, sync::Arc, sync::Mutex, time::Duration};
 
 use chrono::NaiveDateTime;
-use sqlx::MySqlPool;
-use tokio::sync::{oneshot, watch};
+use tokio::{
+    sync::{oneshot, watch},
+    time::Instant,
+};
 
 use crate::{
     metrics::Metrics,
-    store::{self, Kind, RowKey},
+    store::{
+        self,
+        db::Db,
+        pool::{Conn, ConnectError},
+        Failure, Kind, RowKey,
+    },
     tenant::Tenant,
 };
 
 pub use lease::{Grant, LockState, Released};
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
 
-/// How many times a deadlocked transaction is retried before giving up.
-const DEADLOCK_RETRIES: u32 = 3;
+/// A broker is taken for dead once its heartbeat is this old: its pending
+/// waiters are skipped, its undelivered grants taken back.
+pub const BROKER_DEAD_AFTER: Duration = Duration::from_millis(1000);
+/// How often a broker says it is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
 
 /// Why an operation did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -54,12 +76,74 @@ pub enum EngineError {
     ShuttingDown,
     /// The database could not be used; nothing was granted.
     #[error("the database is unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] DbFailure),
+}
+
+/// How the database failed an operation.
+#[derive(Debug, thiserror::Error)]
+pub enum DbFailure {
+    #[error(transparent)]
+    Statement(#[from] sqlx::Error),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// A commit whose answer was lost, found not to have happened.
+    #[error("the connection broke before the commit took effect")]
+    NotCommitted,
+    /// A commit whose outcome could not be found out in time.
+    #[error("the database did not answer whether a commit took effect")]
+    Unknown,
 }
 
 impl From<sqlx::Error> for EngineError {
     fn from(err: sqlx::Error) -> Self {
-        EngineError::Unavailable(err)
+        EngineError::Unavailable(DbFailure::Statement(err))
+    }
+}
+
+impl From<ConnectError> for EngineError {
+    fn from(err: ConnectError) -> Self {
+        EngineError::Unavailable(DbFailure::Connect(err))
+    }
+}
+
+/// What to do about a failed attempt.
+enum Retry {
+    /// A collision with another transaction: again after a random pause.
+    Backoff,
+    /// The server cannot serve now: again shortly, perhaps elsewhere.
+    Later,
+    /// The connection broke before anything was committed: again now, on a
+    /// fresh connection.
+    Now,
+}
+
+impl EngineError {
+    fn retry(&self) -> Option<Retry> {
+        match self {
+            EngineError::Unavailable(DbFailure::Statement(err)) => match store::classify(err) {
+                Failure::Conflict | Failure::RowLocked => Some(Retry::Backoff),
+                Failure::NotReady => Some(Retry::Later),
+                Failure::Disconnected => Some(Retry::Now),
+                Failure::Other => None,
+            },
+            EngineError::Unavailable(DbFailure::Connect(ConnectError::NotReady { .. })) => {
+                Some(Retry::Later)
+            }
+            EngineError::Unavailable(DbFailure::NotCommitted) => Some(Retry::Now),
+            _ => None,
+        }
+    }
+}
+
+/// The time an operation's database work may take: past it, 503.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub deadline: Instant,
+}
+
+impl Budget {
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 }
 
@@ -91,22 +175,28 @@ pub struct Handoff {
     pub token: u64,
     pub slot: Option<u32>,
     pub expires_at: NaiveDateTime,
-    /// True when the waiter's row is gone already (a handoff in this
-    /// broker); false when the waiter removes it (another broker's grant).
-    pub collected: bool,
 }
 
-/// The lock engine, shared by all requests (cheap to clone).
+/// Settings of an engine.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Bound on the database work of one operation.
+    pub db_timeout: Duration,
+}
+
+/// The lock engine on one database, shared by all requests (cheap to clone).
 #[derive(Clone)]
 pub struct Engine(Arc<Inner>);
 
 pub struct Inner {
-    pool: MySqlPool,
+    db: Db,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
-    /// This process's name in the `waiters.broker` column.
+    settings: Settings,
+    /// This process's name in the `waiters.broker` and `brokers` columns.
     broker: String,
     /// Waiters of this process, by waiter id: where a handoff is delivered.
+    /// Whoever takes a waiter's sender out of here delivers its grant.
     local: Mutex<HashMap<u64, oneshot::Sender<Handoff>>>,
 }
 
@@ -118,18 +208,26 @@ impl Deref for Engine {
 }
 
 impl Engine {
-    pub fn new(pool: MySqlPool, metrics: Arc<Metrics>, shutdown: watch::Receiver<bool>) -> Engine {
+    pub fn new(
+        db: Db,
+        metrics: Arc<Metrics>,
+        shutdown: watch::Receiver<bool>,
+        settings: Settings,
+        broker: String,
+    ) -> Engine {
         Engine(Arc::new(Inner {
-            pool,
+            db,
             metrics,
             shutdown,
-            broker: broker_name(),
+            settings,
+            broker,
             local: Mutex::new(HashMap::new()),
         }))
     }
 
-    pub fn pool(&self) -> &MySqlPool {
-        &self.pool
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
     }
 
     /// Turns true when the broker begins to shut down.
@@ -140,6 +238,78 @@ impl Engine {
     /// This broker's name among the brokers sharing the database.
     pub fn broker(&self) -> &str {
         &self.broker
+    }
+
+    /// A fresh budget for one step of database work.
+    fn budget(&self) -> Budget {
+        Budget {
+            deadline: Instant::now() + self.settings.db_timeout,
+        }
+    }
+
+    /// A connection for autocommit statements.
+    async fn conn(&self, budget: Budget) -> Result<Conn, EngineError> {
+        Ok(self.db.acquire(budget.deadline).await?)
+    }
+
+    /// A connection with a transaction begun.
+    async fn begin(&self, budget: Budget) -> Result<Conn, EngineError> {
+        let mut conn = self.db.acquire(budget.deadline).await?;
+        conn.begin().await?;
+        Ok(conn)
+    }
+
+    /// True when the database answers a trivial query within a second.
+    pub async fn ping(&self) -> bool {
+        let budget = Budget {
+            deadline: Instant::now() + Duration::from_secs(1),
+        };
+        let Ok(mut conn) = self.conn(budget).await else {
+            return false;
+        };
+        let ok = conn.statement("SELECT 1").await.is_ok();
+        if ok {
+            conn.done();
+        }
+        ok
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or `budget` runs out:
+    /// collisions with other transactions are retried after a random pause
+    /// (they say nothing was done), a broken connection once at once on a
+    /// fresh one, a server that cannot serve now after a short pause.
+    async fn retry<T, F, Fut>(&self, budget: Budget, mut op: F) -> Result<T, EngineError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, EngineError>>,
+    {
+        let mut attempt = 0u32;
+        let mut broken = 0u32;
+        loop {
+            let err = match op().await {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            let pause = match err.retry() {
+                Some(Retry::Backoff) => {
+                    let cap = 1u64 << attempt.min(6);
+                    Duration::from_millis(1 + rand::random::<u64>() % cap)
+                }
+                Some(Retry::Later) => Duration::from_millis(50),
+                Some(Retry::Now) if broken < 2 => {
+                    broken += 1;
+                    Duration::ZERO
+                }
+                _ => return Err(err),
+            };
+            if pause >= budget.left() {
+                return Err(err);
+            }
+            attempt += 1;
+            self.metrics.inc("lockbroker_db_retries_total", &[]);
+            tracing::debug!(attempt, error = %err, "retrying");
+            tokio::time::sleep(pause).await;
+        }
     }
 
     /// The `retry_after_ms` hint for a refused try, from the backoff policy.
@@ -167,12 +337,18 @@ impl Engine {
             crate::policy::Decision::GiveUp => remaining_ms.max(1),
         }
     }
+
+    /// Microseconds within which a broker must have heartbeated to count
+    /// as alive.
+    fn alive_us(&self) -> u64 {
+        u64::try_from(BROKER_DEAD_AFTER.as_micros()).unwrap_or(u64::MAX)
+    }
 }
 
 /// A name unique to this process: host, pid and a random suffix (a
 /// restarted process with a recycled pid must not collect its
 /// predecessor's handoffs).
-fn broker_name() -> String {
+pub fn broker_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
@@ -187,25 +363,4 @@ fn broker_name() -> String {
 /// `now + ms`, on the database's clock reading `now`.
 fn plus_ms(now: NaiveDateTime, ms: u64) -> NaiveDateTime {
     now + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX / 2))
-}
-
-/// Runs `op` again while InnoDB reports a deadlock, a bounded number of times.
-async fn retry_deadlocks<T, F, Fut>(mut op: F) -> Result<T, EngineError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, EngineError>>,
-{
-    let mut tries = 0;
-    loop {
-        match op().await {
-            Err(EngineError::Unavailable(err))
-                if store::classify(&err) == store::Failure::Deadlock
-                    && tries < DEADLOCK_RETRIES =>
-            {
-                tries += 1;
-                tracing::debug!(tries, "deadlock, retrying");
-            }
-            other => return other,
-        }
-    }
 }

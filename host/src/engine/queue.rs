@@ -4,29 +4,34 @@
 //! `waiters`, inserted in the same transaction that found the key busy, so
 //! no release can slip between the check and the enqueue. The transaction
 //! that frees a lease (release, or the reaper on expiry) asks the tenant's
-//! fairness policy which waiter is next and grants it the lease right there:
-//! no barging, and only that waiter is woken.
+//! fairness policy which eligible waiter is next and grants it the lease
+//! right there: no barging, and only that waiter is woken. A waiter past
+//! its deadline, or of a broker that stopped heartbeating, is not eligible:
+//! it is never handed a lease nor counted against a newcomer, and the
+//! transactions that meet it clear it out.
 //!
-//! Waking: a waiter of this process gets the handoff in-process at once (a
-//! oneshot per waiter; its row is removed by the handoff itself). A waiter
-//! of another process is marked granted; its broker finds it with one
-//! batched query per tick ([`WAKE_TICK`]). A waiter that times out or whose
-//! client goes away leaves the queue in a transaction on the key's header
-//! row; a grant that raced with its departure is released (handed on),
-//! never left held by nobody.
+//! Waking: a grant to a waiter of this process is marked claimed and
+//! delivered in-process at once (a oneshot per waiter). A grant to a
+//! waiter of another process is marked granted; its broker claims it with
+//! one batched query per tick ([`WAKE_TICK`]) before answering, so a grant
+//! still unclaimed when its broker dies was never delivered and can be
+//! taken back. Whoever takes a waiter's sender out of `local` delivers; a
+//! waiter that times out or whose client leaves takes itself out of the
+//! queue in a transaction on the key's header row, taking (and giving back)
+//! a grant that raced with it: never a lease held by nobody.
 
 use std::time::Duration;
 
-use sqlx::MySqlConnection;
 use tokio::sync::{oneshot, watch};
 
-use super::{Engine, EngineError, Handoff, LockRef};
+use super::{detach::Departure, settle::Expect, Engine, EngineError, Handoff, LockRef};
 use crate::{
     policy::Waiter,
     store::{
         locks::{self, Locking},
+        pool::Conn,
         semaphores,
-        waiters::{self, NewWaiter, Order, WaiterRow},
+        waiters::{self, NewWaiter, Order, Undelivered, WaiterRow},
         Kind,
     },
 };
@@ -35,35 +40,37 @@ use crate::{
 pub const WAKE_TICK: Duration = Duration::from_millis(10);
 /// Waiters a fairness policy sees: the oldest ones plus the most urgent ones.
 const WINDOW: u32 = 32;
+/// Rounds of database budget a departed client's lease gets to be given back.
+const GIVE_BACK_TRIES: u32 = 5;
 
 /// A handoff to deliver once its transaction committed.
 pub(super) struct Delivery {
-    broker: Vec<u8>,
+    /// The waiter is this broker's: delivered in-process.
+    local: bool,
     id: u64,
     handoff: Handoff,
-    lock: LockRef,
-    owner: String,
 }
 
 impl Engine {
-    /// Picks the next waiter of `lock` by the tenant's fairness policy and
-    /// counts a pass-over for older waiters it skipped. The caller holds the
-    /// key's header row.
+    /// Picks the next eligible waiter of `lock` by the tenant's fairness
+    /// policy and counts a pass-over for older waiters it skipped. The
+    /// caller holds the key's header row.
     pub(super) async fn choose(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut Conn,
         lock: &LockRef,
     ) -> Result<Option<WaiterRow>, EngineError> {
+        let alive = self.alive_us();
         if lock.tenant.policy.always_oldest() {
             // FIFO (the built-in policy): the oldest waiter is all we need.
-            let mut oldest = waiters::pending(&mut *conn, lock.row(), Order::Oldest, 1).await?;
+            let mut oldest = waiters::pending(conn, lock.row(), Order::Oldest, 1, alive).await?;
             return Ok(oldest.pop());
         }
-        let mut rows = waiters::pending(&mut *conn, lock.row(), Order::Oldest, WINDOW).await?;
+        let mut rows = waiters::pending(conn, lock.row(), Order::Oldest, WINDOW, alive).await?;
         if rows.len() == WINDOW as usize {
             // More may wait beyond the window: add the most urgent ones so a
             // priority policy sees them.
-            for row in waiters::pending(&mut *conn, lock.row(), Order::MostUrgent, WINDOW).await? {
+            for row in waiters::pending(conn, lock.row(), Order::MostUrgent, WINDOW, alive).await? {
                 if !rows.iter().any(|r| r.id == row.id) {
                     rows.push(row);
                 }
@@ -85,17 +92,50 @@ impl Engine {
             .collect();
         let index = lock.tenant.policy.pick_next(&lock.key, candidates).await;
         let skipped: Vec<u64> = rows[..index].iter().map(|r| r.id).collect();
-        waiters::passed_over(&mut *conn, &skipped).await?;
+        waiters::passed_over(conn, &skipped).await?;
         Ok(Some(rows.swap_remove(index)))
     }
 
-    /// Fails with 429 when the tenant has `max_waiters` pending waiters.
+    /// Clears out the key's pending waiters that can no longer take a
+    /// lease (deadline passed, or broker dead); how many. The caller holds
+    /// the key's header row.
+    pub(super) async fn purge(&self, conn: &mut Conn, lock: &LockRef) -> Result<u32, EngineError> {
+        let purged = waiters::purge_ineligible(conn, lock.row(), self.alive_us()).await?;
+        if purged > 0 {
+            self.add_queued(conn, lock, -i64::try_from(purged).unwrap_or(0))
+                .await?;
+            self.metrics
+                .add_counter("lockbroker_waiters_purged_total", &[], purged);
+        }
+        Ok(u32::try_from(purged).unwrap_or(u32::MAX))
+    }
+
+    /// Takes back the key's grants that dead brokers never claimed (nobody
+    /// received them); the ones taken. The caller holds the key's header
+    /// row and frees or hands on the leases that are still those grants.
+    pub(super) async fn take_back(
+        &self,
+        conn: &mut Conn,
+        lock: &LockRef,
+    ) -> Result<Vec<Undelivered>, EngineError> {
+        let mut taken = Vec::new();
+        for grant in waiters::undelivered(conn, lock.row(), self.alive_us()).await? {
+            if waiters::revoke(conn, grant.id).await? {
+                self.metrics
+                    .inc("lockbroker_undelivered_grants_taken_back_total", &[]);
+                taken.push(grant);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Fails with 429 when the tenant has `max_waiters` eligible waiters.
     pub(super) async fn check_room(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut Conn,
         lock: &LockRef,
     ) -> Result<(), EngineError> {
-        let pending = waiters::pending_for_tenant(&mut *conn, &lock.tenant.name).await?;
+        let pending = waiters::pending_for_tenant(conn, &lock.tenant.name, self.alive_us()).await?;
         if pending >= lock.tenant.max_waiters {
             return Err(EngineError::TooManyWaiters);
         }
@@ -109,7 +149,7 @@ impl Engine {
     /// is released.
     pub(super) async fn enqueue(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut Conn,
         lock: &LockRef,
         owner: &str,
         priority: i32,
@@ -124,7 +164,7 @@ impl Engine {
             broker: &self.broker,
             wait_ms,
         };
-        let id = waiters::insert(&mut *conn, lock.row(), waiter).await?;
+        let id = waiters::insert(conn, lock.row(), waiter).await?;
         // Registered before the commit: a handoff right after it finds us.
         let (tx, rx) = oneshot::channel();
         self.local.lock().expect("local waiters").insert(id, tx);
@@ -143,27 +183,27 @@ impl Engine {
     /// Adds `delta` to the header row's count of pending waiters.
     pub(super) async fn add_queued(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut Conn,
         lock: &LockRef,
         delta: i64,
     ) -> Result<(), EngineError> {
         match lock.kind {
             Kind::Semaphore => {
-                semaphores::add_queued(&mut *conn, &lock.tenant.name, &lock.storage_key, delta)
-                    .await?
+                semaphores::add_queued(conn, &lock.tenant.name, &lock.storage_key, delta).await?
             }
-            Kind::Lock | Kind::Election => locks::add_queued(&mut *conn, lock.row(), delta).await?,
+            Kind::Lock | Kind::Election => locks::add_queued(conn, lock.row(), delta).await?,
         };
         Ok(())
     }
 
     /// Records the handoff of a lease to `waiter` in the freeing
-    /// transaction (which has already written the lease). A waiter of this
-    /// broker leaves the queue right here and gets the lease in-process; a
-    /// waiter of another broker is marked granted for its wake loop.
+    /// transaction (which has already written the lease). A grant to a
+    /// waiter of this broker is claimed at once and delivered in-process
+    /// after the commit; one to another broker's waiter is left for that
+    /// broker to claim.
     pub(super) async fn record_handoff(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut Conn,
         lock: &LockRef,
         waiter: WaiterRow,
         token: u64,
@@ -171,43 +211,40 @@ impl Engine {
         expires_at: chrono::NaiveDateTime,
     ) -> Result<Delivery, EngineError> {
         let local = waiter.broker == self.broker.as_bytes();
-        if local {
-            waiters::delete(&mut *conn, waiter.id).await?;
-        } else {
-            waiters::grant(&mut *conn, waiter.id, token, slot, expires_at).await?;
-        }
+        waiters::grant(conn, waiter.id, token, slot, expires_at, local).await?;
         self.add_queued(conn, lock, -1).await?;
         Ok(Delivery {
-            broker: waiter.broker,
+            local,
             id: waiter.id,
             handoff: Handoff {
                 token,
                 slot,
                 expires_at,
-                collected: local,
             },
-            lock: lock.clone(),
-            owner: String::from_utf8_lossy(&waiter.owner).into_owned(),
         })
     }
 
-    /// Delivers committed handoffs to this broker's waiters. One whose
-    /// request is gone gets its lease released (handed on) instead.
-    pub(super) fn deliver(&self, deliveries: Vec<Delivery>) {
+    /// Delivers committed handoffs to this broker's waiters.
+    pub(super) fn deliver(&self, deliveries: impl IntoIterator<Item = Delivery>) {
         for d in deliveries {
             self.metrics.inc("lockbroker_handoffs_total", &[]);
-            if d.broker != self.broker.as_bytes() {
+            if !d.local {
                 continue;
             }
-            let sender = self.local.lock().expect("local waiters").remove(&d.id);
-            let undelivered = match sender {
-                Some(sender) => sender.send(d.handoff).err(),
-                None => Some(d.handoff),
-            };
-            if let Some(handoff) = undelivered {
-                let engine = self.clone();
-                tokio::spawn(async move { engine.give_back(&d.lock, &d.owner, handoff).await });
-            }
+            self.hand_to_waiter(d.id, d.handoff);
+        }
+    }
+
+    /// Hands a claimed grant to waiter `id` of this broker, if nobody else
+    /// (its own leaving, or the other delivery path) took its sender first.
+    /// The waiter's row stays until the waiter has its answer: whoever
+    /// deletes a granted row owns its lease.
+    fn hand_to_waiter(&self, id: u64, handoff: Handoff) {
+        let sender = self.local.lock().expect("local waiters").remove(&id);
+        // No sender, or nobody listening any more: the waiter is leaving
+        // and finds the grant in its row, which it takes and gives back.
+        if let Some(sender) = sender {
+            let _ = sender.send(handoff);
         }
     }
 
@@ -215,18 +252,27 @@ impl Engine {
     ///
     /// # Errors
     /// `Ok(None)` is a timeout (the waiter has left the queue);
-    /// [`EngineError::ShuttingDown`] when the broker stops first.
+    /// [`EngineError::ShuttingDown`] when the broker stops or the caller
+    /// leaves first (the waiter has left, and a grant has been given back).
     pub(super) async fn await_handoff(
         &self,
         lock: &LockRef,
         mut queued: Queued,
         wait_ms: u64,
+        departure: &mut Departure,
     ) -> Result<Option<Handoff>, EngineError> {
         let id = queued.id;
         let mut stop = self.shutdown.clone();
         let outcome = tokio::select! {
             handoff = &mut queued.rx => handoff.ok(),
             () = tokio::time::sleep(Duration::from_millis(wait_ms)) => None,
+            () = departure.wait() => {
+                self.metrics.inc("lockbroker_waiters_departed_total", &[]);
+                queued.armed = false;
+                let handed = queued.rx.try_recv().ok();
+                self.clean_up(lock, id, &queued.owner, handed).await;
+                return Err(EngineError::ShuttingDown);
+            }
             () = crate::shutdown::stopped(&mut stop) => {
                 queued.armed = false;
                 let handed = queued.rx.try_recv().ok();
@@ -236,103 +282,135 @@ impl Engine {
         };
         if let Some(handoff) = outcome {
             queued.armed = false;
-            self.collect(id, handoff);
+            self.collect(id);
             return Ok(Some(handoff));
         }
         // Timed out: leave the queue, unless a handoff won the race. Still
-        // guarded: if the client goes away meanwhile, the guard finishes it.
+        // guarded: if the task is dropped meanwhile, the guard finishes it.
         let left = self.leave(lock, id).await;
         queued.armed = false;
         match left {
             // Handed over in-process while we were leaving: it is ours.
-            Ok(None) => Ok(queued.rx.try_recv().ok()),
+            Ok(None) => match queued.rx.try_recv() {
+                Ok(handoff) => {
+                    self.collect(id);
+                    Ok(Some(handoff))
+                }
+                Err(_) => Ok(None),
+            },
             other => other,
         }
     }
 
-    /// Removes the row of a waiter granted by another broker (off the reply
-    /// path: the row only told us our grant).
-    fn collect(&self, id: u64, handoff: Handoff) {
-        if !handoff.collected {
-            let engine = self.clone();
-            tokio::spawn(async move {
-                let _ = waiters::delete(&engine.pool, id).await;
-            });
-        }
+    /// Removes the row of a waiter that received its grant (off the reply
+    /// path: it only recorded the grant). The reaper sweeps what this misses.
+    fn collect(&self, id: u64) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if let Ok(mut conn) = engine.conn(engine.budget()).await {
+                if waiters::delete(&mut conn, id).await.is_ok() {
+                    conn.done();
+                }
+            }
+        });
     }
 
-    /// Removes waiter `id` from the queue. A handoff another broker made
-    /// first is returned (the caller now holds that lease); one made by this
-    /// broker arrives on the waiter's channel instead.
+    /// Removes waiter `id` from the queue. A grant made to it meanwhile is
+    /// returned (the caller now holds that lease); a grant this broker
+    /// delivers in-process arrives on the waiter's channel instead.
     pub(super) async fn leave(
         &self,
         lock: &LockRef,
         id: u64,
     ) -> Result<Option<Handoff>, EngineError> {
         self.local.lock().expect("local waiters").remove(&id);
-        let mut tx = self.pool.begin().await?;
-        match lock.kind {
-            Kind::Semaphore => {
-                semaphores::header_for_update(&mut *tx, &lock.tenant.name, &lock.storage_key)
-                    .await?;
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            match lock.kind {
+                Kind::Semaphore => {
+                    semaphores::header_for_update(&mut tx, &lock.tenant.name, &lock.storage_key)
+                        .await?;
+                }
+                Kind::Lock | Kind::Election => {
+                    locks::select(&mut tx, lock.row(), Locking::Wait).await?;
+                }
             }
-            Kind::Lock | Kind::Election => {
-                locks::select(&mut *tx, lock.row(), Locking::Wait).await?;
-            }
-        }
-        let Some(row) = waiters::get(&mut *tx, id).await? else {
-            tx.commit().await?;
-            return Ok(None);
-        };
-        waiters::delete(&mut *tx, id).await?;
-        let handoff = match (row.granted_token, row.granted_expires_at) {
-            (Some(token), Some(expires_at)) => Some(Handoff {
-                token,
-                slot: row.granted_slot,
-                expires_at,
-                collected: true,
-            }),
-            _ => {
-                self.add_queued(&mut tx, lock, -1).await?;
-                None
-            }
-        };
-        tx.commit().await?;
-        Ok(handoff)
+            let Some(row) = waiters::get(&mut tx, id).await? else {
+                tx.rollback().await?;
+                return Ok(None);
+            };
+            waiters::delete(&mut tx, id).await?;
+            let handoff = match (row.granted_token, row.granted_expires_at) {
+                (Some(token), Some(expires_at)) => Some(Handoff {
+                    token,
+                    slot: row.granted_slot,
+                    expires_at,
+                }),
+                _ => {
+                    self.add_queued(&mut tx, lock, -1).await?;
+                    None
+                }
+            };
+            self.commit(tx, lock, Expect::WaiterGone { id }).await?;
+            Ok(handoff)
+        })
+        .await
     }
 
-    /// Releases (hands on) a lease handed to a waiter whose request is gone.
-    async fn give_back(&self, lock: &LockRef, owner: &str, handoff: Handoff) {
-        let released = match handoff.slot {
-            Some(slot) => self.release_slot(lock, owner, slot, handoff.token).await,
-            None => self.release(lock, owner, handoff.token).await.map(|_| ()),
-        };
-        if let Err(err) = released {
-            // The lease runs out by its TTL and goes to the next waiter then.
-            tracing::warn!(error = %err, "could not release a departed waiter's lease");
+    /// Releases (hands on) a lease granted to a request that is gone,
+    /// trying again a few times if the database is away: otherwise the
+    /// lease would only end with its TTL.
+    pub(super) async fn give_back(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        slot: Option<u32>,
+    ) {
+        for _ in 0..GIVE_BACK_TRIES {
+            let released = match slot {
+                Some(slot) => self.release_slot_now(lock, owner, slot, token).await,
+                None => self.release_now(lock, owner, token).await.map(|_| ()),
+            };
+            match released {
+                Ok(()) | Err(EngineError::LeaseLost) => return,
+                Err(err) => {
+                    tracing::debug!(error = %err, "could not give back a departed client's lease yet");
+                    tokio::time::sleep(self.settings.db_timeout).await;
+                }
+            }
         }
+        // The lease runs out by its TTL and goes to the next waiter then.
+        tracing::warn!(key = %lock.storage_key, "could not give back a departed client's lease");
     }
 
     /// A waiter whose request is gone: release what was handed to it, or
-    /// leave the queue (releasing a grant another broker made meanwhile).
+    /// leave the queue (releasing a grant made meanwhile).
     async fn clean_up(&self, lock: &LockRef, id: u64, owner: &str, handed: Option<Handoff>) {
         if let Some(handoff) = handed {
-            self.collect(id, handoff);
-            return self.give_back(lock, owner, handoff).await;
+            self.collect(id);
+            return self
+                .give_back(lock, owner, handoff.token, handoff.slot)
+                .await;
         }
         match self.leave(lock, id).await {
-            Ok(Some(handoff)) => self.give_back(lock, owner, handoff).await,
+            Ok(Some(handoff)) => {
+                self.give_back(lock, owner, handoff.token, handoff.slot)
+                    .await
+            }
             Ok(None) => {}
-            // The row stays; the reaper removes it after its deadline and a
-            // lease handed to it meanwhile runs out by its TTL.
+            // The row stays; it stops counting at its deadline and the
+            // reaper removes it. A lease handed to it meanwhile runs out by
+            // its TTL.
             Err(err) => {
                 tracing::warn!(error = %err, waiter = id, "could not remove a departed waiter")
             }
         }
     }
 
-    /// This broker's wake loop: one query per tick for handoffs to its
-    /// waiters made by other brokers, while it has waiters.
+    /// This broker's wake loop: once per tick, while it has waiters, claim
+    /// and deliver the grants other brokers made to them.
     pub async fn run_waker(self, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
@@ -342,36 +420,39 @@ impl Engine {
             if self.local.lock().expect("local waiters").is_empty() {
                 continue;
             }
-            let granted = match waiters::granted_for_broker(&self.pool, &self.broker).await {
-                Ok(granted) => granted,
-                Err(err) => {
-                    tracing::debug!(error = %err, "wake check failed");
-                    continue;
-                }
-            };
-            let mut local = self.local.lock().expect("local waiters");
-            for row in granted {
-                if let (Some(token), Some(expires_at)) = (row.granted_token, row.granted_expires_at)
-                {
-                    // A waiter no longer registered left (or is leaving) and
-                    // finds the grant in its row itself.
-                    if let Some(sender) = local.remove(&row.id) {
-                        let _ = sender.send(Handoff {
-                            token,
-                            slot: row.granted_slot,
-                            expires_at,
-                            collected: false,
-                        });
-                    }
-                }
+            if let Err(err) = self.wake_once().await {
+                tracing::debug!(error = %err, "wake check failed");
             }
         }
+    }
+
+    async fn wake_once(&self) -> Result<(), EngineError> {
+        let mut conn = self.conn(self.budget()).await?;
+        let mut granted = waiters::granted_for_broker(&mut conn, &self.broker).await?;
+        if granted.iter().any(|row| row.claimed == 0) {
+            waiters::claim_for_broker(&mut conn, &self.broker).await?;
+            granted = waiters::granted_for_broker(&mut conn, &self.broker).await?;
+        }
+        conn.done();
+        for row in granted.into_iter().filter(|row| row.claimed != 0) {
+            let (Some(token), Some(expires_at)) = (row.granted_token, row.granted_expires_at)
+            else {
+                continue;
+            };
+            let handoff = Handoff {
+                token,
+                slot: row.granted_slot,
+                expires_at,
+            };
+            self.hand_to_waiter(row.id, handoff);
+        }
+        Ok(())
     }
 }
 
 /// A waiter in the queue, guarded: if its request is dropped before it has
-/// its answer (client gone), the waiter leaves the queue and a lease handed
-/// to it is released.
+/// its answer, the waiter leaves the queue and a lease handed to it is
+/// released.
 pub(super) struct Queued {
     engine: Engine,
     lock: LockRef,
@@ -379,6 +460,12 @@ pub(super) struct Queued {
     owner: String,
     rx: oneshot::Receiver<Handoff>,
     armed: bool,
+}
+
+impl Queued {
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 impl Drop for Queued {
@@ -391,9 +478,6 @@ impl Drop for Queued {
             .lock()
             .expect("local waiters")
             .remove(&self.id);
-        self.engine
-            .metrics
-            .inc("lockbroker_waiters_departed_total", &[]);
         let handed = self.rx.try_recv().ok();
         let (engine, lock, id, owner) = (
             self.engine.clone(),

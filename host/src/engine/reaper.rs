@@ -1,17 +1,17 @@
-//! The reaper: hands expired leases on to their waiters, and removes
-//! waiters whose broker died.
+//! The reaper: hands expired leases on to their waiters, takes back
+//! grants that dead brokers never delivered, and clears out waiters past
+//! their deadline or of dead brokers.
 //!
-//! Every broker runs one. Each tick it lists keys that need work (pending
-//! waiters and a free or expired lease, or abandoned waiters) with a plain
-//! read, then works on each in its own transaction that takes the key's
-//! header row with `SKIP LOCKED`: several brokers' reapers never wait for
-//! each other, and never for a grant in progress.
+//! Every broker runs one. Each tick it lists keys that need work with a
+//! plain read, then works on each in its own transaction that takes the
+//! key's header row with `SKIP LOCKED`: several brokers' reapers never wait
+//! for each other, and never for a grant in progress.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
-use super::{Engine, LockRef};
+use super::{Engine, EngineError, LockRef};
 use crate::{
     store::{
         waiters::{self, ReapKey},
@@ -24,6 +24,9 @@ use crate::{
 const BATCH: u32 = 100;
 /// Ticks between sweeps of granted rows nobody collected.
 const SWEEP_EVERY: u32 = 400;
+/// How long past its deadline a waiter is left for its own broker to take
+/// out of the queue before the reaper does (it is not eligible meanwhile).
+const GRACE: Duration = Duration::from_secs(1);
 
 impl Engine {
     /// Runs until `stop`, once every `interval`.
@@ -63,9 +66,16 @@ impl Engine {
         &self,
         tenants: &HashMap<Vec<u8>, Arc<Tenant>>,
         sweep: bool,
-    ) -> Result<(), sqlx::Error> {
-        let mut keys = waiters::lock_keys_to_reap(&self.pool, BATCH).await?;
-        keys.extend(waiters::semaphore_keys_to_reap(&self.pool, BATCH).await?);
+    ) -> Result<(), EngineError> {
+        let (alive, grace) = (self.alive_us(), GRACE.as_micros() as u64);
+        let mut conn = self.conn(self.budget()).await?;
+        let mut keys = waiters::lock_keys_to_reap(&mut conn, BATCH, alive, grace).await?;
+        keys.extend(waiters::semaphore_keys_to_reap(&mut conn, BATCH, alive, grace).await?);
+        if sweep {
+            waiters::delete_uncollected(&mut conn).await?;
+        }
+        conn.done();
+        drop(conn);
         for key in keys {
             let Some(lock) = lock_ref(tenants, &key) else {
                 continue;
@@ -78,9 +88,6 @@ impl Engine {
                 self.metrics.inc("lockbroker_reaper_errors_total", &[]);
                 tracing::debug!(error = %err, key = %lock.storage_key, "reaping a key failed");
             }
-        }
-        if sweep {
-            waiters::delete_uncollected(&self.pool).await?;
         }
         Ok(())
     }

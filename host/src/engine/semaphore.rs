@@ -4,16 +4,23 @@
 //! A try claims a free slot with `SELECT ... FOR UPDATE SKIP LOCKED` and
 //! never touches the header lock, so tries on one semaphore do not queue
 //! behind each other. Everything that touches the wait queue (enqueue,
-//! handoff on release, leaving) locks the header first, then a slot: one
-//! lock order, no deadlocks.
+//! handoff on release, leaving, a try that finds waiters queued) locks the
+//! header first, then a slot: one lock order, no deadlocks.
 
 use chrono::NaiveDateTime;
 
-use super::{plus_ms, queue::Delivery, retry_deadlocks, Engine, EngineError, LockRef};
+use super::{
+    detach::{finish, Departure},
+    plus_ms,
+    queue::{Delivery, Queued},
+    settle::Expect,
+    Budget, DbFailure, Engine, EngineError, LockRef,
+};
 use crate::store::{
     self,
+    pool::Conn,
     semaphores::{self, SlotRow},
-    waiters, Failure,
+    Failure,
 };
 
 /// A permit held by an owner.
@@ -26,6 +33,8 @@ pub struct SemaphoreGrant {
     pub permits: u32,
     pub ttl_ms: u64,
     pub expires_at: NaiveDateTime,
+    /// A new grant, not the owner's live permit handed back renewed.
+    pub fresh: bool,
 }
 
 /// A held slot, as `GET /v1/semaphores/{key}` shows it.
@@ -46,40 +55,40 @@ pub struct SemaphoreState {
     pub waiters: u64,
 }
 
-/// The header of a semaphore, created with `permits` slots if missing.
-async fn ensure(engine: &Engine, lock: &LockRef, permits: u32) -> Result<(), EngineError> {
-    let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-    let header = match semaphores::header(&engine.pool, tenant, key).await? {
-        Some(header) => header,
-        None => {
-            semaphores::create(&engine.pool, tenant, key, permits).await?;
-            semaphores::header(&engine.pool, tenant, key)
-                .await?
-                .ok_or(sqlx::Error::RowNotFound)?
-        }
-    };
-    if header.permits != permits {
-        return Err(EngineError::PermitsMismatch {
-            permits: header.permits,
-        });
-    }
-    Ok(())
+/// One try at a permit.
+enum Attempt {
+    Granted(SemaphoreGrant),
+    /// No permit for a newcomer now.
+    Full,
+    /// Joined the queue.
+    Queued(Queued),
 }
 
 fn owned_by(row: &SlotRow, owner: &str, token: u64) -> bool {
     row.live_owner() == Some(owner.as_bytes()) && row.token == token
 }
 
+/// What a commit of `grant` leaves in its slot.
+fn leaves(grant: &SemaphoreGrant) -> Expect {
+    Expect::Slot {
+        slot: grant.slot,
+        owner: grant.owner.clone(),
+        token: grant.token,
+        expires_at: grant.expires_at,
+    }
+}
+
 impl Engine {
     /// Takes a permit of `lock` (a semaphore of `permits` slots) for
     /// `owner`, waiting in the queue up to `wait_ms`. An owner that already
-    /// holds a live permit gets that one back, renewed.
+    /// holds a live permit gets that one back, renewed. Runs to its end
+    /// even if the caller leaves; a permit nobody receives is given back.
     ///
     /// # Errors
     /// [`EngineError::SemaphoreFull`], [`EngineError::PermitsMismatch`],
     /// [`EngineError::TooManyWaiters`], [`EngineError::ShuttingDown`],
     /// [`EngineError::Unavailable`].
-    pub async fn acquire_permit(
+    pub fn acquire_permit(
         &self,
         lock: &LockRef,
         owner: &str,
@@ -87,127 +96,292 @@ impl Engine {
         ttl_ms: u64,
         wait_ms: u64,
         priority: i32,
-    ) -> Result<SemaphoreGrant, EngineError> {
-        ensure(self, lock, permits).await?;
-        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-        let grant_slot = |row: SlotRow, renew: bool| SemaphoreGrant {
-            owner: owner.to_owned(),
-            slot: row.slot,
-            token: if renew { row.token } else { row.token + 1 },
-            permits,
-            ttl_ms,
-            expires_at: plus_ms(row.now, ttl_ms),
-        };
-        // First a try that takes no header lock (queued waiters still go
-        // first); only a waiting acquire that found no permit locks the
-        // header, to look again and join the queue atomically.
-        let mut outcome = Err(None);
-        for locked in [false, true] {
-            if locked && wait_ms == 0 {
-                break;
-            }
-            outcome = retry_deadlocks(|| async {
-                let mut tx = self.pool.begin().await?;
-                let header = if locked {
-                    semaphores::header_for_update(&mut *tx, tenant, key).await?
-                } else {
-                    semaphores::header(&mut *tx, tenant, key).await?
-                };
-                let queued = header.map_or(0, |h| h.queued);
-                // An owner asking again gets its own live permit back, renewed.
-                let mine = match semaphores::slot_of_owner(&mut *tx, tenant, key, owner).await? {
-                    Some(slot) => semaphores::slot_for_update(&mut *tx, tenant, key, slot)
-                        .await?
-                        .filter(|row| row.live_owner() == Some(owner.as_bytes())),
-                    None => None,
-                };
-                let claimed = match mine {
-                    Some(row) => Some(grant_slot(row, true)),
-                    None if queued > 0 => None,
-                    None => semaphores::claim_free_slot(&mut *tx, tenant, key)
-                        .await?
-                        .map(|row| grant_slot(row, false)),
-                };
-                if let Some(grant) = claimed {
-                    let lease = (owner, grant.token, grant.expires_at);
-                    semaphores::write_slot(&mut *tx, tenant, key, grant.slot, Some(lease)).await?;
-                    tx.commit().await?;
-                    return Ok(Ok(grant));
-                }
-                if !locked {
-                    tx.rollback().await?;
-                    return Ok(Err(None));
-                }
-                let queued = self
-                    .enqueue(&mut tx, lock, owner, priority, ttl_ms, wait_ms)
-                    .await?;
-                // If this fails, dropping `queued` takes the waiter out again.
-                tx.commit().await?;
-                Ok(Err(Some(queued)))
-            })
-            .await?;
-            if !matches!(outcome, Err(None)) {
-                break;
-            }
-        }
-        let queued = match outcome {
-            Ok(grant) => return Ok(grant),
-            Err(None) => None,
-            Err(Some(queued)) => Some(queued),
-        };
-        if let Some(queued) = queued {
-            if let Some(handoff) = self.await_handoff(lock, queued, wait_ms).await? {
-                return Ok(SemaphoreGrant {
-                    owner: owner.to_owned(),
-                    slot: handoff.slot.unwrap_or_default(),
-                    token: handoff.token,
-                    permits,
-                    ttl_ms,
-                    expires_at: handoff.expires_at,
-                });
-            }
-        }
-        let hint = self.retry_after(lock, 0, 0, wait_ms).await;
-        Err(EngineError::SemaphoreFull {
-            retry_after_ms: hint,
+    ) -> impl std::future::Future<Output = Result<SemaphoreGrant, EngineError>> + Send + 'static
+    {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |departure| async move {
+            let wish = Wish {
+                owner: &owner,
+                permits,
+                ttl_ms,
+                wait_ms,
+                priority,
+            };
+            engine.acquire_permit_now(&lock, wish, departure).await
         })
     }
 
+    async fn acquire_permit_now(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        mut departure: Departure,
+    ) -> Result<SemaphoreGrant, EngineError> {
+        let budget = self.budget();
+        self.ensure(lock, wish.permits, budget).await?;
+        // First a try that takes no header lock; only a semaphore with
+        // waiters queued, or a waiting acquire that found no permit, locks
+        // the header, to settle the queue or join it atomically.
+        let mut attempt = self.try_permit(lock, &wish, budget).await?;
+        if attempt.is_none() {
+            attempt = Some(self.permit_or_enqueue(lock, &wish, budget).await?);
+        }
+        let grant = match attempt.expect("decided") {
+            Attempt::Granted(grant) => grant,
+            Attempt::Full => return Err(self.full(lock, 0).await),
+            Attempt::Queued(queued) => match self
+                .await_handoff(lock, queued, wish.wait_ms, &mut departure)
+                .await?
+            {
+                Some(handoff) => SemaphoreGrant {
+                    owner: wish.owner.to_owned(),
+                    slot: handoff.slot.unwrap_or_default(),
+                    token: handoff.token,
+                    permits: wish.permits,
+                    ttl_ms: wish.ttl_ms,
+                    expires_at: handoff.expires_at,
+                    fresh: true,
+                },
+                None => return Err(self.full(lock, wish.wait_ms).await),
+            },
+        };
+        if departure.gone() {
+            if grant.fresh {
+                self.give_back(lock, wish.owner, grant.token, Some(grant.slot))
+                    .await;
+            }
+            return Err(EngineError::ShuttingDown);
+        }
+        Ok(grant)
+    }
+
+    async fn full(&self, lock: &LockRef, waited_ms: u64) -> EngineError {
+        EngineError::SemaphoreFull {
+            retry_after_ms: self.retry_after(lock, 0, 0, waited_ms).await,
+        }
+    }
+
+    /// The header of a semaphore, created with `permits` slots if missing.
+    async fn ensure(
+        &self,
+        lock: &LockRef,
+        permits: u32,
+        budget: Budget,
+    ) -> Result<(), EngineError> {
+        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        let header = self
+            .retry(budget, || async {
+                let mut conn = self.conn(budget).await?;
+                let header = match semaphores::header(&mut conn, tenant, key).await? {
+                    Some(header) => header,
+                    None => {
+                        // Idempotent (INSERT IGNORE): a lost answer is simply
+                        // tried again.
+                        semaphores::create(&mut conn, tenant, key, permits).await?;
+                        semaphores::header(&mut conn, tenant, key)
+                            .await?
+                            .ok_or(sqlx::Error::RowNotFound)?
+                    }
+                };
+                conn.done();
+                Ok(header)
+            })
+            .await?;
+        if header.permits != permits {
+            return Err(EngineError::PermitsMismatch {
+                permits: header.permits,
+            });
+        }
+        Ok(())
+    }
+
+    /// The owner's own live permit, renewed, or a free slot claimed, in the
+    /// caller's transaction (which holds the header if `queued` counts).
+    async fn claim(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        wish: &Wish<'_>,
+        queued: u32,
+    ) -> Result<Option<SemaphoreGrant>, EngineError> {
+        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        let grant = |row: SlotRow, fresh: bool| SemaphoreGrant {
+            owner: wish.owner.to_owned(),
+            slot: row.slot,
+            token: if fresh { row.token + 1 } else { row.token },
+            permits: wish.permits,
+            ttl_ms: wish.ttl_ms,
+            expires_at: plus_ms(row.now, wish.ttl_ms),
+            fresh,
+        };
+        let mine = match semaphores::slot_of_owner(tx, tenant, key, wish.owner).await? {
+            Some(slot) => semaphores::slot_for_update(tx, tenant, key, slot)
+                .await?
+                .filter(|row| row.live_owner() == Some(wish.owner.as_bytes())),
+            None => None,
+        };
+        let claimed = match mine {
+            Some(row) => Some(grant(row, false)),
+            None if queued > 0 => None,
+            None => semaphores::claim_free_slot(tx, tenant, key)
+                .await?
+                .map(|row| grant(row, true)),
+        };
+        if let Some(g) = &claimed {
+            let lease = (wish.owner, g.token, g.expires_at);
+            semaphores::write_slot(tx, tenant, key, g.slot, Some(lease)).await?;
+        }
+        Ok(claimed)
+    }
+
+    /// A try without the header lock. `None`: the queue is not empty, or
+    /// (for a waiting acquire) no permit is free: the locked path decides.
+    async fn try_permit(
+        &self,
+        lock: &LockRef,
+        wish: &Wish<'_>,
+        budget: Budget,
+    ) -> Result<Option<Attempt>, EngineError> {
+        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let queued = semaphores::header(&mut tx, tenant, key)
+                .await?
+                .map_or(0, |h| h.queued);
+            if let Some(grant) = self.claim(&mut tx, lock, wish, queued).await? {
+                self.commit(tx, lock, leaves(&grant)).await?;
+                return Ok(Some(Attempt::Granted(grant)));
+            }
+            tx.rollback().await?;
+            Ok((queued == 0 && wish.wait_ms == 0).then_some(Attempt::Full))
+        })
+        .await
+    }
+
+    /// With the header locked: hands free slots to eligible waiters (and
+    /// clears out the others), then grants, enqueues, or finds it full.
+    async fn permit_or_enqueue(
+        &self,
+        lock: &LockRef,
+        wish: &Wish<'_>,
+        budget: Budget,
+    ) -> Result<Attempt, EngineError> {
+        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let Some(header) = semaphores::header_for_update(&mut tx, tenant, key).await? else {
+                tx.rollback().await?;
+                return Err(sqlx::Error::RowNotFound.into());
+            };
+            let mut queued = header.queued;
+            let deliveries = self.fill_slots(&mut tx, lock, &mut queued).await?;
+            if let Some(grant) = self.claim(&mut tx, lock, wish, queued).await? {
+                self.commit(tx, lock, leaves(&grant)).await?;
+                self.deliver(deliveries);
+                return Ok(Attempt::Granted(grant));
+            }
+            if wish.wait_ms == 0 {
+                if deliveries.is_empty() {
+                    tx.rollback().await?;
+                } else {
+                    self.commit(tx, lock, Expect::Unchecked).await?;
+                    self.deliver(deliveries);
+                }
+                return Ok(Attempt::Full);
+            }
+            let waiter = self
+                .enqueue(
+                    &mut tx,
+                    lock,
+                    wish.owner,
+                    wish.priority,
+                    wish.ttl_ms,
+                    wish.wait_ms,
+                )
+                .await?;
+            // If this fails, dropping `waiter` takes it out again.
+            self.commit(tx, lock, Expect::Waiter { id: waiter.id() })
+                .await?;
+            self.deliver(deliveries);
+            Ok(Attempt::Queued(waiter))
+        })
+        .await
+    }
+
+    /// Hands free or expired slots to eligible waiters while there are
+    /// any; when none is eligible, the others are cleared out and `queued`
+    /// is left at 0. The caller holds the header.
+    async fn fill_slots(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        queued: &mut u32,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        let mut deliveries = Vec::new();
+        while *queued > 0 {
+            let Some(row) = semaphores::claim_free_slot(tx, tenant, key).await? else {
+                break;
+            };
+            match self.hand_on_slot(tx, lock, &row, queued).await? {
+                Some(delivery) => deliveries.push(delivery),
+                None => break,
+            }
+        }
+        Ok(deliveries)
+    }
+
     /// Hands `slot` (held in the caller's transaction, as are the header and
-    /// the slot row) to the next waiter, or frees it.
+    /// the slot row) to the next eligible waiter, or frees it (clearing out
+    /// waiters that can no longer take it). Keeps `queued` up to date.
     async fn hand_on_slot(
         &self,
-        conn: &mut sqlx::MySqlConnection,
+        conn: &mut Conn,
         lock: &LockRef,
         row: &SlotRow,
-        queued: u32,
+        queued: &mut u32,
     ) -> Result<Option<Delivery>, EngineError> {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-        let chosen = if queued > 0 {
+        let chosen = if *queued > 0 {
             self.choose(conn, lock).await?
         } else {
             None
         };
         let Some(waiter) = chosen else {
-            semaphores::write_slot(&mut *conn, tenant, key, row.slot, None).await?;
+            if *queued > 0 {
+                *queued = queued.saturating_sub(self.purge(conn, lock).await?);
+            }
+            semaphores::write_slot(conn, tenant, key, row.slot, None).await?;
             return Ok(None);
         };
         let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
         let (token, expires_at) = (row.token + 1, plus_ms(row.now, waiter.ttl_ms));
         let lease = (owner.as_str(), token, expires_at);
-        semaphores::write_slot(&mut *conn, tenant, key, row.slot, Some(lease)).await?;
+        semaphores::write_slot(conn, tenant, key, row.slot, Some(lease)).await?;
         let delivery = self
             .record_handoff(conn, lock, waiter, token, Some(row.slot), expires_at)
             .await?;
+        *queued = queued.saturating_sub(1);
         Ok(Some(delivery))
     }
 
     /// Gives back `owner`'s permit in `slot` with `token`; it goes to the
-    /// next waiter, if any.
+    /// next waiter, if any. Runs to its end even if the caller leaves.
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that permit is not live.
-    pub async fn release_slot(
+    pub fn release_slot(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        slot: u32,
+        token: u64,
+    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |_| async move { engine.release_slot_now(&lock, &owner, slot, token).await })
+    }
+
+    pub(super) async fn release_slot_now(
         &self,
         lock: &LockRef,
         owner: &str,
@@ -215,41 +389,69 @@ impl Engine {
         token: u64,
     ) -> Result<(), EngineError> {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
+        let budget = self.budget();
         // The common case, nobody waiting, is one statement that does not
         // serialize on the header; anything else takes the full path.
-        match semaphores::free_if_nobody_waits(&self.pool, tenant, key, slot, owner, token).await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(err) if store::classify(&err) != Failure::Unavailable => {}
-            Err(err) => return Err(err.into()),
+        let mut conn = self.conn(budget).await?;
+        let ended = Expect::SlotEnded { slot, token };
+        match semaphores::free_if_nobody_waits(&mut conn, tenant, key, slot, owner, token).await {
+            Ok(true) => {
+                conn.done();
+                return Ok(());
+            }
+            Ok(false) => conn.done(),
+            Err(err) if store::classify(&err) == Failure::Disconnected => {
+                match self.find_out(conn, err, lock, ended.clone()).await {
+                    Ok(()) => return Ok(()),
+                    Err(EngineError::Unavailable(DbFailure::NotCommitted)) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            Err(err) if store::classify(&err) == Failure::Other => return Err(err.into()),
+            Err(_) => {}
         }
-        let delivery = retry_deadlocks(|| async {
-            let mut tx = self.pool.begin().await?;
-            let Some(header) = semaphores::header_for_update(&mut *tx, tenant, key).await? else {
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let Some(header) = semaphores::header_for_update(&mut tx, tenant, key).await? else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
-            let row = semaphores::slot_for_update(&mut *tx, tenant, key, slot).await?;
+            let row = semaphores::slot_for_update(&mut tx, tenant, key, slot).await?;
             let Some(row) = row.filter(|r| owned_by(r, owner, token)) else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
-            let delivery = self
-                .hand_on_slot(&mut tx, lock, &row, header.queued)
-                .await?;
-            tx.commit().await?;
-            Ok(delivery)
+            let mut queued = header.queued;
+            let delivery = self.hand_on_slot(&mut tx, lock, &row, &mut queued).await?;
+            self.commit(tx, lock, ended.clone()).await?;
+            self.deliver(delivery);
+            Ok(())
         })
-        .await?;
-        self.deliver(delivery.into_iter().collect());
-        Ok(())
+        .await
     }
 
     /// Extends `owner`'s permit in `slot` to `ttl_ms` from now.
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`] once it has expired.
-    pub async fn renew_slot(
+    pub fn renew_slot(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        slot: u32,
+        token: u64,
+        ttl_ms: u64,
+    ) -> impl std::future::Future<Output = Result<SemaphoreGrant, EngineError>> + Send + 'static
+    {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |_| async move {
+            engine
+                .renew_slot_now(&lock, &owner, slot, token, ttl_ms)
+                .await
+        })
+    }
+
+    async fn renew_slot_now(
         &self,
         lock: &LockRef,
         owner: &str,
@@ -258,34 +460,30 @@ impl Engine {
         ttl_ms: u64,
     ) -> Result<SemaphoreGrant, EngineError> {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-        retry_deadlocks(|| async {
-            let mut tx = self.pool.begin().await?;
-            let permits = semaphores::header(&mut *tx, tenant, key)
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let permits = semaphores::header(&mut tx, tenant, key)
                 .await?
                 .map_or(0, |h| h.permits);
-            let row = semaphores::slot_for_update(&mut *tx, tenant, key, slot).await?;
+            let row = semaphores::slot_for_update(&mut tx, tenant, key, slot).await?;
             let Some(row) = row.filter(|r| owned_by(r, owner, token)) else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
-            let expires_at = plus_ms(row.now, ttl_ms);
-            semaphores::write_slot(
-                &mut *tx,
-                tenant,
-                key,
-                slot,
-                Some((owner, token, expires_at)),
-            )
-            .await?;
-            tx.commit().await?;
-            Ok(SemaphoreGrant {
+            let grant = SemaphoreGrant {
                 owner: owner.to_owned(),
                 slot,
                 token,
                 permits,
                 ttl_ms,
-                expires_at,
-            })
+                expires_at: plus_ms(row.now, ttl_ms),
+                fresh: false,
+            };
+            let lease = (owner, token, grant.expires_at);
+            semaphores::write_slot(&mut tx, tenant, key, slot, Some(lease)).await?;
+            self.commit(tx, lock, leaves(&grant)).await?;
+            Ok(grant)
         })
         .await
     }
@@ -294,17 +492,38 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
-    pub async fn inspect_semaphore(&self, lock: &LockRef) -> Result<SemaphoreState, EngineError> {
+    pub fn inspect_semaphore(
+        &self,
+        lock: &LockRef,
+    ) -> impl std::future::Future<Output = Result<SemaphoreState, EngineError>> + Send + 'static
+    {
+        let (engine, lock) = (self.clone(), lock.clone());
+        finish(move |_| async move { engine.inspect_semaphore_now(&lock).await })
+    }
+
+    async fn inspect_semaphore_now(&self, lock: &LockRef) -> Result<SemaphoreState, EngineError> {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-        let Some(header) = semaphores::header(&self.pool, tenant, key).await? else {
+        let budget = self.budget();
+        let (header, slots) = self
+            .retry(budget, || async {
+                let mut conn = self.conn(budget).await?;
+                let header = semaphores::header(&mut conn, tenant, key).await?;
+                let slots = match header {
+                    Some(_) => semaphores::slots(&mut conn, tenant, key).await?,
+                    None => Vec::new(),
+                };
+                conn.done();
+                Ok((header, slots))
+            })
+            .await?;
+        let Some(header) = header else {
             return Ok(SemaphoreState {
                 permits: None,
                 holders: Vec::new(),
                 waiters: 0,
             });
         };
-        let holders = semaphores::slots(&self.pool, tenant, key)
-            .await?
+        let holders = slots
             .into_iter()
             .filter_map(|row| {
                 let owner = String::from_utf8_lossy(row.live_owner()?).into_owned();
@@ -323,42 +542,52 @@ impl Engine {
         })
     }
 
-    /// The reaper's work on one semaphore: drop abandoned waiters, hand
-    /// free or expired slots to waiters. Skips a semaphore whose header
-    /// another transaction holds.
+    /// The reaper's work on one semaphore: take back grants dead brokers
+    /// never delivered, clear out waiters that can no longer take a permit,
+    /// hand free or expired slots to the others. Skips a semaphore whose
+    /// header another transaction holds.
     pub(super) async fn reap_semaphore(&self, lock: &LockRef) -> Result<(), EngineError> {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
-        let mut tx = self.pool.begin().await?;
-        let Some(header) = semaphores::header_skip_locked(&mut *tx, tenant, key).await? else {
+        let budget = self.budget();
+        let mut tx = self.begin(budget).await?;
+        let Some(header) = semaphores::header_skip_locked(&mut tx, tenant, key).await? else {
             tx.rollback().await?;
             return Ok(());
         };
-        let stale = waiters::delete_stale(&mut *tx, lock.row()).await?;
-        if stale > 0 {
-            self.add_queued(&mut tx, lock, -i64::try_from(stale).unwrap_or(0))
-                .await?;
-        }
-        let mut queued = header
-            .queued
-            .saturating_sub(u32::try_from(stale).unwrap_or(0));
-        let mut deliveries = Vec::new();
-        while queued > 0 {
-            let Some(row) = semaphores::claim_free_slot(&mut *tx, tenant, key).await? else {
-                break;
+        for grant in self.take_back(&mut tx, lock).await? {
+            let Some(slot) = grant.granted_slot else {
+                continue;
             };
-            match self.hand_on_slot(&mut tx, lock, &row, queued).await? {
-                Some(delivery) => {
-                    deliveries.push(delivery);
-                    queued -= 1;
+            // The slot still holds that undelivered grant: free it, so the
+            // loop below hands it on.
+            if let Some(row) = semaphores::slot_for_update(&mut tx, tenant, key, slot).await? {
+                if row.token == grant.granted_token
+                    && row.owner.as_deref() == Some(&grant.owner[..])
+                {
+                    semaphores::write_slot(&mut tx, tenant, key, slot, None).await?;
                 }
-                None => break,
             }
         }
-        tx.commit().await?;
+        let mut queued = header.queued;
+        let deliveries = self.fill_slots(&mut tx, lock, &mut queued).await?;
+        if queued > 0 {
+            // Every slot is held: still clear out waiters that cannot take one.
+            self.purge(&mut tx, lock).await?;
+        }
+        self.commit(tx, lock, Expect::Unchecked).await?;
         if !deliveries.is_empty() {
             self.metrics.inc("lockbroker_expiry_handoffs_total", &[]);
         }
         self.deliver(deliveries);
         Ok(())
     }
+}
+
+/// What an acquire asks for.
+struct Wish<'a> {
+    owner: &'a str,
+    permits: u32,
+    ttl_ms: u64,
+    wait_ms: u64,
+    priority: i32,
 }

@@ -107,7 +107,7 @@ impl Command for ElectionCommand {
     }
 
     async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
-        let engine = &app.engine;
+        let engine = app.engine(&lock.tenant);
         let body = match self {
             ElectionCommand::Campaign {
                 candidate,

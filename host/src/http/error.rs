@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{json_response, Response};
 use crate::{
-    engine::EngineError,
+    engine::{DbFailure, EngineError},
     policy::{NamingError, PolicyFault},
 };
 
@@ -121,7 +121,11 @@ impl From<EngineError> for ApiError {
             EngineError::ShuttingDown => ApiError::unavailable("the broker is shutting down; nothing was granted"),
             EngineError::Unavailable(err) => {
                 tracing::warn!(error = %err, "database unavailable");
-                ApiError::unavailable("the database is unavailable; nothing was granted")
+                let message = match err {
+                    DbFailure::Unknown => "the database stopped answering while a change was being committed; if it took effect it is undone or handed on",
+                    _ => "the database is unavailable; nothing was granted",
+                };
+                ApiError::unavailable(message)
             }
         }
     }

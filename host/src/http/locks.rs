@@ -149,7 +149,7 @@ impl Command for LockCommand {
     }
 
     async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
-        let (engine, lock) = (&app.engine, &lock);
+        let (engine, lock) = (app.engine(&lock.tenant), &lock);
         let body = match self {
             LockCommand::Acquire {
                 owner,

@@ -109,7 +109,7 @@ impl Command for SemaphoreCommand {
     }
 
     async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
-        let (engine, lock) = (&app.engine, &lock);
+        let (engine, lock) = (app.engine(&lock.tenant), &lock);
         let body = match self {
             SemaphoreCommand::Acquire {
                 owner,

@@ -1,7 +1,9 @@
 //! The `election_terms` table: the log of an election's leaders.
 
 use chrono::NaiveDateTime;
-use sqlx::{mysql::MySqlQueryResult, MySqlExecutor};
+use sqlx::mysql::MySqlQueryResult;
+
+use super::pool::Conn;
 
 /// One term of an election.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -13,40 +15,41 @@ pub struct TermRow {
 
 /// Records a new term (in the transaction that grants it).
 pub async fn record(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     name: &str,
     term: u64,
     leader: &str,
     expires_at: NaiveDateTime,
 ) -> sqlx::Result<MySqlQueryResult> {
-    sqlx::query("INSERT INTO election_terms (tenant, name, term, leader, expires_at) VALUES (?, ?, ?, ?, ?)")
+    conn.run(|c| sqlx::query("INSERT INTO election_terms (tenant, name, term, leader, expires_at) VALUES (?, ?, ?, ?, ?)")
         .bind(tenant)
         .bind(name)
         .bind(term)
         .bind(leader)
         .bind(expires_at)
-        .execute(db)
-        .await
+        .execute(c)).await
 }
 
 /// Terms after `after`, oldest first.
 pub async fn since(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     name: &str,
     after: u64,
 ) -> sqlx::Result<Vec<TermRow>> {
-    sqlx::query_as(
-        r#"
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
 SELECT term, leader, expires_at FROM election_terms
 WHERE tenant = ? AND name = ? AND term > ?
 ORDER BY term LIMIT 1000
 "#,
-    )
-    .bind(tenant)
-    .bind(name)
-    .bind(after)
-    .fetch_all(db)
+        )
+        .bind(tenant)
+        .bind(name)
+        .bind(after)
+        .fetch_all(c)
+    })
     .await
 }

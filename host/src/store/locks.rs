@@ -2,9 +2,9 @@
 //! and elections.
 
 use chrono::NaiveDateTime;
-use sqlx::{mysql::MySqlQueryResult, MySqlExecutor};
+use sqlx::mysql::MySqlQueryResult;
 
-use super::RowKey;
+use super::{pool::Conn, RowKey};
 
 /// A lock row as read inside a grant transaction, with the database's clock.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -55,7 +55,7 @@ pub enum Locking {
 
 /// Reads a key's row with the database clock, locking it as asked.
 pub async fn select(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     k: RowKey<'_>,
     locking: Locking,
 ) -> sqlx::Result<Option<LockRow>> {
@@ -65,97 +65,105 @@ pub async fn select(
         Locking::NoWait => "FOR UPDATE NOWAIT",
         Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
     };
-    sqlx::query_as(&format!(
+    let sql = format!(
         r#"
 SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
 FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 {suffix}
 "#
-    ))
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .fetch_optional(db)
+    );
+    conn.run(|c| {
+        sqlx::query_as(&sql)
+            .bind(k.tenant)
+            .bind(k.kind as u8)
+            .bind(k.key)
+            .fetch_optional(c)
+    })
     .await
 }
 
 /// Creates the row of a key never seen before, in its own autocommit
 /// statement. Two first acquirers racing here both succeed (the second
 /// insert is ignored); they then meet on the row lock as usual.
-pub async fn insert_missing(
-    db: impl MySqlExecutor<'_>,
-    k: RowKey<'_>,
-) -> sqlx::Result<MySqlQueryResult> {
-    sqlx::query(
-        r#"
+pub async fn insert_missing(conn: &mut Conn, k: RowKey<'_>) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query(
+            r#"
 INSERT IGNORE INTO locks (tenant, kind, lock_key) VALUES (?, ?, ?)
 "#,
-    )
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .execute(db)
+        )
+        .bind(k.tenant)
+        .bind(k.kind as u8)
+        .bind(k.key)
+        .execute(c)
+    })
     .await
 }
 
 /// Writes a lease: holder, token, hold count and expiry.
 pub async fn write_lease(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     k: RowKey<'_>,
     owner: &str,
     token: u64,
     hold_count: u32,
     expires_at: NaiveDateTime,
 ) -> sqlx::Result<MySqlQueryResult> {
-    sqlx::query(
-        r#"
+    conn.run(|c| {
+        sqlx::query(
+            r#"
 UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
-    )
-    .bind(owner)
-    .bind(token)
-    .bind(hold_count)
-    .bind(expires_at)
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .execute(db)
+        )
+        .bind(owner)
+        .bind(token)
+        .bind(hold_count)
+        .bind(expires_at)
+        .bind(k.tenant)
+        .bind(k.kind as u8)
+        .bind(k.key)
+        .execute(c)
+    })
     .await
 }
 
 /// Frees a key. The token stays: the next grant continues from it.
-pub async fn free(db: impl MySqlExecutor<'_>, k: RowKey<'_>) -> sqlx::Result<MySqlQueryResult> {
-    sqlx::query(
-        r#"
+pub async fn free(conn: &mut Conn, k: RowKey<'_>) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query(
+            r#"
 UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
-    )
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .execute(db)
+        )
+        .bind(k.tenant)
+        .bind(k.kind as u8)
+        .bind(k.key)
+        .execute(c)
+    })
     .await
 }
 
 /// Adds `delta` to the count of pending waiters (row locked by the caller).
 pub async fn add_queued(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     k: RowKey<'_>,
     delta: i64,
 ) -> sqlx::Result<MySqlQueryResult> {
-    sqlx::query(
-        r#"
+    conn.run(|c| {
+        sqlx::query(
+            r#"
 UPDATE locks SET queued = CAST(queued AS SIGNED) + ?
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
-    )
-    .bind(delta)
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .execute(db)
+        )
+        .bind(delta)
+        .bind(k.tenant)
+        .bind(k.kind as u8)
+        .bind(k.key)
+        .execute(c)
+    })
     .await
 }
 
@@ -163,24 +171,27 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
 /// to do: `owner` holds it live with `token`, once, and nobody waits.
 /// Returns whether it did; otherwise the caller takes the full path.
 pub async fn free_if_sole_holder(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     k: RowKey<'_>,
     owner: &str,
     token: u64,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        r#"
+    let done = conn
+        .run(|c| {
+            sqlx::query(
+                r#"
 UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
 WHERE tenant = ? AND kind = ? AND lock_key = ?
   AND owner = ? AND token = ? AND hold_count = 1 AND queued = 0 AND expires_at > NOW(6)
 "#,
-    )
-    .bind(k.tenant)
-    .bind(k.kind as u8)
-    .bind(k.key)
-    .bind(owner)
-    .bind(token)
-    .execute(db)
-    .await?;
+            )
+            .bind(k.tenant)
+            .bind(k.kind as u8)
+            .bind(k.key)
+            .bind(owner)
+            .bind(token)
+            .execute(c)
+        })
+        .await?;
     Ok(done.rows_affected() == 1)
 }

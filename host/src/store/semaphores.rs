@@ -1,7 +1,9 @@
 //! The `semaphores` (header) and `semaphore_slots` tables.
 
 use chrono::NaiveDateTime;
-use sqlx::{mysql::MySqlQueryResult, MySqlExecutor};
+use sqlx::mysql::MySqlQueryResult;
+
+use super::pool::Conn;
 
 /// A semaphore's size and queue.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -31,89 +33,90 @@ impl SlotRow {
 }
 
 /// The header, without locking it.
-pub async fn header(
-    db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
-) -> sqlx::Result<Option<Header>> {
-    sqlx::query_as("SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ?")
-        .bind(tenant)
-        .bind(key)
-        .fetch_optional(db)
-        .await
+pub async fn header(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Option<Header>> {
+    conn.run(|c| {
+        sqlx::query_as("SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ?")
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(c)
+    })
+    .await
 }
 
 /// The header, row-locked (waiting briefly).
 pub async fn header_for_update(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
 ) -> sqlx::Result<Option<Header>> {
-    sqlx::query_as(
-        "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE",
-    )
-    .bind(tenant)
-    .bind(key)
-    .fetch_optional(db)
+    conn.run(|c| {
+        sqlx::query_as(
+            "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE",
+        )
+        .bind(tenant)
+        .bind(key)
+        .fetch_optional(c)
+    })
     .await
 }
 
 /// The header, row-locked unless another transaction holds it.
 pub async fn header_skip_locked(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
 ) -> sqlx::Result<Option<Header>> {
-    sqlx::query_as(
+    conn.run(|c| sqlx::query_as(
         "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE SKIP LOCKED",
     )
     .bind(tenant)
     .bind(key)
-    .fetch_optional(db)
-    .await
+    .fetch_optional(c)).await
 }
 
 /// Creates a semaphore of `permits` slots unless it exists (autocommit:
 /// two first acquirers racing both succeed; the first size wins).
-pub async fn create(
-    db: impl MySqlExecutor<'_> + Copy,
-    tenant: &str,
-    key: &str,
-    permits: u32,
-) -> sqlx::Result<()> {
-    sqlx::query("INSERT IGNORE INTO semaphores (tenant, sem_key, permits) VALUES (?, ?, ?)")
-        .bind(tenant)
-        .bind(key)
-        .bind(permits)
-        .execute(db)
-        .await?;
+pub async fn create(conn: &mut Conn, tenant: &str, key: &str, permits: u32) -> sqlx::Result<()> {
+    conn.run(|c| {
+        sqlx::query("INSERT IGNORE INTO semaphores (tenant, sem_key, permits) VALUES (?, ?, ?)")
+            .bind(tenant)
+            .bind(key)
+            .bind(permits)
+            .execute(c)
+    })
+    .await?;
     let rows = vec!["(?, ?, ?)"; permits as usize].join(", ");
     let sql = format!("INSERT IGNORE INTO semaphore_slots (tenant, sem_key, slot) VALUES {rows}");
-    let mut query = sqlx::query(&sql);
-    for slot in 0..permits {
-        query = query.bind(tenant).bind(key).bind(slot);
-    }
-    query.execute(db).await?;
+    conn.run(|c| {
+        let mut query = sqlx::query(&sql);
+        for slot in 0..permits {
+            query = query.bind(tenant).bind(key).bind(slot);
+        }
+        query.execute(c)
+    })
+    .await?;
     Ok(())
 }
 
 /// Claims a free or expired slot, skipping slots other transactions hold.
 pub async fn claim_free_slot(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
 ) -> sqlx::Result<Option<SlotRow>> {
-    sqlx::query_as(
-        r#"
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
 SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND (owner IS NULL OR expires_at <= NOW(6))
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 "#,
-    )
-    .bind(tenant)
-    .bind(key)
-    .fetch_optional(db)
+        )
+        .bind(tenant)
+        .bind(key)
+        .fetch_optional(c)
+    })
     .await
 }
 
@@ -121,68 +124,71 @@ FOR UPDATE SKIP LOCKED
 /// the semaphore's slots would wait for every slot being claimed. The caller
 /// locks that one slot and checks again.
 pub async fn slot_of_owner(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
     owner: &str,
 ) -> sqlx::Result<Option<u32>> {
-    let row: Option<(u32,)> = sqlx::query_as(
-        r#"
+    let row: Option<(u32,)> = conn
+        .run(|c| {
+            sqlx::query_as(
+                r#"
 SELECT slot FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND owner = ? AND expires_at > NOW(6)
 LIMIT 1
 "#,
-    )
-    .bind(tenant)
-    .bind(key)
-    .bind(owner)
-    .fetch_optional(db)
-    .await?;
+            )
+            .bind(tenant)
+            .bind(key)
+            .bind(owner)
+            .fetch_optional(c)
+        })
+        .await?;
     Ok(row.map(|(slot,)| slot))
 }
 
 /// One slot, row-locked.
 pub async fn slot_for_update(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
     slot: u32,
 ) -> sqlx::Result<Option<SlotRow>> {
-    sqlx::query_as(
-        r#"
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
 SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 FOR UPDATE
 "#,
-    )
-    .bind(tenant)
-    .bind(key)
-    .bind(slot)
-    .fetch_optional(db)
+        )
+        .bind(tenant)
+        .bind(key)
+        .bind(slot)
+        .fetch_optional(c)
+    })
     .await
 }
 
 /// All slots, unlocked.
-pub async fn slots(
-    db: impl MySqlExecutor<'_>,
-    tenant: &str,
-    key: &str,
-) -> sqlx::Result<Vec<SlotRow>> {
-    sqlx::query_as(
-        r#"
+pub async fn slots(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec<SlotRow>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
 SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? ORDER BY slot
 "#,
-    )
-    .bind(tenant)
-    .bind(key)
-    .fetch_all(db)
+        )
+        .bind(tenant)
+        .bind(key)
+        .fetch_all(c)
+    })
     .await
 }
 
 /// Writes a slot's lease (`owner` `None` frees it; the token stays).
 pub async fn write_slot(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
     slot: u32,
@@ -192,65 +198,69 @@ pub async fn write_slot(
         Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
         None => (None, None, None),
     };
-    sqlx::query(
-        r#"
+    conn.run(|c| {
+        sqlx::query(
+            r#"
 UPDATE semaphore_slots SET owner = ?, token = COALESCE(?, token), expires_at = ?
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
-    )
-    .bind(owner)
-    .bind(token)
-    .bind(expires_at)
-    .bind(tenant)
-    .bind(key)
-    .bind(slot)
-    .execute(db)
+        )
+        .bind(owner)
+        .bind(token)
+        .bind(expires_at)
+        .bind(tenant)
+        .bind(key)
+        .bind(slot)
+        .execute(c)
+    })
     .await
 }
 
 /// Adds `delta` to the count of pending waiters (header locked by the caller).
 pub async fn add_queued(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
     delta: i64,
 ) -> sqlx::Result<MySqlQueryResult> {
-    sqlx::query(
+    conn.run(|c| sqlx::query(
         "UPDATE semaphores SET queued = CAST(queued AS SIGNED) + ? WHERE tenant = ? AND sem_key = ?",
     )
     .bind(delta)
     .bind(tenant)
     .bind(key)
-    .execute(db)
-    .await
+    .execute(c)).await
 }
 
 /// Frees `owner`'s live slot with `token` in one statement when nobody
 /// waits for the semaphore (the header is only share-locked, so releases do
 /// not queue behind each other). Returns whether it did.
 pub async fn free_if_nobody_waits(
-    db: impl MySqlExecutor<'_>,
+    conn: &mut Conn,
     tenant: &str,
     key: &str,
     slot: u32,
     owner: &str,
     token: u64,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        r#"
+    let done = conn
+        .run(|c| {
+            sqlx::query(
+                r#"
 UPDATE semaphore_slots s
 JOIN semaphores h ON h.tenant = s.tenant AND h.sem_key = s.sem_key
 SET s.owner = NULL, s.expires_at = NULL
 WHERE s.tenant = ? AND s.sem_key = ? AND s.slot = ?
   AND s.owner = ? AND s.token = ? AND s.expires_at > NOW(6) AND h.queued = 0
 "#,
-    )
-    .bind(tenant)
-    .bind(key)
-    .bind(slot)
-    .bind(owner)
-    .bind(token)
-    .execute(db)
-    .await?;
+            )
+            .bind(tenant)
+            .bind(key)
+            .bind(slot)
+            .bind(owner)
+            .bind(token)
+            .execute(c)
+        })
+        .await?;
     Ok(done.rows_affected() == 1)
 }

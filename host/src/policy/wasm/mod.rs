@@ -173,9 +173,15 @@ fn write_atomically(path: &Path, component: &Component) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let dir = path.parent().expect("cache files live in a directory");
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)?;
+    // A temporary file of its own per write: two loads at once (an upload
+    // while the watcher reloads, or two brokers sharing the directory)
+    // must never rename one policy's bytes to the other's name.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".compiling-")
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    std::io::Write::write_all(&mut tmp, &bytes)?;
+    tmp.persist(path)?;
     Ok(())
 }
 

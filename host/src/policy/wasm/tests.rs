@@ -225,6 +225,44 @@ fn compiled_components_are_cached_by_sha256() {
 }
 
 #[test]
+fn concurrent_loads_into_one_cache_keep_each_policy_its_own() {
+    let dir = std::env::temp_dir().join(format!("lb-cache-race-{}", std::process::id()));
+    let limits = Limits {
+        deadline: Duration::from_millis(5),
+        memory_bytes: 16 << 20,
+    };
+    let names = ["default", "priority"];
+    for _ in 0..4 {
+        let _ = std::fs::remove_dir_all(&dir);
+        // Two hosts (two loaders of one process, or two brokers) compile
+        // two different policies into the same directory at once.
+        std::thread::scope(|s| {
+            for name in names {
+                let dir = dir.clone();
+                s.spawn(move || {
+                    let host = WasmHost::new(limits, Some(dir)).unwrap();
+                    let loaded = host.load_file(&dist(&format!("{name}.wasm"))).unwrap();
+                    assert_eq!(loaded.descriptor.name, name);
+                });
+            }
+        });
+        // A restart loads both from the cache: each is still itself.
+        let host = WasmHost::new(limits, Some(dir.clone())).unwrap();
+        for name in names {
+            let loaded = host.load_file(&dist(&format!("{name}.wasm"))).unwrap();
+            assert_eq!(loaded.descriptor.name, name, "cache entry of {name}");
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(dir.join(compatibility_key(&host.engine)))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| !name.ends_with(".cwasm"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn fast_policies_run_in_place_and_slow_ones_are_moved_off() {
     let host = host();
     let fast = host.load_file(&dist("default.wasm")).unwrap();

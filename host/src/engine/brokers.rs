@@ -1,0 +1,68 @@
+//! This broker's heartbeat: how the other brokers on the database tell
+//! that it is alive, and so whether its waiters can still take a lease.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Engine, EngineError, HEARTBEAT_EVERY};
+use crate::store::brokers;
+
+/// Heartbeats between cleanups of brokers long gone.
+const FORGET_EVERY: u32 = 3000;
+
+impl Engine {
+    /// Says this broker is alive, and which server it writes through.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub async fn heartbeat(&self) -> Result<(), EngineError> {
+        let mut conn = self.conn(self.budget()).await?;
+        let server = conn.server().to_owned();
+        brokers::heartbeat(&mut conn, &self.broker, &server).await?;
+        conn.done();
+        Ok(())
+    }
+
+    /// Says this broker is gone (at shutdown): its leftover rows stop
+    /// counting at once instead of after [`super::BROKER_DEAD_AFTER`].
+    pub async fn depart(&self) {
+        if let Ok(mut conn) = self.conn(self.budget()).await {
+            if brokers::remove(&mut conn, &self.broker).await.is_ok() {
+                conn.done();
+            }
+        }
+    }
+
+    /// Heartbeats until `stop`.
+    pub async fn run_heartbeat(self, mut stop: watch::Receiver<bool>) {
+        let mut beat = 0u32;
+        let mut last_warning: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(HEARTBEAT_EVERY) => {}
+                () = crate::shutdown::stopped(&mut stop) => return,
+            }
+            beat = beat.wrapping_add(1);
+            let mut result = self.heartbeat().await;
+            if result.is_ok() && beat.is_multiple_of(FORGET_EVERY) {
+                result = self.forget_departed().await;
+            }
+            if let Err(err) = result {
+                self.metrics.inc("lockbroker_heartbeat_errors_total", &[]);
+                // At most one warning every 10 s: the database may be down.
+                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!(error = %err, "heartbeat failed: other brokers will skip this broker's waiters");
+                    last_warning = Some(tokio::time::Instant::now());
+                }
+            }
+        }
+    }
+
+    async fn forget_departed(&self) -> Result<(), EngineError> {
+        let mut conn = self.conn(self.budget()).await?;
+        brokers::forget_departed(&mut conn).await?;
+        conn.done();
+        Ok(())
+    }
+}

@@ -1,0 +1,236 @@
+//! Commits whose outcome is unknown, found out.
+//!
+//! A `COMMIT` whose answer never came (the connection broke, or the
+//! deadline passed) may or may not have taken effect. Every grant writes a
+//! new token or a new expiry (microseconds of the database clock), so the
+//! row itself tells: the broker ends the old session if it may still be
+//! alive on the server (`KILL`, so a commit still in flight cannot land
+//! later), reads the row with a locking read on a fresh connection (which
+//! waits for any transaction still holding it), and compares it with what
+//! the commit would have written. A commit found to have happened is
+//! answered as if its answer had arrived; one found not to have happened
+//! is retried like any transaction that never ran.
+
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use tokio::time::Instant;
+
+use super::{Budget, DbFailure, Engine, EngineError, LockRef};
+use crate::store::{
+    locks::{self, Locking},
+    pool::Conn,
+    semaphores, waiters, Failure, Kind,
+};
+
+/// Time to find out an outcome even when the commit used up its budget.
+const SETTLE_AT_LEAST: Duration = Duration::from_millis(500);
+/// Pause between attempts to reach the database while settling.
+const SETTLE_PAUSE: Duration = Duration::from_millis(50);
+
+/// What a transaction's commit leaves in the database, if it happened.
+#[derive(Debug, Clone)]
+pub(super) enum Expect {
+    /// The lock row holds exactly this lease.
+    Lease {
+        owner: String,
+        token: u64,
+        hold_count: u32,
+        expires_at: NaiveDateTime,
+    },
+    /// The lease `token` has ended: the row was freed with that token, or
+    /// has moved on to a later one.
+    Ended { token: u64 },
+    /// A semaphore slot holds exactly this lease.
+    Slot {
+        slot: u32,
+        owner: String,
+        token: u64,
+        expires_at: NaiveDateTime,
+    },
+    /// The slot's lease `token` has ended.
+    SlotEnded { slot: u32, token: u64 },
+    /// A waiter row exists.
+    Waiter { id: u64 },
+    /// A waiter row is gone.
+    WaiterGone { id: u64 },
+    /// Nobody waits for the answer (background work): not worth finding out.
+    Unchecked,
+}
+
+impl Engine {
+    /// Commits `conn`'s transaction. If the answer is lost, finds out
+    /// whether it happened (see the module docs).
+    ///
+    /// # Errors
+    /// A collision or other server error (the transaction did not happen);
+    /// [`DbFailure::NotCommitted`] when a lost commit did not happen (safe
+    /// to retry); [`DbFailure::Unknown`] when that could not be found out.
+    pub(super) async fn commit(
+        &self,
+        mut conn: Conn,
+        lock: &LockRef,
+        expect: Expect,
+    ) -> Result<(), EngineError> {
+        match conn.commit().await {
+            Ok(()) => Ok(()),
+            Err(err) => self.find_out(conn, err, lock, expect).await,
+        }
+    }
+
+    /// After a statement that commits (a `COMMIT`, or a write outside a
+    /// transaction) failed with `err`: if the connection broke, finds out
+    /// whether it took effect. Errors as [`Engine::commit`].
+    pub(super) async fn find_out(
+        &self,
+        conn: Conn,
+        err: sqlx::Error,
+        lock: &LockRef,
+        expect: Expect,
+    ) -> Result<(), EngineError> {
+        if crate::store::classify(&err) != Failure::Disconnected {
+            return Err(err.into());
+        }
+        if matches!(expect, Expect::Unchecked) {
+            return Err(EngineError::Unavailable(DbFailure::Unknown));
+        }
+        tracing::warn!(error = %err, key = %lock.storage_key, "the answer to a commit was lost; finding out whether it happened");
+        let session = Session {
+            server: conn.server().to_owned(),
+            id: conn.id(),
+            server_started: conn.server_started(),
+        };
+        let deadline = conn.deadline().max(Instant::now() + SETTLE_AT_LEAST);
+        drop(conn);
+        let outcome = self
+            .settle(lock, &expect, &session, Budget { deadline })
+            .await;
+        let label = match &outcome {
+            Ok(true) => "committed",
+            Ok(false) => "not_committed",
+            Err(_) => "unknown",
+        };
+        self.metrics
+            .inc("lockbroker_lost_commits_total", &[("outcome", label)]);
+        match outcome {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(EngineError::Unavailable(DbFailure::NotCommitted)),
+            Err(()) => Err(EngineError::Unavailable(DbFailure::Unknown)),
+        }
+    }
+
+    /// Whether the commit of `session` left what `expect` says, found out
+    /// by `budget`; `Err` if the database could not be asked in time.
+    async fn settle(
+        &self,
+        lock: &LockRef,
+        expect: &Expect,
+        session: &Session,
+        budget: Budget,
+    ) -> Result<bool, ()> {
+        loop {
+            match self.settle_once(lock, expect, session, budget).await {
+                Ok(happened) => return Ok(happened),
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot settle a lost commit yet");
+                    if budget.left() <= SETTLE_PAUSE {
+                        return Err(());
+                    }
+                    tokio::time::sleep(SETTLE_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    async fn settle_once(
+        &self,
+        lock: &LockRef,
+        expect: &Expect,
+        session: &Session,
+        budget: Budget,
+    ) -> Result<bool, EngineError> {
+        let mut conn = self.conn(budget).await?;
+        let restarted = (conn.server_started() - session.server_started).abs() > 2;
+        if conn.server() == session.server && !restarted {
+            // The same server, not restarted since (session ids start again
+            // at a restart): the old session may still be there with the
+            // commit in flight. End it first. An error other than a broken
+            // connection means it is gone already (1094).
+            if let Err(err) = conn
+                .statement(&format!("KILL CONNECTION {}", session.id))
+                .await
+            {
+                if crate::store::classify(&err) == Failure::Disconnected {
+                    return Err(err.into());
+                }
+            }
+        }
+        conn.begin().await?;
+        let happened = match expect {
+            Expect::Lease {
+                owner,
+                token,
+                hold_count,
+                expires_at,
+            } => locks::select(&mut conn, lock.row(), Locking::Wait)
+                .await?
+                .is_some_and(|row| {
+                    row.owner.as_deref() == Some(owner.as_bytes())
+                        && row.token == *token
+                        && row.hold_count == *hold_count
+                        && row.expires_at == Some(*expires_at)
+                }),
+            Expect::Ended { token } => locks::select(&mut conn, lock.row(), Locking::Wait)
+                .await?
+                .is_some_and(|row| row.token > *token || row.owner.is_none()),
+            Expect::Slot {
+                slot,
+                owner,
+                token,
+                expires_at,
+            } => {
+                semaphores::slot_for_update(&mut conn, &lock.tenant.name, &lock.storage_key, *slot)
+                    .await?
+                    .is_some_and(|row| {
+                        row.owner.as_deref() == Some(owner.as_bytes())
+                            && row.token == *token
+                            && row.expires_at == Some(*expires_at)
+                    })
+            }
+            Expect::SlotEnded { slot, token } => {
+                semaphores::slot_for_update(&mut conn, &lock.tenant.name, &lock.storage_key, *slot)
+                    .await?
+                    .is_some_and(|row| row.token > *token || row.owner.is_none())
+            }
+            Expect::Waiter { id } | Expect::WaiterGone { id } => {
+                // Queue changes hold the key's header row until they
+                // commit: taking it waits for one still in flight.
+                match lock.kind {
+                    Kind::Semaphore => {
+                        semaphores::header_for_update(
+                            &mut conn,
+                            &lock.tenant.name,
+                            &lock.storage_key,
+                        )
+                        .await?;
+                    }
+                    Kind::Lock | Kind::Election => {
+                        locks::select(&mut conn, lock.row(), Locking::Wait).await?;
+                    }
+                }
+                let exists = waiters::get(&mut conn, *id).await?.is_some();
+                exists == matches!(expect, Expect::Waiter { .. })
+            }
+            Expect::Unchecked => false,
+        };
+        conn.rollback().await?;
+        Ok(happened)
+    }
+}
+
+/// The session whose commit is in doubt.
+struct Session {
+    server: String,
+    id: u64,
+    server_started: i64,
+}

@@ -1,0 +1,226 @@
+//! One database: a server, or several that hold the same data (the nodes of
+//! a Galera cluster, a primary and its standbys), listed in the same order
+//! on every broker.
+//!
+//! The broker writes through one server at a time: the first in the list
+//! that answers. When it fails (refuses connections, does not answer in
+//! time, or is a Galera node that is not ready), the broker moves on to the
+//! next one in list order, wrapping around, and stays there until that one
+//! fails in turn. Brokers with the same list therefore end up on the same
+//! server, which on Galera keeps every row lock on one node.
+
+use std::{
+    str::FromStr,
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use sqlx::{migrate::MigrateDatabase, mysql::MySqlConnectOptions, ConnectOptions, MySql};
+use tokio::time::Instant;
+
+use super::{
+    pool::{Conn, ConnectError, Pool, Setup},
+    MIGRATOR,
+};
+
+/// The servers of one database, and which one is in use.
+pub struct Db {
+    urls: Vec<String>,
+    servers: Vec<Pool>,
+    current: AtomicUsize,
+}
+
+impl Db {
+    /// A database on `urls` (in failover order), at most `max_connections`
+    /// per server. Nothing is connected yet.
+    ///
+    /// # Errors
+    /// A URL is not a MySQL URL.
+    pub fn new(urls: &[String], max_connections: u32, setup: Setup) -> anyhow::Result<Db> {
+        anyhow::ensure!(!urls.is_empty(), "database_url lists no server");
+        let servers = urls
+            .iter()
+            .map(|url| {
+                let options = MySqlConnectOptions::from_str(url)
+                    .with_context(|| format!("invalid database_url {}", redact(url)))?
+                    .log_statements(tracing::log::LevelFilter::Trace)
+                    .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(1));
+                Ok(Pool::new(options, max_connections, setup))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Db {
+            urls: urls.to_vec(),
+            servers,
+            current: AtomicUsize::new(0),
+        })
+    }
+
+    /// Finds the first server that answers (in list order, within
+    /// `patience` for the whole list), creates the database there if it is
+    /// missing and runs the migrations. That server is then in use.
+    ///
+    /// # Errors
+    /// No server answered, or a migration failed.
+    pub async fn prepare(&self, patience: Duration) -> anyhow::Result<()> {
+        let mut last_error = None;
+        for (i, url) in self.urls.iter().enumerate() {
+            match tokio::time::timeout(patience, prepare_one(url, &self.servers[i])).await {
+                Ok(Ok(())) => {
+                    self.current.store(i, Ordering::Release);
+                    return Ok(());
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(server = self.servers[i].name(), "{err:#}");
+                    last_error = Some(err);
+                }
+                Err(_) => {
+                    tracing::warn!(server = self.servers[i].name(), "no answer");
+                    last_error = Some(anyhow::anyhow!(
+                        "{} did not answer within {patience:?}",
+                        self.servers[i].name()
+                    ));
+                }
+            }
+        }
+        Err(last_error.expect("at least one server"))
+    }
+
+    /// A connection to the server in use, or, if it fails, to the next one
+    /// that answers (which is then in use), by `deadline`.
+    ///
+    /// # Errors
+    /// [`ConnectError`] of the last server tried.
+    pub async fn acquire(&self, deadline: Instant) -> Result<Conn, ConnectError> {
+        let n = self.servers.len();
+        let start = self.current.load(Ordering::Acquire);
+        let mut last = ConnectError::TimedOut;
+        for step in 0..n {
+            let i = (start + step) % n;
+            // With servers left to try, one may not take all of the time.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let until = if step + 1 < n {
+                Instant::now() + left / 2
+            } else {
+                deadline
+            };
+            match self.servers[i].acquire(until).await {
+                Ok(conn) => {
+                    if step > 0 {
+                        self.switch(start, i);
+                    }
+                    return Ok(conn);
+                }
+                Err(ConnectError::Closed) => return Err(ConnectError::Closed),
+                // All connections busy: the server is fine, just loaded.
+                Err(ConnectError::Busy) => return Err(ConnectError::Busy),
+                Err(err) => {
+                    self.servers[i].note_failure();
+                    last = err;
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        Err(last)
+    }
+
+    /// Moves from server `from` to `to`, unless another task did already.
+    fn switch(&self, from: usize, to: usize) {
+        if self
+            .current
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            tracing::warn!(
+                from = self.servers[from].name(),
+                to = self.servers[to].name(),
+                "database server failed: moved to the next one"
+            );
+        }
+    }
+
+    /// Records that a connection to `server` failed: its idle connections
+    /// are dropped, and the next acquire finds out whether it still answers.
+    pub fn note_failure(&self, server: &str) {
+        if let Some(pool) = self.servers.iter().find(|p| p.name() == server) {
+            pool.note_failure();
+        }
+    }
+
+    /// `host:port` of the server in use.
+    pub fn current(&self) -> &str {
+        self.servers[self.current.load(Ordering::Acquire)].name()
+    }
+
+    /// Whether the server in use is a Galera node.
+    pub fn is_galera(&self) -> bool {
+        self.servers[self.current.load(Ordering::Acquire)].is_galera()
+    }
+
+    /// The URLs, with passwords hidden, for logs.
+    pub fn describe(&self) -> String {
+        self.urls
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Closes every pool: idle connections now, busy ones when let go.
+    pub fn close(&self) {
+        for pool in &self.servers {
+            pool.close();
+        }
+    }
+}
+
+async fn prepare_one(url: &str, pool: &Pool) -> anyhow::Result<()> {
+    if !MySql::database_exists(url)
+        .await
+        .context("cannot reach the database server")?
+    {
+        tracing::info!(server = pool.name(), "creating the database");
+        MySql::create_database(url)
+            .await
+            .context("cannot create the database")?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut conn = pool.acquire(deadline).await?;
+    MIGRATOR
+        .run(&mut *conn)
+        .await
+        .context("cannot run the migrations")?;
+    conn.done();
+    Ok(())
+}
+
+/// A URL with its password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            redact("mysql://lb:secret@db1:3306/x"),
+            "mysql://lb:***@db1:3306/x"
+        );
+        assert_eq!(redact("mysql://root@db1/x"), "mysql://root@db1/x");
+        assert_eq!(redact("mysql://db1/x"), "mysql://db1/x");
+    }
+}

@@ -1,0 +1,468 @@
+//! The connections to one database server, pooled.
+//!
+//! Why not sqlx's `Pool`: it takes back a connection whose statement was
+//! cut short (a dropped future leaves it mid-protocol or mid-transaction,
+//! holding row locks), and it pings every connection it takes back, with no
+//! bound on the ping: on a silent network cut the ping hangs and holds the
+//! connection's slot until TCP gives up. Here a connection goes back to the
+//! pool only when its user marks it clean (a statement outside a
+//! transaction that completed, a `COMMIT` or `ROLLBACK` that answered).
+//! Any other way out (an error, a timeout, a dropped future) closes its
+//! socket, so the server rolls back whatever it had open and nothing half
+//! done is ever reused.
+//!
+//! Each new connection is set up for the lock engine (see [`Setup`]) and
+//! learns its server-side id, so that an ambiguous commit can be settled by
+//! killing the old session first.
+
+use std::{
+    ops::{Deref, DerefMut},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use sqlx::{
+    mysql::{MySqlConnectOptions, MySqlRow},
+    ConnectOptions, Connection, Executor, MySqlConnection, Row,
+};
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
+
+/// A connection idle longer than this is pinged before it is handed out:
+/// the server or a firewall may have dropped it meanwhile.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(30);
+/// Idle connections beyond this age are closed instead of kept.
+const MAX_IDLE: Duration = Duration::from_secs(300);
+
+/// How every connection is set up after connecting.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// `innodb_lock_wait_timeout`, in whole seconds (at least 1): a waiting
+    /// `FOR UPDATE` gives up (1205) before the caller's own deadline.
+    pub lock_wait_timeout_s: u64,
+    /// MariaDB's `idle_transaction_timeout`, in whole seconds: the server
+    /// ends a session that sits in an open transaction that long, so a
+    /// broker cut off mid-transaction cannot keep row locks for hours.
+    pub idle_transaction_timeout_s: u64,
+}
+
+/// A pool of connections to one server.
+#[derive(Clone)]
+pub struct Pool(Arc<Inner>);
+
+struct Inner {
+    /// `host:port`, for logs and metrics.
+    name: String,
+    options: MySqlConnectOptions,
+    setup: Setup,
+    slots: Arc<Semaphore>,
+    idle: Mutex<Vec<Idle>>,
+    /// When a connection of this pool last failed: connections that sat
+    /// idle since before then are suspect and closed, not handed out.
+    failed_at: Mutex<Option<Instant>>,
+    closed: AtomicBool,
+    /// Whether the server is a Galera node (learned at connect).
+    galera: AtomicBool,
+}
+
+struct Idle {
+    conn: MySqlConnection,
+    session: Session,
+    since: Instant,
+}
+
+/// Who a connection is on its server.
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    /// `CONNECTION_ID()`.
+    id: u64,
+    /// When the server started (Unix seconds, ±1): session ids start over
+    /// when it restarts.
+    server_started: i64,
+}
+
+/// Why no connection could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Every connection is in use and none came free in time: the server
+    /// is fine, the broker is loaded.
+    #[error("every database connection is busy")]
+    Busy,
+    #[error("the server did not answer within the deadline")]
+    TimedOut,
+    #[error("the pool is closed")]
+    Closed,
+    #[error("cannot connect to {server}: {source}")]
+    Connect {
+        server: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A Galera node that is not synced with its cluster (`wsrep_ready`
+    /// off): it refuses statements until it is.
+    #[error("{server} is a Galera node that is not ready")]
+    NotReady { server: String },
+}
+
+impl Pool {
+    /// A pool of at most `max` connections; none is opened yet.
+    pub fn new(options: MySqlConnectOptions, max: u32, setup: Setup) -> Pool {
+        let name = format!("{}:{}", options.get_host(), options.get_port());
+        Pool(Arc::new(Inner {
+            name,
+            options,
+            setup,
+            slots: Arc::new(Semaphore::new(max as usize)),
+            idle: Mutex::new(Vec::new()),
+            failed_at: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            galera: AtomicBool::new(false),
+        }))
+    }
+
+    /// `host:port` of the server.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Whether the server said it is a Galera node.
+    pub fn is_galera(&self) -> bool {
+        self.0.galera.load(Ordering::Relaxed)
+    }
+
+    /// A connection, by `deadline`: an idle one that is not suspect, or a
+    /// new one.
+    ///
+    /// # Errors
+    /// [`ConnectError`]: the deadline passed, the server refused or did not
+    /// answer, or the pool is closed.
+    pub async fn acquire(&self, deadline: Instant) -> Result<Conn, ConnectError> {
+        let inner = &self.0;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(ConnectError::Closed);
+        }
+        let permit = tokio::time::timeout_at(deadline, inner.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| ConnectError::Busy)?
+            .map_err(|_| ConnectError::Closed)?;
+        while let Some(idle) = self.take_idle() {
+            if idle.since.elapsed() < PING_IDLE_AFTER {
+                return Ok(self.wrap(idle.conn, idle.session, permit, deadline));
+            }
+            let mut conn = idle.conn;
+            if let Ok(Ok(())) = tokio::time::timeout_at(deadline, conn.ping()).await {
+                return Ok(self.wrap(conn, idle.session, permit, deadline));
+            }
+        }
+        let (conn, session) = tokio::time::timeout_at(deadline, self.connect())
+            .await
+            .map_err(|_| ConnectError::TimedOut)??;
+        Ok(self.wrap(conn, session, permit, deadline))
+    }
+
+    fn wrap(
+        &self,
+        conn: MySqlConnection,
+        session: Session,
+        permit: OwnedSemaphorePermit,
+        deadline: Instant,
+    ) -> Conn {
+        Conn {
+            conn: Some(conn),
+            session,
+            clean: false,
+            deadline,
+            pool: self.0.clone(),
+            _permit: permit,
+        }
+    }
+
+    /// The most recently used idle connection that is neither suspect nor
+    /// too old; the others are closed on the way.
+    fn take_idle(&self) -> Option<Idle> {
+        let failed_at = *self.0.failed_at.lock().expect("pool lock");
+        let mut idle = self.0.idle.lock().expect("pool lock");
+        while let Some(candidate) = idle.pop() {
+            let suspect = failed_at.is_some_and(|failed| candidate.since <= failed);
+            if !suspect && candidate.since.elapsed() < MAX_IDLE {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// Opens and sets up a new connection.
+    async fn connect(&self) -> Result<(MySqlConnection, Session), ConnectError> {
+        let inner = &self.0;
+        let failed = |source| ConnectError::Connect {
+            server: inner.name.clone(),
+            source,
+        };
+        let mut conn = inner.options.connect().await.map_err(failed)?;
+        let (session, galera, ready) = setup(&mut conn, inner.setup).await.map_err(failed)?;
+        inner.galera.store(galera, Ordering::Relaxed);
+        if !ready {
+            self.note_failure();
+            return Err(ConnectError::NotReady {
+                server: inner.name.clone(),
+            });
+        }
+        Ok((conn, session))
+    }
+
+    /// Records that a connection of this server failed (I/O error, timeout,
+    /// a server going away): the connections idle since are not trusted.
+    pub fn note_failure(&self) {
+        note_failure(&self.0);
+    }
+
+    /// Closes the idle connections and refuses new acquires. Connections in
+    /// use are closed when their users let go of them.
+    pub fn close(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.slots.close();
+        self.0.idle.lock().expect("pool lock").clear();
+    }
+}
+
+fn note_failure(inner: &Inner) {
+    *inner.failed_at.lock().expect("pool lock") = Some(Instant::now());
+    inner.idle.lock().expect("pool lock").clear();
+}
+
+/// The error of a statement that did not answer by its deadline.
+pub fn timed_out() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the database did not answer within db_timeout_ms",
+    ))
+}
+
+/// Sets a new connection up: READ COMMITTED (a `SKIP LOCKED` scan under
+/// REPEATABLE READ keeps locks on what it read until commit), a lock-wait
+/// timeout within the caller's deadline, MariaDB's idle-transaction
+/// timeout, and on Galera causal reads (`wsrep_sync_wait = 7`: reads,
+/// updates, deletes and inserts first wait until this node has applied
+/// everything the cluster committed before, so a broker on another node
+/// never decides on a stale row). Returns the server-side connection id,
+/// whether the server is a Galera node, and whether it is ready.
+async fn setup(conn: &mut MySqlConnection, setup: Setup) -> sqlx::Result<(Session, bool, bool)> {
+    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await?;
+    let row: MySqlRow = conn
+        .fetch_one("SELECT CONNECTION_ID(), @@version, UNIX_TIMESTAMP()")
+        .await?;
+    let id: u64 = row.try_get(0)?;
+    let version: String = row.try_get(1)?;
+    let now: i64 = row.try_get(2)?;
+    let uptime: i64 = variable(conn, "SHOW GLOBAL STATUS LIKE 'Uptime'")
+        .await?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let session = Session {
+        id,
+        server_started: now - uptime,
+    };
+    let mariadb = version.contains("MariaDB");
+    let wsrep_on = variable(conn, "SHOW VARIABLES LIKE 'wsrep_on'").await?;
+    let galera = wsrep_on.is_some_and(|v| v.eq_ignore_ascii_case("ON"));
+    let mut set = format!(
+        "SET SESSION innodb_lock_wait_timeout = {}",
+        setup.lock_wait_timeout_s.max(1)
+    );
+    if mariadb {
+        set += &format!(
+            ", SESSION idle_transaction_timeout = {}",
+            setup.idle_transaction_timeout_s.max(1)
+        );
+    }
+    if galera {
+        set += ", SESSION wsrep_sync_wait = 7";
+    }
+    conn.execute(set.as_str()).await?;
+    let ready = if galera {
+        variable(conn, "SHOW STATUS LIKE 'wsrep_ready'")
+            .await?
+            .is_some_and(|v| v.eq_ignore_ascii_case("ON"))
+    } else {
+        true
+    };
+    Ok((session, galera, ready))
+}
+
+/// The value column of a one-row `SHOW ... LIKE` answer.
+async fn variable(conn: &mut MySqlConnection, show: &str) -> sqlx::Result<Option<String>> {
+    let row = conn.fetch_optional(show).await?;
+    row.map(|row| {
+        // SHOW answers VARBINARY on some servers, VARCHAR on others.
+        row.try_get::<String, _>(1).or_else(|_| {
+            row.try_get::<Vec<u8>, _>(1)
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+        })
+    })
+    .transpose()
+}
+
+/// A connection taken from a [`Pool`], with the deadline of the work it
+/// was taken for: every statement run through it ([`Conn::run`]) fails
+/// with a timeout (an I/O error of kind `TimedOut`) past that deadline. It
+/// goes back to the pool when dropped only if it was marked clean after its
+/// last use; otherwise its socket is closed.
+pub struct Conn {
+    conn: Option<MySqlConnection>,
+    session: Session,
+    clean: bool,
+    deadline: Instant,
+    pool: Arc<Inner>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Conn {
+    /// The server-side id of this session (`CONNECTION_ID()`), for `KILL`.
+    pub fn id(&self) -> u64 {
+        self.session.id
+    }
+
+    /// When the server started (Unix seconds, ±1 s).
+    pub fn server_started(&self) -> i64 {
+        self.session.server_started
+    }
+
+    /// `host:port` of the server.
+    pub fn server(&self) -> &str {
+        &self.pool.name
+    }
+
+    /// The deadline of every statement run through this connection.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Runs one statement (`f` is handed the raw connection) by the
+    /// deadline. A connection that breaks or does not answer in time marks
+    /// its server as failed, so that the connections idle since are not
+    /// trusted; the connection itself is closed when dropped.
+    ///
+    /// # Errors
+    /// The statement's error, or a `TimedOut` I/O error past the deadline.
+    pub async fn run<'c, T, F>(
+        &'c mut self,
+        f: impl FnOnce(&'c mut MySqlConnection) -> F,
+    ) -> sqlx::Result<T>
+    where
+        F: std::future::Future<Output = sqlx::Result<T>> + 'c,
+    {
+        let Conn {
+            conn,
+            clean,
+            deadline,
+            pool,
+            ..
+        } = self;
+        *clean = false;
+        let conn = conn.as_mut().expect("connection present until drop");
+        let result = match tokio::time::timeout_at(*deadline, f(conn)).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out()),
+        };
+        if let Err(err) = &result {
+            if matches!(
+                super::classify(err),
+                super::Failure::Disconnected | super::Failure::NotReady
+            ) {
+                note_failure(pool);
+            }
+        }
+        result
+    }
+
+    /// Starts a transaction.
+    ///
+    /// # Errors
+    /// The server's or the connection's error.
+    pub async fn begin(&mut self) -> sqlx::Result<()> {
+        self.statement("BEGIN").await
+    }
+
+    /// Commits; on success the connection is clean again.
+    ///
+    /// # Errors
+    /// A server error means the transaction was rolled back (e.g. a Galera
+    /// certification failure) and the connection is clean; any other error
+    /// leaves the outcome unknown and the connection is closed on drop.
+    pub async fn commit(&mut self) -> sqlx::Result<()> {
+        match self.statement("COMMIT").await {
+            Ok(()) => {
+                self.clean = true;
+                Ok(())
+            }
+            Err(err) => {
+                // A conflict at COMMIT (a Galera certification failure)
+                // rolled the transaction back; the session is fine.
+                if super::classify(&err) == super::Failure::Conflict {
+                    self.clean = true;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Rolls back; on success the connection is clean again.
+    ///
+    /// # Errors
+    /// The connection failed: it is closed on drop.
+    pub async fn rollback(&mut self) -> sqlx::Result<()> {
+        self.statement("ROLLBACK").await?;
+        self.clean = true;
+        Ok(())
+    }
+
+    /// A statement without parameters, in the text protocol.
+    pub async fn statement(&mut self, sql: &str) -> sqlx::Result<()> {
+        self.run(|c| c.execute(sql)).await.map(|_| ())
+    }
+
+    /// Marks the connection clean after statements outside a transaction
+    /// that all completed.
+    pub fn done(&mut self) {
+        self.clean = true;
+    }
+}
+
+impl Deref for Conn {
+    type Target = MySqlConnection;
+    fn deref(&self) -> &MySqlConnection {
+        self.conn.as_ref().expect("connection present until drop")
+    }
+}
+
+impl DerefMut for Conn {
+    /// Any use may leave the connection mid-statement until its user says
+    /// otherwise.
+    fn deref_mut(&mut self) -> &mut MySqlConnection {
+        self.clean = false;
+        self.conn.as_mut().expect("connection present until drop")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.clean && !self.pool.closed.load(Ordering::Acquire) {
+            self.pool.idle.lock().expect("pool lock").push(Idle {
+                conn,
+                session: self.session,
+                since: Instant::now(),
+            });
+        }
+        // Otherwise `conn` is dropped here: its socket closes at once and
+        // the server rolls back what the session had open.
+    }
+}
