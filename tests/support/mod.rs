@@ -198,13 +198,20 @@ pub struct BrokerProcess {
 }
 
 impl BrokerProcess {
-    /// Starts `lockbroker serve` with a config of `tenants_toml` on
-    /// database `db` and waits for it to be ready.
+    /// Starts `lockbroker serve` on database `db` of the shared server,
+    /// with `extra_toml` in its config, and waits for it to be ready.
     pub async fn start(db: &str, extra_toml: &str) -> BrokerProcess {
+        let url = format!("\"{}/{db}\"", server_url());
+        BrokerProcess::start_on(&url, extra_toml).await
+    }
+
+    /// Starts `lockbroker serve` with `database_url = {database_url}` (a
+    /// TOML string or array) and `extra_toml` (top-level keys), and waits
+    /// for it to be ready.
+    pub async fn start_on(database_url: &str, extra_toml: &str) -> BrokerProcess {
         let port = free_port().await;
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase_url = \"{}/{db}\"\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n",
-            server_url()
+            "listen = \"127.0.0.1:{port}\"\ndatabase_url = {database_url}\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n"
         );
         let config = tempfile_like::TempFile::new("toml", text.as_bytes());
         let child = tokio::process::Command::new(bin("lockbroker"))
@@ -233,6 +240,12 @@ impl BrokerProcess {
 
     pub fn client(&self) -> Client {
         Client::new(&self.url, Some(KEY)).unwrap()
+    }
+
+    /// Kills the process with SIGKILL (a crash) and reaps it.
+    pub async fn kill9(mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
     }
 
     /// Sends SIGTERM and waits for a clean exit.

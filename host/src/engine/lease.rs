@@ -115,6 +115,7 @@ fn leaves(grant: &Grant) -> Expect {
         token: grant.token,
         hold_count: grant.hold_count,
         expires_at: grant.expires_at,
+        fresh: grant.fresh,
     }
 }
 
@@ -431,6 +432,7 @@ impl Engine {
                     token,
                     hold_count,
                     expires_at,
+                    fresh: false,
                 };
                 self.commit(tx, lock, expect).await?;
                 return Ok(Released {

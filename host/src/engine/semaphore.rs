@@ -75,6 +75,7 @@ fn leaves(grant: &SemaphoreGrant) -> Expect {
         owner: grant.owner.clone(),
         token: grant.token,
         expires_at: grant.expires_at,
+        fresh: grant.fresh,
     }
 }
 

@@ -25,18 +25,22 @@ use crate::store::{
 
 /// Time to find out an outcome even when the commit used up its budget.
 const SETTLE_AT_LEAST: Duration = Duration::from_millis(500);
+/// How long a grant answered `503` is looked after in the background.
+const UNDO_FOR: Duration = Duration::from_secs(60);
 /// Pause between attempts to reach the database while settling.
 const SETTLE_PAUSE: Duration = Duration::from_millis(50);
 
 /// What a transaction's commit leaves in the database, if it happened.
 #[derive(Debug, Clone)]
 pub(super) enum Expect {
-    /// The lock row holds exactly this lease.
+    /// The lock row holds exactly this lease (`fresh`: a new grant, which
+    /// nobody holds if its client was told the database failed).
     Lease {
         owner: String,
         token: u64,
         hold_count: u32,
         expires_at: NaiveDateTime,
+        fresh: bool,
     },
     /// The lease `token` has ended: the row was freed with that token, or
     /// has moved on to a later one.
@@ -47,6 +51,7 @@ pub(super) enum Expect {
         owner: String,
         token: u64,
         expires_at: NaiveDateTime,
+        fresh: bool,
     },
     /// The slot's lease `token` has ended.
     SlotEnded { slot: u32, token: u64 },
@@ -115,8 +120,44 @@ impl Engine {
         match outcome {
             Ok(true) => Ok(()),
             Ok(false) => Err(EngineError::Unavailable(DbFailure::NotCommitted)),
-            Err(()) => Err(EngineError::Unavailable(DbFailure::Unknown)),
+            Err(()) => {
+                self.undo_later(lock, expect, session);
+                Err(EngineError::Unavailable(DbFailure::Unknown))
+            }
         }
+    }
+
+    /// A new grant whose commit could not be settled is answered `503`, so
+    /// nobody will use it: once the database answers again, find out
+    /// whether it happened and, if so, give it back (in the background,
+    /// for at most [`UNDO_FOR`]).
+    fn undo_later(&self, lock: &LockRef, expect: Expect, session: Session) {
+        let (owner, token, slot) = match &expect {
+            Expect::Lease {
+                owner,
+                token,
+                fresh: true,
+                ..
+            } => (owner.clone(), *token, None),
+            Expect::Slot {
+                owner,
+                token,
+                slot,
+                fresh: true,
+                ..
+            } => (owner.clone(), *token, Some(*slot)),
+            _ => return,
+        };
+        let (engine, lock) = (self.clone(), lock.clone());
+        tokio::spawn(async move {
+            let budget = Budget {
+                deadline: Instant::now() + UNDO_FOR,
+            };
+            if let Ok(true) = engine.settle(&lock, &expect, &session, budget).await {
+                tracing::info!(key = %lock.storage_key, token, "a grant answered 503 had committed: giving it back");
+                engine.give_back(&lock, &owner, token, slot).await;
+            }
+        });
     }
 
     /// Whether the commit of `session` left what `expect` says, found out
@@ -172,6 +213,7 @@ impl Engine {
                 token,
                 hold_count,
                 expires_at,
+                ..
             } => locks::select(&mut conn, lock.row(), Locking::Wait)
                 .await?
                 .is_some_and(|row| {
@@ -188,6 +230,7 @@ impl Engine {
                 owner,
                 token,
                 expires_at,
+                ..
             } => {
                 semaphores::slot_for_update(&mut conn, &lock.tenant.name, &lock.storage_key, *slot)
                     .await?

@@ -1,0 +1,536 @@
+//! The broker under faults it must survive: its database killed, stopped,
+//! cut off silently or reset; clients that hang up mid-request; a broker
+//! killed with waiters queued; a tenant's own database going down. Each
+//! run records what clients saw and checks it: no overlapping holds,
+//! tokens increasing per key, every `200` release committed.
+//!
+//! These tests load the two cores heavily, so they take turns.
+
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use lockbroker::client::Client;
+use lockbroker_tests::{
+    config_at, eventually, fresh_db_name, run_clients_with, server_url, Broker, BrokerProcess,
+    History, Load, PrivateMariaDb, Proxy, Release503, KEY,
+};
+use serde_json::json;
+use sqlx::{Connection, MySqlConnection, MySqlPool};
+use tokio::{io::AsyncWriteExt, sync::Mutex};
+
+/// The bound on one operation's database work in these tests.
+const DB_TIMEOUT_MS: u64 = 2000;
+/// No answer may take longer than the bound plus this.
+const ANSWER_SLACK: Duration = Duration::from_secs(1);
+/// After the database is back, the first grant and a free key come within.
+const RECOVERY: Duration = Duration::from_millis(1500);
+const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
+
+static TURNS: Mutex<()> = Mutex::const_new(());
+
+#[derive(Debug, Clone, Copy)]
+enum Outage {
+    Kill9,
+    Stop,
+    Pause,
+    Reset,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn database_killed_under_load() {
+    outage(Outage::Kill9).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn database_stopped_under_load() {
+    outage(Outage::Stop).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn database_cut_off_silently_under_load() {
+    outage(Outage::Pause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn database_connections_reset_under_load() {
+    outage(Outage::Reset).await;
+}
+
+/// 16 clients on 4 keys through a private MariaDB behind a proxy; waiters
+/// queued on another key when the fault strikes (their leaving fails while
+/// it lasts). During the fault: 503, no answer slower than the bound plus
+/// a second. After it: a grant within 1.5 s, and the key the waiters left
+/// free within 1.5 s.
+async fn outage(kind: Outage) {
+    let _turn = TURNS.lock().await;
+    let mut db = PrivateMariaDb::start().await;
+    let proxy = Proxy::start(&db.host_port()).await;
+    let name = fresh_db_name();
+    let mut config = config_at(&format!("mysql://root@{}", proxy.addr), &name);
+    config.db_timeout_ms = DB_TIMEOUT_MS;
+    let broker = Broker::start_with(name.clone(), config).await;
+    let c = broker.client();
+
+    let history = Arc::new(History::new());
+    let load = Load {
+        timeout: Duration::from_millis(DB_TIMEOUT_MS) + ANSWER_SLACK,
+        ..Load::default()
+    };
+    let url = broker.url().to_owned();
+    let driver = {
+        let history = history.clone();
+        tokio::spawn(async move {
+            run_clients_with(
+                &load,
+                16,
+                Duration::from_secs(12),
+                &KEYS,
+                move |_, _| Client::new(&url, Some(KEY)).unwrap(),
+                history,
+            )
+            .await;
+        })
+    };
+    flowing(&history, "grants before the fault").await;
+
+    // Waiters queued on a held key, whose wait ends during the fault.
+    let held = c.acquire("queued", "holder", 1000, 0).await.unwrap();
+    assert_eq!(held.status, 200);
+    let waiters: Vec<_> = (0..5)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let reply = c.acquire("queued", &format!("w{i}"), 30_000, 1500).await;
+                (reply.map(|r| r.status), sent.elapsed())
+            })
+        })
+        .collect();
+    eventually("five waiters queued", Duration::from_secs(5), || async {
+        c.status("queued")
+            .await
+            .is_ok_and(|r| r.body["waiters"] == 5)
+    })
+    .await;
+
+    let fault_at = Instant::now();
+    match kind {
+        Outage::Kill9 => db.kill9().await,
+        Outage::Stop => db.stop().await,
+        Outage::Pause => proxy.pause(),
+        Outage::Reset => proxy.reset(),
+    }
+    let h = &history;
+    eventually("clients get 503", Duration::from_secs(10), || async move {
+        unavailable_since(h, fault_at) >= 3
+    })
+    .await;
+    for waiter in waiters {
+        let (status, took) = waiter.await.unwrap();
+        let status = status.expect("the waiter got an answer");
+        assert!(
+            [409, 503].contains(&status),
+            "a waiter got {status} while the database was down"
+        );
+        assert!(
+            took <= Duration::from_millis(1500 + DB_TIMEOUT_MS) + ANSWER_SLACK,
+            "a waiter was answered after {took:?}"
+        );
+    }
+
+    match kind {
+        Outage::Kill9 | Outage::Stop => db.start_again().await,
+        Outage::Pause | Outage::Reset => proxy.restore(),
+    }
+    let back = Instant::now();
+    eventually("a grant after recovery", RECOVERY, || async move {
+        grants_answered_since(h, back) > 0
+    })
+    .await;
+    eventually(
+        "the key the waiters left is free",
+        RECOVERY.saturating_sub(back.elapsed()),
+        || async {
+            c.acquire("queued", "newcomer", 1000, 0)
+                .await
+                .is_ok_and(|r| r.status == 200)
+        },
+    )
+    .await;
+
+    tokio::time::timeout(Duration::from_secs(40), driver)
+        .await
+        .expect("the load ends")
+        .unwrap();
+    let mut conn = MySqlConnection::connect(&format!("{}/{name}", db.url()))
+        .await
+        .unwrap();
+    let strict = history.check();
+    eprintln!("{kind:?}, 503 releases taken at their word: {strict}");
+    let mut report = history.check_with(Release503::MayHaveCommitted);
+    report
+        .violations
+        .extend(history.check_committed(&mut conn).await.unwrap());
+    eprintln!("{kind:?}: {report}");
+    report.assert_clean();
+    assert!(report.unavailable > 0, "the fault was seen: {report}");
+    assert_eq!(report.timeouts, 0, "no answer slower than the bound: {report}");
+    assert_eq!(report.failures, 0, "every request was answered: {report}");
+    for (label, n) in report
+        .acquires
+        .0
+        .iter()
+        .chain(&report.releases.0)
+        .chain(&report.renews.0)
+    {
+        assert!(
+            label.starts_with("200") || label == "409" || label == "503",
+            "{n} answers {label}: {report}"
+        );
+    }
+    broker.stop().await;
+}
+
+/// Grants answered since `t`.
+fn grants_answered_since(history: &History, t: Instant) -> usize {
+    history
+        .ops()
+        .iter()
+        .filter(|op| op.answered >= t && op.outcome.granted().is_some())
+        .count()
+}
+
+/// `503` answers since `t`.
+fn unavailable_since(history: &History, t: Instant) -> usize {
+    history
+        .ops()
+        .iter()
+        .filter(|op| op.answered >= t && op.outcome.status() == Some(503))
+        .count()
+}
+
+async fn flowing(history: &History, what: &str) {
+    let since = Instant::now();
+    eventually(what, Duration::from_secs(10), || async move {
+        grants_answered_since(history, since) >= 10
+    })
+    .await;
+}
+
+/// 24 clients: half send an acquire (a try on a new key, a wait on a busy
+/// key, a semaphore permit) and reset their connection 0–3 ms later; the
+/// other half take and give back locks and permits of their own, which
+/// must always succeed. Afterwards no transaction is open, nothing the
+/// departed clients were granted is still held, and SIGTERM ends the
+/// broker within its drain time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_that_hang_up_affect_nobody() {
+    let _turn = TURNS.lock().await;
+    let name = fresh_db_name();
+    let broker = BrokerProcess::start(&name, &format!("db_timeout_ms = {DB_TIMEOUT_MS}")).await;
+    let addr = broker.url.trim_start_matches("http://").to_owned();
+    let c = broker.client();
+    // A key always held, for waiting acquires to queue on.
+    assert_eq!(
+        c.acquire("busy", "keeper", 60_000, 0).await.unwrap().status,
+        200
+    );
+
+    let run_for = Duration::from_secs(10);
+    let until = Instant::now() + run_for;
+    let spurious = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let (c, spurious, done) = (c.clone(), spurious.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let (key, sem, owner) = (format!("own-{i}"), format!("sem-{i}"), format!("good-{i}"));
+            while Instant::now() < until {
+                let check = |what: &str, status: Result<u16, String>| {
+                    if status != Ok(200) {
+                        spurious
+                            .lock()
+                            .unwrap()
+                            .push(format!("{what} {key}: {status:?}"));
+                    }
+                };
+                match c.acquire(&key, &owner, 60_000, 0).await {
+                    Ok(r) if r.status == 200 => {
+                        let token = r.body["token"].as_u64().unwrap();
+                        let rel = c.release(&key, &owner, token).await;
+                        check("release", rel.map(|r| r.status).map_err(|e| e.to_string()));
+                    }
+                    other => check("acquire", other.map(|r| r.status).map_err(|e| e.to_string())),
+                }
+                let body = json!({"owner": owner, "permits": 1, "ttl_ms": 60_000});
+                match c.post(&format!("/v1/semaphores/{sem}/acquire"), &body).await {
+                    Ok(r) if r.status == 200 => {
+                        let body =
+                            json!({"owner": owner, "slot": r.body["slot"], "token": r.body["token"]});
+                        let rel = c.post(&format!("/v1/semaphores/{sem}/release"), &body).await;
+                        check("semaphore release", rel.map(|r| r.status).map_err(|e| e.to_string()));
+                    }
+                    other => check(
+                        "semaphore acquire",
+                        other.map(|r| r.status).map_err(|e| e.to_string()),
+                    ),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let hung_up = Arc::new(AtomicUsize::new(0));
+    for i in 0..12 {
+        let (addr, hung_up) = (addr.clone(), hung_up.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < until {
+                n += 1;
+                let (path, body) = match n % 3 {
+                    0 => (
+                        format!("/v1/locks/hang-{i}-{n}/acquire"),
+                        format!(r#"{{"owner":"hang-{i}","ttl_ms":60000}}"#),
+                    ),
+                    1 => (
+                        "/v1/locks/busy/acquire".to_owned(),
+                        format!(r#"{{"owner":"hang-{i}","ttl_ms":60000,"wait_ms":5000}}"#),
+                    ),
+                    _ => (
+                        format!("/v1/semaphores/hsem-{}/acquire", n % 5),
+                        format!(r#"{{"owner":"hang-{i}-{n}","permits":2,"ttl_ms":60000,"wait_ms":2000}}"#),
+                    ),
+                };
+                let delay = Duration::from_micros((n * 7919 + i as u64 * 104_729) % 3000);
+                if hang_up(&addr, &path, &body, delay).await {
+                    hung_up.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(run_for + Duration::from_secs(30), task)
+            .await
+            .expect("a client finished")
+            .unwrap();
+    }
+    let spurious = spurious.lock().unwrap().clone();
+    eprintln!(
+        "{} rounds of the good clients, {} hang-ups",
+        done.load(Ordering::Relaxed),
+        hung_up.load(Ordering::Relaxed)
+    );
+    assert!(done.load(Ordering::Relaxed) > 100, "the good clients ran");
+    assert!(hung_up.load(Ordering::Relaxed) > 100, "clients hung up");
+    assert!(
+        spurious.is_empty(),
+        "{} spurious answers, e.g. {:?}",
+        spurious.len(),
+        &spurious[..spurious.len().min(10)]
+    );
+
+    let pool = MySqlPool::connect(&format!("{}/{name}", server_url()))
+        .await
+        .unwrap();
+    let pool = &pool;
+    eventually("no transaction left open", Duration::from_secs(5), || async {
+        open_transactions(pool, &name).await == 0
+    })
+    .await;
+    // What the departed clients were granted is given back at once (their
+    // leases are a minute long), and they are out of the queues.
+    eventually("nothing held by departed clients", Duration::from_secs(5), || async {
+        let (locks,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM locks WHERE owner LIKE 'hang-%' AND expires_at > NOW(6)",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let (slots,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM semaphore_slots WHERE owner LIKE 'hang-%' AND expires_at > NOW(6)",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let (waiting,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM waiters WHERE owner LIKE 'hang-%'")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        locks + slots + waiting == 0
+    })
+    .await;
+
+    let stopping = Instant::now();
+    let status = broker.stop().await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "SIGTERM took {:?}",
+        stopping.elapsed()
+    );
+    lockbroker_tests::drop_db(&name).await;
+}
+
+/// Sends a request and resets the connection `after` later (SO_LINGER 0:
+/// RST, like a client that crashed). True if the connection was made.
+async fn hang_up(addr: &str, path: &str, body: &str, after: Duration) -> bool {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    tokio::time::sleep(after).await;
+    let _ = stream.set_zero_linger();
+    drop(stream);
+    true
+}
+
+/// Open transactions of sessions on database `db`.
+async fn open_transactions(pool: &MySqlPool, db: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(
+        r#"
+SELECT COUNT(*) FROM information_schema.innodb_trx t
+JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+WHERE p.db = ?
+"#,
+    )
+    .bind(db)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    n
+}
+
+/// Two brokers; one is killed with five clients waiting there and two
+/// holders that took their locks through it. The holders renew and release
+/// through the other broker; a waiter there gets the lock within 2 s of
+/// the release, and the key is not blocked afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_brokers_waiters_never_block_a_key() {
+    let _turn = TURNS.lock().await;
+    let name = fresh_db_name();
+    let extra = format!("db_timeout_ms = {DB_TIMEOUT_MS}");
+    let doomed = BrokerProcess::start(&name, &extra).await;
+    let survivor = BrokerProcess::start(&name, &extra).await;
+    let (a, b) = (doomed.client(), survivor.client());
+
+    let held = a.acquire("k", "holder", 10_000, 0).await.unwrap();
+    assert_eq!(held.status, 200);
+    let token = held.body["token"].as_u64().unwrap();
+    let other = a.acquire("k2", "holder2", 10_000, 0).await.unwrap();
+    let other_token = other.body["token"].as_u64().unwrap();
+    let doomed_waiters: Vec<_> = (0..5)
+        .map(|i| {
+            let a = a.clone();
+            tokio::spawn(async move { a.acquire("k", &format!("dead-{i}"), 10_000, 20_000).await })
+        })
+        .collect();
+    eventually("five waiters queued at the doomed broker", Duration::from_secs(5), || async {
+        b.status("k").await.is_ok_and(|r| r.body["waiters"] == 5)
+    })
+    .await;
+    let live = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let reply = b.acquire("k", "alive", 10_000, 20_000).await.unwrap();
+            (reply, Instant::now())
+        })
+    };
+    eventually("the live waiter queued behind them", Duration::from_secs(5), || async {
+        b.status("k").await.is_ok_and(|r| r.body["waiters"] == 6)
+    })
+    .await;
+
+    doomed.kill9().await;
+    for waiter in doomed_waiters {
+        assert!(waiter.await.unwrap().is_err(), "the dead broker answered nobody");
+    }
+    // Holders that took their locks through the dead broker carry on here.
+    let renewed = b.renew("k", "holder", token, 10_000).await.unwrap();
+    assert_eq!(renewed.status, 200, "{:?}", renewed.body);
+    let renewed = b.renew("k2", "holder2", other_token, 10_000).await.unwrap();
+    assert_eq!(renewed.status, 200, "{:?}", renewed.body);
+    assert_eq!(b.release("k2", "holder2", other_token).await.unwrap().status, 200);
+    let released = b.release("k", "holder", token).await.unwrap();
+    assert_eq!(released.status, 200, "{:?}", released.body);
+    let released_at = Instant::now();
+
+    let (reply, answered_at) = tokio::time::timeout(Duration::from_secs(10), live)
+        .await
+        .expect("the live waiter is answered")
+        .unwrap();
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let took = answered_at.saturating_duration_since(released_at);
+    assert!(took < Duration::from_secs(2), "the live waiter waited {took:?}");
+    let live_token = reply.body["token"].as_u64().unwrap();
+    assert!(live_token > token);
+    assert_eq!(b.release("k", "alive", live_token).await.unwrap().status, 200);
+    // The dead broker's waiters block nobody: a try succeeds at once.
+    let newcomer = b.acquire("k", "newcomer", 1000, 0).await.unwrap();
+    assert_eq!(newcomer.status, 200, "{:?}", newcomer.body);
+    assert!(newcomer.body["token"].as_u64().unwrap() > live_token);
+    survivor.stop().await;
+    lockbroker_tests::drop_db(&name).await;
+}
+
+/// Tenants on databases of their own: each tenant's rows are in its own
+/// server only, and one server down fails only its tenants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_own_database_fails_alone() {
+    let _turn = TURNS.lock().await;
+    let first = PrivateMariaDb::start().await;
+    let mut second = PrivateMariaDb::start().await;
+    let name = fresh_db_name();
+    let mut config = config_at(&first.url(), &name);
+    config.db_timeout_ms = DB_TIMEOUT_MS;
+    let other = config
+        .tenants
+        .iter_mut()
+        .find(|t| t.name == "other")
+        .unwrap();
+    other.database_url = Some(format!("{}/{name}", second.url()).into());
+    config.validate().unwrap();
+    let broker = Broker::start_with(name.clone(), config).await;
+    let (mine, theirs) = (
+        broker.client(),
+        broker.client_with(Some(lockbroker_tests::OTHER_KEY)),
+    );
+    assert_eq!(mine.acquire("a", "me", 30_000, 0).await.unwrap().status, 200);
+    assert_eq!(theirs.acquire("b", "them", 30_000, 0).await.unwrap().status, 200);
+
+    let tenants_in = |url: String| async move {
+        let mut conn = MySqlConnection::connect(&url).await.unwrap();
+        let rows: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT DISTINCT tenant FROM locks")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        rows.into_iter()
+            .map(|(t,)| String::from_utf8(t).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tenants_in(format!("{}/{name}", first.url())).await, ["default"]);
+    assert_eq!(tenants_in(format!("{}/{name}", second.url())).await, ["other"]);
+
+    second.kill9().await;
+    assert_eq!(theirs.acquire("b2", "them", 30_000, 0).await.unwrap().status, 503);
+    assert_eq!(mine.acquire("a2", "me", 30_000, 0).await.unwrap().status, 200);
+    second.start_again().await;
+    eventually("the other tenant is served again", RECOVERY, || async {
+        theirs
+            .acquire("b3", "them", 30_000, 0)
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    broker.stop().await;
+}
