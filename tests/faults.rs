@@ -186,6 +186,15 @@ async fn outage(kind: Outage) {
     eprintln!("{kind:?}: {report}");
     report.assert_clean();
     assert!(report.unavailable > 0, "the fault was seen: {report}");
+    // Connections that died with the fault are never handed to a request
+    // once the database is back.
+    let after: Vec<_> = history
+        .ops()
+        .into_iter()
+        .filter(|op| op.sent >= back + Duration::from_millis(300))
+        .filter(|op| op.outcome.status() != Some(200) && op.outcome.status() != Some(409))
+        .collect();
+    assert!(after.is_empty(), "failures after recovery: {after:?}");
     assert_eq!(
         report.timeouts, 0,
         "no answer slower than the bound: {report}"

@@ -31,6 +31,9 @@ pub struct Load {
     pub timeout: Duration,
     /// Release tries after a release got no definite answer.
     pub release_tries: u32,
+    /// Owners are `{owners}-{task}`: loads that run side by side need
+    /// prefixes of their own (a shared owner name would re-enter).
+    pub owners: &'static str,
 }
 
 impl Default for Load {
@@ -42,6 +45,7 @@ impl Default for Load {
             backoff: Duration::from_millis(5),
             timeout: Duration::from_secs(3),
             release_tries: 3,
+            owners: "client",
         }
     }
 }
@@ -119,7 +123,7 @@ struct Driver<F> {
 
 impl<F: Fn(usize, u64) -> Client> Driver<F> {
     async fn run(mut self, deadline: Instant) {
-        let owner = format!("client-{}", self.task);
+        let owner = format!("{}-{}", self.load.owners, self.task);
         while Instant::now() < deadline {
             let pick = self.random() % self.keys.len() as u64;
             let key = self.keys[pick as usize].clone();

@@ -11,13 +11,16 @@
 //! - [`History`] and [`Recorder`] (`history/`): what clients saw, checked
 //!   for overlapping holds, token order and uncommitted releases;
 //! - [`run_clients`] (`load.rs`): a bounded acquire/hold/release load that
-//!   records into a history.
+//!   records into a history;
+//! - [`GaleraCluster`] (`galera.rs`): a three-node Galera cluster on
+//!   loopback (`scripts/galera`), to kill nodes of.
 //!
 //! The shared server is `LOCKBROKER_TEST_DATABASE_URL` (default
 //! `mysql://root@127.0.0.1:3306`); each test's database is named
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
 mod eventually;
+mod galera;
 pub mod history;
 mod load;
 mod mariadb;
@@ -35,6 +38,7 @@ use sqlx::{Connection, MySqlConnection};
 use tokio::net::TcpListener;
 
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
+pub use galera::GaleraCluster;
 pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
 pub use load::{run_clients, run_clients_with, Load};
 pub use lockbroker::client::Reply;
