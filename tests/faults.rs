@@ -609,3 +609,58 @@ async fn a_tenants_own_database_fails_alone() {
     .await;
     broker.stop().await;
 }
+
+/// SIGTERM while the database is cut off silently, with requests hanging
+/// on it and clients waiting in the queue: the broker still exits within
+/// its drain time, and cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_is_bounded_during_a_silent_cut() {
+    let _turn = TURNS.lock().await;
+    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
+    let name = fresh_db_name();
+    let url = format!(
+        "\"mysql://{}@{}/{name}\"",
+        lockbroker_tests::server_userinfo(),
+        proxy.addr
+    );
+    let broker = BrokerProcess::start_on(&url, &format!("db_timeout_ms = {DB_TIMEOUT_MS}")).await;
+    let c = broker.client();
+    assert_eq!(
+        c.acquire("held", "keeper", 60_000, 0).await.unwrap().status,
+        200
+    );
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.acquire("held", &format!("w{i}"), 1000, 30_000).await })
+        })
+        .collect();
+    eventually("four waiters queued", Duration::from_secs(5), || async {
+        c.status("held").await.is_ok_and(|r| r.body["waiters"] == 4)
+    })
+    .await;
+    proxy.pause();
+    // Requests that now hang on the database.
+    let hanging: Vec<_> = (0..8)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.acquire(&format!("new-{i}"), "x", 1000, 0).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    let stopping = Instant::now();
+    let status = broker.stop().await;
+    let took = stopping.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(10), "SIGTERM took {took:?}");
+    for task in waiters.into_iter().chain(hanging) {
+        let reply = task.await.unwrap();
+        // Answered 503 (shutting down, or the database away), or the
+        // connection closed: never granted.
+        if let Ok(reply) = reply {
+            assert_eq!(reply.status, 503, "{:?}", reply.body);
+        }
+    }
+    proxy.restore();
+    lockbroker_tests::drop_db(&name).await;
+}
