@@ -43,21 +43,3 @@ pub async fn forget_departed(conn: &mut Conn) -> sqlx::Result<u64> {
         .await?;
     Ok(done.rows_affected())
 }
-
-/// Names of the brokers seen alive within `alive_us` microseconds, with
-/// the server each writes through.
-pub async fn alive(
-    conn: &mut Conn,
-    alive_us: u64,
-) -> sqlx::Result<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
-SELECT name, server FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
-"#,
-        )
-        .bind(alive_us)
-        .fetch_all(c)
-    })
-    .await
-}

@@ -149,16 +149,6 @@ impl Db {
         }
     }
 
-    /// `host:port` of the server in use.
-    pub fn current(&self) -> &str {
-        self.servers[self.current.load(Ordering::Acquire)].name()
-    }
-
-    /// Whether the server in use is a Galera node.
-    pub fn is_galera(&self) -> bool {
-        self.servers[self.current.load(Ordering::Acquire)].is_galera()
-    }
-
     /// The URLs, with passwords hidden, for logs.
     pub fn describe(&self) -> String {
         self.urls

@@ -66,8 +66,6 @@ struct Inner {
     /// idle since before then are suspect and closed, not handed out.
     failed_at: Mutex<Option<Instant>>,
     closed: AtomicBool,
-    /// Whether the server is a Galera node (learned at connect).
-    galera: AtomicBool,
 }
 
 struct Idle {
@@ -121,18 +119,12 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             failed_at: Mutex::new(None),
             closed: AtomicBool::new(false),
-            galera: AtomicBool::new(false),
         }))
     }
 
     /// `host:port` of the server.
     pub fn name(&self) -> &str {
         &self.0.name
-    }
-
-    /// Whether the server said it is a Galera node.
-    pub fn is_galera(&self) -> bool {
-        self.0.galera.load(Ordering::Relaxed)
     }
 
     /// A connection, by `deadline`: an idle one that is not suspect, or a
@@ -204,8 +196,7 @@ impl Pool {
             source,
         };
         let mut conn = inner.options.connect().await.map_err(failed)?;
-        let (session, galera, ready) = setup(&mut conn, inner.setup).await.map_err(failed)?;
-        inner.galera.store(galera, Ordering::Relaxed);
+        let (session, ready) = setup(&mut conn, inner.setup).await.map_err(failed)?;
         if !ready {
             self.note_failure();
             return Err(ConnectError::NotReady {
@@ -249,9 +240,9 @@ pub fn timed_out() -> sqlx::Error {
 /// timeout, and on Galera causal reads (`wsrep_sync_wait = 7`: reads,
 /// updates, deletes and inserts first wait until this node has applied
 /// everything the cluster committed before, so a broker on another node
-/// never decides on a stale row). Returns the server-side connection id,
-/// whether the server is a Galera node, and whether it is ready.
-async fn setup(conn: &mut MySqlConnection, setup: Setup) -> sqlx::Result<(Session, bool, bool)> {
+/// never decides on a stale row). Returns who the session is, and whether
+/// the server is ready (a Galera node must be synced).
+async fn setup(conn: &mut MySqlConnection, setup: Setup) -> sqlx::Result<(Session, bool)> {
     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .await?;
     let row: MySqlRow = conn
@@ -292,7 +283,7 @@ async fn setup(conn: &mut MySqlConnection, setup: Setup) -> sqlx::Result<(Sessio
     } else {
         true
     };
-    Ok((session, galera, ready))
+    Ok((session, ready))
 }
 
 /// The value column of a one-row `SHOW ... LIKE` answer.
