@@ -104,10 +104,10 @@ impl Run {
     async fn check(&self, node: usize) -> lockbroker_tests::Report {
         let url = format!("{}/{}", self.cluster.urls[node - 1], self.db);
         let mut conn = MySqlConnection::connect(&url).await.unwrap();
-        let mut report = self.history.check_with(Release503::MayHaveCommitted);
-        report
-            .violations
-            .extend(self.history.check_committed(&mut conn).await.unwrap());
+        let report = self
+            .history
+            .check_with_database(&mut conn, Release503::MayHaveCommitted)
+            .await;
         eprintln!("{report}");
         report
     }

@@ -303,12 +303,31 @@ pub async fn lock_scenario(
     clients: usize,
     duration: Duration,
 ) -> Row {
-    let (name, prefix) = match mode {
+    let (name, prefix) = mode_names(mode);
+    lock_row(&[b], api_key, mode, name, prefix, clients, duration).await
+}
+
+/// [`lock_scenario`] on a broker whose database is a Galera cluster, as
+/// rows `uncontended (galera)` and `contended (galera)`.
+pub async fn galera_scenario(
+    b: &Broker,
+    api_key: &str,
+    mode: LockMode,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    let (name, prefix) = mode_names(mode);
+    let (name, prefix) = (format!("{name} (galera)"), format!("g{prefix}"));
+    lock_row(&[b], api_key, mode, &name, &prefix, clients, duration).await
+}
+
+/// A lock scenario's row name and key prefix.
+fn mode_names(mode: LockMode) -> (&'static str, &'static str) {
+    match mode {
         LockMode::Uncontended => ("uncontended", "u"),
         LockMode::Contended => ("contended", "c"),
         LockMode::Storm => ("nowait-storm", "s"),
-    };
-    lock_row(&[b], api_key, mode, name, prefix, clients, duration).await
+    }
 }
 
 /// `contended` with the clients on two brokers sharing the database: even

@@ -61,6 +61,11 @@ struct Args {
     /// `contended-cross` runs at the counts of --clients from 2 up to this.
     #[arg(long, default_value_t = 32)]
     cross_max_clients: usize,
+    /// A broker whose database is a Galera cluster (one writer node): each
+    /// `uncontended` and `contended` run is followed by the same on it,
+    /// as rows `... (galera)`.
+    #[arg(long, value_name = "URL")]
+    galera_broker_url: Option<String>,
     /// API key of a tenant on the built-in (native) policy.
     #[arg(long, default_value = "dev-key")]
     api_key: String,
@@ -143,14 +148,16 @@ const BASELINE_SCENARIOS: [&str; 4] = [
 const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
 
 /// How rows are grouped in the table.
-const ROW_ORDER: [&str; 14] = [
+const ROW_ORDER: [&str; 16] = [
     "uncontended",
+    "uncontended (galera)",
     "lease-row-tx",
     "lease-row-tx pooled (ping on acquire)",
     "lease-row-tx pooled (no ping)",
     "mysql-get-lock",
     "redis",
     "contended",
+    "contended (galera)",
     "contended-cross",
     "nowait-storm",
     "lease-row-tx nowait-storm",
@@ -293,6 +300,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         url: args.database_url.clone(),
         run: run.clone(),
     };
+    let galera = args.galera_broker_url.as_ref().map(|url| Broker {
+        url: url.clone(),
+        run: run.clone(),
+    });
     let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
     let second = args.second_broker_url.as_ref().map(|url| SecondBroker {
         url: url.clone(),
@@ -426,6 +437,13 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         if want("uncontended") {
             let row = broker::lock_scenario(&broker, key, LockMode::Uncontended, c, duration).await;
             push(row, &mut rows);
+            if let Some(galera) = &galera {
+                let mode = LockMode::Uncontended;
+                push(
+                    broker::galera_scenario(galera, key, mode, c, duration).await,
+                    &mut rows,
+                );
+            }
         }
         if sql_here {
             for row in sql_baselines(&base, &setup, &want, c, duration, Pair::Storm).await? {
@@ -439,6 +457,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             if want(name) {
                 let row = broker::lock_scenario(&broker, key, mode, c, duration).await;
                 push(row, &mut rows);
+                if let (Some(galera), LockMode::Contended) = (&galera, mode) {
+                    push(
+                        broker::galera_scenario(galera, key, mode, c, duration).await,
+                        &mut rows,
+                    );
+                }
             }
         }
         if let (true, true, Some(second)) = (
@@ -648,6 +672,27 @@ fn ratio(
 fn ratios(rows: &[Row], args: &Args, wasm: &[(usize, f64)]) -> Vec<Ratio> {
     let mut out = Vec::new();
     let times = |v: f64| format!("{v:.2}x");
+
+    if args.galera_broker_url.is_some() {
+        for (scenario, unit) in [("uncontended", "pairs/s"), ("contended", "handoffs/s")] {
+            for &c in &args.clients {
+                let (g, s) = (
+                    find(rows, &format!("{scenario} (galera)"), c),
+                    find(rows, scenario, c),
+                );
+                out.push(ratio(
+                    format!("{scenario} {unit}, Galera one writer / one server, {c} clients"),
+                    g.zip(s).map(|(g, s)| g.ops_per_s / s.ops_per_s),
+                    times,
+                    "(reported)",
+                    |_| true,
+                    g.zip(s).map_or_else(String::new, |(g, s)| {
+                        format!("{:.0} / {:.0}", g.ops_per_s, s.ops_per_s)
+                    }),
+                ));
+            }
+        }
+    }
 
     let c = at_count(args, 32);
     let (b, l) = (find(rows, "uncontended", c), find(rows, "lease-row-tx", c));

@@ -1,11 +1,13 @@
 //! MySQL access: connections ([`pool`], one server; [`db`], the servers
-//! of one database with failover), migrations, and one small function per
+//! of one database with failover; [`keepalive`] on their sockets),
+//! migrations, and one small function per
 //! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`).
 //! Nothing here decides who gets a lock; the engine does.
 
 pub mod brokers;
 pub mod db;
 pub mod elections;
+pub mod keepalive;
 pub mod locks;
 pub mod pool;
 pub mod semaphores;

@@ -197,6 +197,7 @@ impl Pool {
         };
         let mut conn = inner.options.connect().await.map_err(failed)?;
         let (session, ready) = setup(&mut conn, inner.setup).await.map_err(failed)?;
+        super::keepalive::apply(inner.options.get_port());
         if !ready {
             self.note_failure();
             return Err(ConnectError::NotReady {

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use chrono::NaiveDateTime;
 use sqlx::MySqlConnection;
 
-use super::{History, Report, Request, Violation, DEFAULT_TENANT};
+use super::{History, Release503, Report, Request, Violation, DEFAULT_TENANT};
 
 impl History {
     /// Live leases in `locks` (tenant [`DEFAULT_TENANT`]) whose release was
@@ -64,13 +64,17 @@ impl History {
             .collect())
     }
 
-    /// [`check`](Self::check) and [`check_committed`](Self::check_committed)
-    /// in one report.
+    /// [`check_with`](Self::check_with) and
+    /// [`check_committed`](Self::check_committed) in one report.
     ///
     /// # Panics
     /// When the database cannot be read.
-    pub async fn check_with_database(&self, conn: &mut MySqlConnection) -> Report {
-        let mut report = self.check();
+    pub async fn check_with_database(
+        &self,
+        conn: &mut MySqlConnection,
+        release_503: Release503,
+    ) -> Report {
+        let mut report = self.check_with(release_503);
         let uncommitted = self
             .check_committed(conn)
             .await
