@@ -693,3 +693,90 @@ async fn database_connections_have_tcp_keepalive() {
     assert!(on > 0, "no socket to port {port} has keepalive");
     broker.stop().await;
 }
+
+/// The answer to a `COMMIT` is lost after the server committed (a grant,
+/// then a release that hands the lock to a waiter): the broker finds out on
+/// a fresh connection that both happened, and answers and delivers them.
+/// A `COMMIT` that never reached the server is found not to have happened
+/// and is retried: one grant, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_commits_are_settled() {
+    let _turn = TURNS.lock().await;
+    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
+    let name = fresh_db_name();
+    let server = format!(
+        "mysql://{}@{}",
+        lockbroker_tests::server_userinfo(),
+        proxy.addr
+    );
+    let mut config = config_at(&server, &name);
+    config.db_timeout_ms = DB_TIMEOUT_MS;
+    let broker = Broker::start_with(name.clone(), config).await;
+    let c = broker.client();
+    let hits = || proxy.commits_hit.load(Ordering::SeqCst);
+    // A first grant creates the key's row, so the next ones are one
+    // transaction each.
+    let first = c.acquire("a", "me", 60_000, 0).await.unwrap();
+    let first_token = first.body["token"].as_u64().unwrap();
+    assert_eq!(c.release("a", "me", first_token).await.unwrap().status, 200);
+
+    // A grant whose COMMIT answer is lost: answered as granted.
+    proxy.lose_next_commit_answer();
+    let granted = c.acquire("a", "me", 60_000, 0).await.unwrap();
+    assert_eq!(hits(), 1, "the fault hit the grant's COMMIT");
+    assert_eq!(granted.status, 200, "{:?}", granted.body);
+    let token = granted.body["token"].as_u64().unwrap();
+    assert_eq!(token, first_token + 1);
+    let status = c.status("a").await.unwrap();
+    assert_eq!(
+        (status.body["owner"].clone(), status.body["token"].clone()),
+        ("me".into(), token.into())
+    );
+
+    // A release that hands the lock to a waiter, COMMIT answer lost: the
+    // release is answered 200 and the waiter gets the lock.
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("a", "next", 60_000, 10_000).await.unwrap() })
+    };
+    eventually("the waiter queued", Duration::from_secs(5), || async {
+        c.status("a").await.is_ok_and(|r| r.body["waiters"] == 1)
+    })
+    .await;
+    proxy.lose_next_commit_answer();
+    let released = c.release("a", "me", token).await.unwrap();
+    assert_eq!(hits(), 2, "the fault hit the release's COMMIT");
+    assert_eq!(released.status, 200, "{:?}", released.body);
+    assert_eq!(released.body["released"], true);
+    let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is answered")
+        .unwrap();
+    assert_eq!(handed.status, 200, "{:?}", handed.body);
+    let next_token = handed.body["token"].as_u64().unwrap();
+    assert_eq!(next_token, token + 1);
+
+    // A COMMIT that never arrives: not committed, retried, granted once.
+    assert_eq!(
+        c.release("a", "next", next_token).await.unwrap().status,
+        200
+    );
+    proxy.drop_next_commit();
+    let again = c.acquire("a", "me", 60_000, 0).await.unwrap();
+    assert_eq!(hits(), 3, "the fault hit a COMMIT");
+    assert_eq!(again.status, 200, "{:?}", again.body);
+    assert_eq!(again.body["token"].as_u64().unwrap(), next_token + 1);
+    assert_eq!(again.body["hold_count"], 1);
+
+    let metrics = c.get("/metrics").await.unwrap();
+    let text = metrics.body.as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"committed\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"not_committed\"} 1"),
+        "{text}"
+    );
+    broker.stop().await;
+}

@@ -135,6 +135,8 @@ impl Ratio {
         match self.met {
             Some(true) => "MET",
             Some(false) => "MISSED",
+            // Measured, reported without a target.
+            None if self.value.is_some() => "-",
             None => "NOT MEASURED",
         }
     }

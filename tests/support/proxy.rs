@@ -11,6 +11,16 @@
 //!   meanwhile is delivered on [`Proxy::restore`], as TCP retransmission
 //!   would. Only timeouts notice this one.
 //!
+//! And two faults aimed at one statement, the riskiest moment of a
+//! transaction:
+//!
+//! - [`Proxy::lose_next_commit_answer`]: the next `COMMIT` reaches the
+//!   server, which commits; its answer is read and thrown away, and the
+//!   connection is reset. The client cannot know that it committed.
+//! - [`Proxy::drop_next_commit`]: the next `COMMIT` never reaches the
+//!   server (the connection is reset instead), so the transaction is rolled
+//!   back; the client cannot know that either.
+//!
 //! [`Proxy::restore`] ends any of them. Each connection is relayed by its
 //! own task with two pumps (one per direction) that look at the fault
 //! before every read and every write; a cut or reset is a generation
@@ -20,7 +30,7 @@
 use std::{
     net::SocketAddr,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU8, AtomicUsize, Ordering},
         Arc,
     },
     time::Duration,
@@ -29,9 +39,17 @@ use std::{
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    sync::watch,
+    sync::{watch, Notify},
     task::JoinHandle,
 };
+
+/// A `COMMIT` as a MySQL client sends it: a packet of 7 bytes, sequence 0,
+/// `COM_QUERY` (3) and the statement.
+const COMMIT_PACKET: &[u8] = b"\x07\x00\x00\x00\x03COMMIT";
+/// What to do to the next `COMMIT` (`Proxy::commit_fault`).
+const COMMIT_PASSES: u8 = 0;
+const COMMIT_ANSWER_LOST: u8 = 1;
+const COMMIT_DROPPED: u8 = 2;
 
 /// How long a connection upstream may take.
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
@@ -61,6 +79,9 @@ pub struct Proxy {
     pub addr: SocketAddr,
     state: watch::Sender<State>,
     live: Arc<AtomicUsize>,
+    commit_fault: Arc<AtomicU8>,
+    /// `COMMIT`s a commit fault hit so far.
+    pub commits_hit: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -77,18 +98,38 @@ impl Proxy {
             last_kill: Fault::Cut,
         });
         let live = Arc::new(AtomicUsize::new(0));
+        let commit = Commits {
+            fault: Arc::new(AtomicU8::new(COMMIT_PASSES)),
+            hit: Arc::new(AtomicUsize::new(0)),
+        };
         let task = tokio::spawn(accept_loop(
             listener,
             upstream.to_owned(),
             state_rx,
             live.clone(),
+            commit.clone(),
         ));
         Proxy {
             addr,
             state,
             live,
+            commit_fault: commit.fault,
+            commits_hit: commit.hit,
             task,
         }
+    }
+
+    /// The next `COMMIT` through the proxy commits, but its answer is lost
+    /// (read and thrown away) and the connection is reset.
+    pub fn lose_next_commit_answer(&self) {
+        self.commit_fault
+            .store(COMMIT_ANSWER_LOST, Ordering::SeqCst);
+    }
+
+    /// The next `COMMIT` through the proxy never reaches the server: the
+    /// connection is reset instead.
+    pub fn drop_next_commit(&self) {
+        self.commit_fault.store(COMMIT_DROPPED, Ordering::SeqCst);
     }
 
     /// Closes every connection and closes new ones at once, until
@@ -143,11 +184,19 @@ impl Drop for Proxy {
     }
 }
 
+/// The commit fault armed for the next `COMMIT`, and how many it hit.
+#[derive(Clone)]
+struct Commits {
+    fault: Arc<AtomicU8>,
+    hit: Arc<AtomicUsize>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     upstream: String,
     state: watch::Receiver<State>,
     live: Arc<AtomicUsize>,
+    commits: Commits,
 ) {
     loop {
         let Ok((inbound, _)) = listener.accept().await else {
@@ -165,6 +214,7 @@ async fn accept_loop(
                     state.clone(),
                     now.generation,
                     guard,
+                    commits.clone(),
                 ));
             }
         }
@@ -195,6 +245,7 @@ async fn relay(
     mut state: watch::Receiver<State>,
     born: u64,
     _live: Live,
+    commits: Commits,
 ) {
     let _ = inbound.set_nodelay(true);
     // Paused: accepted, but not connected upstream until restored.
@@ -217,10 +268,15 @@ async fn relay(
         let (mut in_read, mut in_write) = inbound.split();
         let (mut out_read, mut out_write) = outbound.split();
         let (up, down) = (state.clone(), state.clone());
+        let commit = Tap {
+            commits,
+            swallow: Arc::new(AtomicU8::new(0)),
+            kill: Arc::new(Notify::new()),
+        };
         let both = async {
             tokio::join!(
-                pump(&mut in_read, &mut out_write, up),
-                pump(&mut out_read, &mut in_write, down),
+                pump(&mut in_read, &mut out_write, up, &commit, Way::Up),
+                pump(&mut out_read, &mut in_write, down, &commit, Way::Down),
             )
         };
         tokio::select! {
@@ -228,6 +284,7 @@ async fn relay(
             killed = state.wait_for(|s| s.generation > born) => {
                 Some(killed.map_or(Fault::Cut, |s| s.last_kill))
             }
+            () = commit.kill.notified() => Some(Fault::Reset),
         }
     };
     if let Some(how) = killed {
@@ -255,8 +312,35 @@ fn abort(stream: &TcpStream) {
 /// read and every write (so nothing read during a pause is written before
 /// the restore). At end of stream it half-closes the other side, as
 /// `copy_bidirectional` does.
-async fn pump<R, W>(from: &mut R, to: &mut W, mut state: watch::Receiver<State>)
-where
+/// The commit faults of one connection, seen by both of its pumps.
+struct Tap {
+    commits: Commits,
+    /// Set once a `COMMIT` answer is to be lost: the next bytes from the
+    /// server (its answer) are thrown away and the connection is reset.
+    swallow: Arc<AtomicU8>,
+    kill: Arc<Notify>,
+}
+
+/// Which way a pump copies.
+#[derive(Clone, Copy)]
+enum Way {
+    /// Client to server: looks for the `COMMIT` an armed fault hits.
+    Up,
+    /// Server to client: swallows the answer to a `COMMIT` that was hit.
+    Down,
+}
+
+/// Copies one direction, waiting while the proxy is not open before every
+/// read and every write (so nothing read during a pause is written before
+/// the restore). At end of stream it half-closes the other side, as
+/// `copy_bidirectional` does. Applies an armed commit fault through `tap`.
+async fn pump<R, W>(
+    from: &mut R,
+    to: &mut W,
+    mut state: watch::Receiver<State>,
+    tap: &Tap,
+    way: Way,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -275,7 +359,38 @@ where
         if state.wait_for(|s| s.fault == Fault::None).await.is_err() {
             return;
         }
-        if to.write_all(&buf[..n]).await.is_err() {
+        let chunk = &buf[..n];
+        match way {
+            Way::Down if tap.swallow.load(Ordering::SeqCst) != 0 => {
+                // The server answered the COMMIT: it happened. Lose it.
+                tap.kill.notify_one();
+                return;
+            }
+            Way::Up => {
+                let at = chunk
+                    .windows(COMMIT_PACKET.len())
+                    .position(|w| w == COMMIT_PACKET);
+                if let Some(at) = at {
+                    match tap.commits.fault.swap(COMMIT_PASSES, Ordering::SeqCst) {
+                        COMMIT_ANSWER_LOST => {
+                            tap.commits.hit.fetch_add(1, Ordering::SeqCst);
+                            tap.swallow.store(1, Ordering::SeqCst);
+                        }
+                        COMMIT_DROPPED => {
+                            tap.commits.hit.fetch_add(1, Ordering::SeqCst);
+                            // What came before the COMMIT, then the reset.
+                            let _ = to.write_all(&chunk[..at]).await;
+                            let _ = to.flush().await;
+                            tap.kill.notify_one();
+                            return;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Way::Down => {}
+        }
+        if to.write_all(chunk).await.is_err() {
             return;
         }
     }
