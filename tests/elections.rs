@@ -183,3 +183,54 @@ async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
 fn rand_ms(i: u64, term: u64) -> u32 {
     ((i * 7 + term * 13) % 15) as u32
 }
+
+/// Observers of one election share one poller on a broker: three streams
+/// on `shared` and one on `other` run two, each stream sees the change,
+/// and the pollers stop with their last observer.
+#[tokio::test]
+async fn observers_of_one_election_share_one_poller() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let pollers = || async {
+        let metrics = c.get("/metrics").await.unwrap();
+        metrics
+            .body
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("lockbroker_election_pollers "))
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let streams: Vec<_> = ["shared", "shared", "shared", "other"]
+        .into_iter()
+        .map(|name| observe(&broker, name))
+        .collect();
+    lockbroker_tests::eventually("every stream began", Duration::from_secs(5), || async {
+        streams
+            .iter()
+            .all(|(events, _)| events.lock().unwrap().len() == 1)
+    })
+    .await;
+    assert_eq!(pollers().await, 2, "one poller per election");
+    let won = campaign(&c, "shared", "node-1", 30_000, 0).await;
+    assert_eq!(won.status, 200);
+    lockbroker_tests::eventually(
+        "each observer saw the leader",
+        Duration::from_secs(5),
+        || async {
+            streams[..3].iter().all(|(events, _)| {
+                events.lock().unwrap().last().map(|e| e["leader"].clone()) == Some(json!("node-1"))
+            })
+        },
+    )
+    .await;
+    for (_, task) in &streams {
+        task.abort();
+    }
+    lockbroker_tests::eventually("the pollers stopped", Duration::from_secs(5), || async {
+        pollers().await == 0
+    })
+    .await;
+    broker.stop().await;
+}

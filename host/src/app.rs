@@ -12,7 +12,7 @@ use crate::{
     http,
     metrics::Metrics,
     policy::{
-        reload::{Reloader, NOT_LOADED},
+        reload::Reloader,
         wasm::{Limits, WasmHost},
         TenantPolicy,
     },
@@ -128,7 +128,7 @@ impl App {
         let not_loaded: Vec<&str> = self
             .tenants
             .iter()
-            .filter(|t| t.policy.current().descriptor.name == NOT_LOADED)
+            .filter(|t| !t.policy.is_loaded())
             .map(|t| t.name.as_str())
             .collect();
         if !not_loaded.is_empty() {

@@ -542,7 +542,7 @@ impl Engine {
         finish(move |_| async move { engine.inspect_now(&lock).await })
     }
 
-    async fn inspect_now(&self, lock: &LockRef) -> Result<LockState, EngineError> {
+    pub(super) async fn inspect_now(&self, lock: &LockRef) -> Result<LockState, EngineError> {
         let row = self.read_row(lock).await?;
         let waiters = row.as_ref().map_or(0, |r| u64::from(r.queued));
         let live = row.as_ref().and_then(|r| r.live_owner().map(|o| (r, o)));
@@ -580,7 +580,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
-    pub async fn last_term(&self, lock: &LockRef) -> Result<u64, EngineError> {
+    pub(super) async fn last_term(&self, lock: &LockRef) -> Result<u64, EngineError> {
         Ok(self.read_row(lock).await?.map_or(0, |r| r.token))
     }
 
@@ -588,7 +588,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
-    pub async fn terms_since(
+    pub(super) async fn terms_since(
         &self,
         lock: &LockRef,
         after: u64,

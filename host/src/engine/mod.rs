@@ -8,6 +8,7 @@
 //! - `queue`: the durable wait queue, direct handoff and waking waiters.
 //! - `reaper`: hands expired leases on; cleans the queue of waiters past
 //!   their deadline or of dead brokers.
+//! - `election`: watching an election (one shared poller per election).
 //! - `brokers`: this broker's heartbeat, by which others tell it is alive.
 //! - `settle`: commits whose outcome is unknown, found out.
 //! - `detach`: operations that run to their end when their caller leaves.
@@ -18,6 +19,7 @@
 
 mod brokers;
 mod detach;
+mod election;
 mod lease;
 mod queue;
 mod reaper;
@@ -43,6 +45,7 @@ use crate::{
     tenant::Tenant,
 };
 
+pub use election::{Leadership, Observation};
 pub use lease::{Grant, LockState, Released};
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
 
@@ -198,6 +201,8 @@ pub struct Inner {
     /// Waiters of this process, by waiter id: where a handoff is delivered.
     /// Whoever takes a waiter's sender out of here delivers its grant.
     local: Mutex<HashMap<u64, oneshot::Sender<Handoff>>>,
+    /// The election pollers running on this broker.
+    pollers: election::Pollers,
 }
 
 impl Deref for Engine {
@@ -222,6 +227,7 @@ impl Engine {
             settings,
             broker,
             local: Mutex::new(HashMap::new()),
+            pollers: election::Pollers::default(),
         }))
     }
 

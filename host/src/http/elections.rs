@@ -21,13 +21,11 @@ use super::{
 };
 use crate::{
     app::App,
-    engine::{Engine, Grant, LockRef, LockState},
+    engine::{Engine, Grant, Leadership, LockRef, Observation},
     store::Kind,
     tenant::Tenant,
 };
 
-/// How often an observer looks at the election.
-const OBSERVE_TICK: Duration = Duration::from_millis(50);
 /// A comment line this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -113,7 +111,7 @@ impl Command for ElectionCommand {
                 candidate,
                 ttl_ms,
                 wait_ms,
-            } => leadership(
+            } => term_json(
                 &lock,
                 &engine
                     .acquire(&lock, &candidate, ttl_ms, wait_ms, 0)
@@ -123,25 +121,27 @@ impl Command for ElectionCommand {
                 candidate,
                 term,
                 ttl_ms,
-            } => leadership(&lock, &engine.renew(&lock, &candidate, term, ttl_ms).await?),
+            } => term_json(&lock, &engine.renew(&lock, &candidate, term, ttl_ms).await?),
             ElectionCommand::Resign { candidate, term } => {
                 engine.release(&lock, &candidate, term).await?;
                 json!({"resigned": true})
             }
-            ElectionCommand::Status => state_json(&lock, &engine.inspect(&lock).await?),
+            ElectionCommand::Status => {
+                leadership(&lock, &Leadership::from(&engine.inspect(&lock).await?))
+            }
             ElectionCommand::Observe => {
                 // Fail now (503) rather than inside the stream if the
                 // database is down.
-                let after = engine.last_term(&lock).await?;
-                let first = engine.inspect(&lock).await?;
-                return Ok(observe(engine.clone(), lock, first, after));
+                let observation = engine.observe(&lock).await?;
+                return Ok(observe(engine, lock, observation));
             }
         };
         Ok(json_response(StatusCode::OK, &body))
     }
 }
 
-fn leadership(lock: &LockRef, grant: &Grant) -> Value {
+/// A campaign's or a renewal's answer.
+fn term_json(lock: &LockRef, grant: &Grant) -> Value {
     json!({
         "name": lock.key,
         "leader": grant.owner,
@@ -151,74 +151,39 @@ fn leadership(lock: &LockRef, grant: &Grant) -> Value {
     })
 }
 
-fn state_json(lock: &LockRef, state: &LockState) -> Value {
+/// The leadership of an election (status, and each observed event).
+fn leadership(lock: &LockRef, now: &Leadership) -> Value {
     json!({
         "name": lock.key,
-        "leader": state.owner,
-        "term": state.token,
-        "expires_at": state.expires_at.map(rfc3339),
+        "leader": now.leader,
+        "term": now.term,
+        "expires_at": now.expires_at.map(rfc3339),
     })
 }
 
-/// Streams one `leader` event now and one per change of leader after:
-/// every new term (from the election's term log, so a leader that lasted
-/// less than a tick is seen too) and every vacancy (resignation or expiry,
-/// `leader: null`), until the client leaves or the broker stops.
-fn observe(engine: Engine, lock: LockRef, first: LockState, mut after: u64) -> Response {
+/// Streams one `leader` event now and one per change of leader after
+/// (every new term, every vacancy), until the client leaves or the broker
+/// stops; a comment line keeps an idle stream alive.
+fn observe(engine: &Engine, lock: LockRef, mut observation: Observation) -> Response {
     let (tx, response) = sse::stream();
     let mut stop = engine.stop_signal();
     tokio::spawn(async move {
-        let mut vacant = !first.held;
-        if tx
-            .send(sse::event("leader", &state_json(&lock, &first)))
-            .await
-            .is_err()
-        {
+        let first = sse::event("leader", &leadership(&lock, &observation.first));
+        if tx.send(first).await.is_err() {
             return;
         }
-        let mut quiet = tokio::time::Instant::now();
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(OBSERVE_TICK) => {}
+            let message = tokio::select! {
+                change = observation.next() => match change {
+                    Ok(change) => sse::event("leader", &leadership(&lock, &change)),
+                    Err(_) => return,
+                },
+                () = tokio::time::sleep(KEEP_ALIVE) => Bytes::from_static(b": keep-alive\n\n"),
                 () = tx.closed() => return,
                 () = crate::shutdown::stopped(&mut stop) => return,
-            }
-            let mut events = Vec::new();
-            let Ok(terms) = engine.terms_since(&lock, after).await else {
-                continue; // the database is away; try again next tick
             };
-            for term in terms {
-                after = term.term;
-                vacant = false;
-                events.push(json!({
-                    "name": lock.key,
-                    "leader": String::from_utf8_lossy(&term.leader),
-                    "term": term.term,
-                    "expires_at": rfc3339(term.expires_at),
-                }));
-            }
-            if !vacant {
-                if let Ok(state) = engine.inspect(&lock).await {
-                    // A term newer than `after` shows up in the log next tick.
-                    if !state.held {
-                        vacant = true;
-                        events.push(state_json(&lock, &state));
-                    }
-                }
-            }
-            let messages: Vec<Bytes> = if events.is_empty() && quiet.elapsed() >= KEEP_ALIVE {
-                vec![Bytes::from_static(b": keep-alive\n\n")]
-            } else {
-                events.iter().map(|e| sse::event("leader", e)).collect()
-            };
-            if messages.is_empty() {
-                continue;
-            }
-            quiet = tokio::time::Instant::now();
-            for message in messages {
-                if tx.send(message).await.is_err() {
-                    return;
-                }
+            if tx.send(message).await.is_err() {
+                return;
             }
         }
     });

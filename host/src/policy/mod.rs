@@ -115,6 +115,9 @@ pub struct Loaded {
     pub sha256: Option<String>,
     /// RFC 3339 time of the load.
     pub loaded_at: String,
+    /// A stand-in for a policy file that never loaded (its tenant fails
+    /// closed until one does).
+    pub stand_in: bool,
 }
 
 impl Loaded {
@@ -126,6 +129,7 @@ impl Loaded {
             policy: Arc::new(policy),
             sha256: None,
             loaded_at: now_rfc3339(),
+            stand_in: false,
         }
     }
 }
@@ -163,6 +167,12 @@ impl TenantPolicy {
     /// Records a failed load; the policy in force stays.
     pub fn set_error(&self, error: String) {
         *self.last_error.write().expect("policy lock") = Some(error);
+    }
+
+    /// Whether a real policy is in force (not the stand-in for a file that
+    /// never loaded).
+    pub fn is_loaded(&self) -> bool {
+        !self.current().stand_in
     }
 
     /// The last load error, if the last load failed.
@@ -303,6 +313,7 @@ mod tests {
                 version: "0".into(),
             },
             sha256: Some("abc".into()),
+            stand_in: false,
             loaded_at: now_rfc3339(),
         };
         (TenantPolicy::new("t", loaded, metrics.clone()), metrics)

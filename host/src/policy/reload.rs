@@ -107,6 +107,7 @@ impl Reloader {
                     descriptor: not_loaded_descriptor(),
                     sha256: None,
                     loaded_at: super::now_rfc3339(),
+                    stand_in: true,
                 };
                 Err((stand_in, err))
             }

@@ -126,6 +126,7 @@ impl WasmHost {
             descriptor,
             sha256: Some(sha256),
             loaded_at: now_rfc3339(),
+            stand_in: false,
         })
     }
 
