@@ -329,8 +329,13 @@ impl Engine {
             let mut tx = self.begin(budget).await?;
             match lock.kind {
                 Kind::Semaphore => {
-                    semaphores::header_for_update(&mut tx, &lock.tenant.name, &lock.storage_key)
-                        .await?;
+                    semaphores::header(
+                        &mut tx,
+                        &lock.tenant.name,
+                        &lock.storage_key,
+                        Locking::Wait,
+                    )
+                    .await?;
                 }
                 Kind::Lock | Kind::Election => {
                     locks::select(&mut tx, lock.row(), Locking::Wait).await?;

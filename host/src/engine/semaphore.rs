@@ -18,6 +18,7 @@ use super::{
 };
 use crate::store::{
     self,
+    locks::Locking,
     pool::Conn,
     semaphores::{self, SlotRow},
     Failure,
@@ -173,13 +174,14 @@ impl Engine {
         let header = self
             .retry(budget, || async {
                 let mut conn = self.conn(budget).await?;
-                let header = match semaphores::header(&mut conn, tenant, key).await? {
+                let header = match semaphores::header(&mut conn, tenant, key, Locking::None).await?
+                {
                     Some(header) => header,
                     None => {
                         // Idempotent (INSERT IGNORE): a lost answer is simply
                         // tried again.
                         semaphores::create(&mut conn, tenant, key, permits).await?;
-                        semaphores::header(&mut conn, tenant, key)
+                        semaphores::header(&mut conn, tenant, key, Locking::None)
                             .await?
                             .ok_or(sqlx::Error::RowNotFound)?
                     }
@@ -246,7 +248,7 @@ impl Engine {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            let queued = semaphores::header(&mut tx, tenant, key)
+            let queued = semaphores::header(&mut tx, tenant, key, Locking::None)
                 .await?
                 .map_or(0, |h| h.queued);
             if let Some(grant) = self.claim(&mut tx, lock, wish, queued).await? {
@@ -270,7 +272,8 @@ impl Engine {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            let Some(header) = semaphores::header_for_update(&mut tx, tenant, key).await? else {
+            let Some(header) = semaphores::header(&mut tx, tenant, key, Locking::Wait).await?
+            else {
                 tx.rollback().await?;
                 return Err(sqlx::Error::RowNotFound.into());
             };
@@ -413,7 +416,8 @@ impl Engine {
         }
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            let Some(header) = semaphores::header_for_update(&mut tx, tenant, key).await? else {
+            let Some(header) = semaphores::header(&mut tx, tenant, key, Locking::Wait).await?
+            else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
@@ -464,7 +468,7 @@ impl Engine {
         let budget = self.budget();
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            let permits = semaphores::header(&mut tx, tenant, key)
+            let permits = semaphores::header(&mut tx, tenant, key, Locking::None)
                 .await?
                 .map_or(0, |h| h.permits);
             let row = semaphores::slot_for_update(&mut tx, tenant, key, slot).await?;
@@ -508,7 +512,7 @@ impl Engine {
         let (header, slots) = self
             .retry(budget, || async {
                 let mut conn = self.conn(budget).await?;
-                let header = semaphores::header(&mut conn, tenant, key).await?;
+                let header = semaphores::header(&mut conn, tenant, key, Locking::None).await?;
                 let slots = match header {
                     Some(_) => semaphores::slots(&mut conn, tenant, key).await?,
                     None => Vec::new(),
@@ -551,7 +555,8 @@ impl Engine {
         let (tenant, key) = (lock.tenant.name.as_str(), lock.storage_key.as_str());
         let budget = self.budget();
         let mut tx = self.begin(budget).await?;
-        let Some(header) = semaphores::header_skip_locked(&mut tx, tenant, key).await? else {
+        let Some(header) = semaphores::header(&mut tx, tenant, key, Locking::SkipLocked).await?
+        else {
             tx.rollback().await?;
             return Ok(());
         };

@@ -250,10 +250,11 @@ impl Engine {
                 // commit: taking it waits for one still in flight.
                 match lock.kind {
                     Kind::Semaphore => {
-                        semaphores::header_for_update(
+                        semaphores::header(
                             &mut conn,
                             &lock.tenant.name,
                             &lock.storage_key,
+                            Locking::Wait,
                         )
                         .await?;
                     }

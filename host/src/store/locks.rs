@@ -53,18 +53,25 @@ pub enum Locking {
     SkipLocked,
 }
 
+impl Locking {
+    /// The clause that ends a `SELECT` locked this way.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Locking::None => "",
+            Locking::Wait => "FOR UPDATE",
+            Locking::NoWait => "FOR UPDATE NOWAIT",
+            Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
+
 /// Reads a key's row with the database clock, locking it as asked.
 pub async fn select(
     conn: &mut Conn,
     k: RowKey<'_>,
     locking: Locking,
 ) -> sqlx::Result<Option<LockRow>> {
-    let suffix = match locking {
-        Locking::None => "",
-        Locking::Wait => "FOR UPDATE",
-        Locking::NoWait => "FOR UPDATE NOWAIT",
-        Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
-    };
+    let suffix = locking.suffix();
     let sql = format!(
         r#"
 SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now

@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlQueryResult;
 
-use super::pool::Conn;
+use super::{locks::Locking, pool::Conn};
 
 /// A semaphore's size and queue.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -32,46 +32,24 @@ impl SlotRow {
     }
 }
 
-/// The header, without locking it.
-pub async fn header(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Option<Header>> {
+/// The header, locked as asked (see [`Locking`]).
+pub async fn header(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    locking: Locking,
+) -> sqlx::Result<Option<Header>> {
+    let sql = format!(
+        "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? {}",
+        locking.suffix()
+    );
     conn.run(|c| {
-        sqlx::query_as("SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ?")
+        sqlx::query_as(&sql)
             .bind(tenant)
             .bind(key)
             .fetch_optional(c)
     })
     .await
-}
-
-/// The header, row-locked (waiting briefly).
-pub async fn header_for_update(
-    conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-) -> sqlx::Result<Option<Header>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE",
-        )
-        .bind(tenant)
-        .bind(key)
-        .fetch_optional(c)
-    })
-    .await
-}
-
-/// The header, row-locked unless another transaction holds it.
-pub async fn header_skip_locked(
-    conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-) -> sqlx::Result<Option<Header>> {
-    conn.run(|c| sqlx::query_as(
-        "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? FOR UPDATE SKIP LOCKED",
-    )
-    .bind(tenant)
-    .bind(key)
-    .fetch_optional(c)).await
 }
 
 /// Creates a semaphore of `permits` slots unless it exists (autocommit:
