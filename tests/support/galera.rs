@@ -67,6 +67,15 @@ impl GaleraCluster {
         run(&["start", self.dir(), &n.to_string()], COMMAND_WITHIN).await;
     }
 
+    /// `127.0.0.1:PORT` of node `n` (1-based).
+    pub fn host_port(&self, n: usize) -> String {
+        self.urls[n - 1]
+            .rsplit('@')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// The database `db` on the nodes, in `order` (1-based node numbers),
     /// as a TOML array for `database_url`.
     pub fn toml_list(&self, db: &str, order: &[usize]) -> String {

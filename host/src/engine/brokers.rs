@@ -1,5 +1,12 @@
 //! This broker's heartbeat: how the other brokers on the database tell
 //! that it is alive, and so whether its waiters can still take a lease.
+//!
+//! The heartbeat also says which server the broker writes through. Brokers
+//! whose `database_url` lists the same servers in different orders (a
+//! misconfiguration) would write through different nodes of one cluster,
+//! where row locks do not see each other and commits fail certification:
+//! so every broker follows the server of the longest-running live broker,
+//! when that server is in its own list and answers.
 
 use std::time::Duration;
 
@@ -10,6 +17,8 @@ use crate::store::brokers;
 
 /// Heartbeats between cleanups of brokers long gone.
 const FORGET_EVERY: u32 = 3000;
+/// Heartbeats between looks at the server the other brokers use.
+const FOLLOW_EVERY: u32 = 5;
 
 impl Engine {
     /// Says this broker is alive, and which server it writes through.
@@ -45,6 +54,9 @@ impl Engine {
             }
             beat = beat.wrapping_add(1);
             let mut result = self.heartbeat().await;
+            if result.is_ok() && beat.is_multiple_of(FOLLOW_EVERY) {
+                result = self.follow_the_oldest().await;
+            }
             if result.is_ok() && beat.is_multiple_of(FORGET_EVERY) {
                 result = self.forget_departed().await;
             }
@@ -57,6 +69,23 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Moves to the server the longest-running live broker writes through,
+    /// if it is not this broker's and it is in this broker's list.
+    async fn follow_the_oldest(&self) -> Result<(), EngineError> {
+        let budget = self.budget();
+        let mut conn = self.conn(budget).await?;
+        let oldest = brokers::oldest_alive(&mut conn, self.alive_us()).await?;
+        conn.done();
+        drop(conn);
+        if let Some((name, Some(server))) = oldest {
+            let server = String::from_utf8_lossy(&server);
+            if name != self.broker.as_bytes() && server != self.db.current() {
+                self.db.move_to(&server, budget.deadline).await;
+            }
+        }
+        Ok(())
     }
 
     async fn forget_departed(&self) -> Result<(), EngineError> {

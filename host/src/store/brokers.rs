@@ -43,3 +43,22 @@ pub async fn forget_departed(conn: &mut Conn) -> sqlx::Result<u64> {
         .await?;
     Ok(done.rows_affected())
 }
+
+/// The longest-running broker heard from within `alive_us` microseconds,
+/// with the server it writes through.
+pub async fn oldest_alive(
+    conn: &mut Conn,
+    alive_us: u64,
+) -> sqlx::Result<Option<(Vec<u8>, Option<Vec<u8>>)>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
+SELECT name, server FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
+ORDER BY started_at, name LIMIT 1
+"#,
+        )
+        .bind(alive_us)
+        .fetch_optional(c)
+    })
+    .await
+}

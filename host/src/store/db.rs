@@ -141,6 +141,41 @@ impl Db {
         }
     }
 
+    /// `host:port` of the server in use.
+    pub fn current(&self) -> &str {
+        self.servers[self.current.load(Ordering::Acquire)].name()
+    }
+
+    /// Moves to `server` (`host:port` as listed) if it is in the list and
+    /// answers by `deadline`; whether the broker now writes through it.
+    pub async fn move_to(&self, server: &str, deadline: Instant) -> bool {
+        let Some(to) = self.servers.iter().position(|p| p.name() == server) else {
+            return false;
+        };
+        let from = self.current.load(Ordering::Acquire);
+        if from == to {
+            return true;
+        }
+        match self.servers[to].acquire(deadline).await {
+            Ok(mut conn) => {
+                conn.done();
+                if self
+                    .current
+                    .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    tracing::warn!(
+                        from = self.servers[from].name(),
+                        to = server,
+                        "moved to the database server the longest-running broker writes through"
+                    );
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Records that a connection to `server` failed: its idle connections
     /// are dropped, and the next acquire finds out whether it still answers.
     pub fn note_failure(&self, server: &str) {
