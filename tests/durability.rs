@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use lockbroker_tests::{
-    config, drop_db, fresh_db_name, server_host_port, server_userinfo, Broker, BrokerProcess, Proxy,
+    config, drop_db, eventually, eventually_some, fresh_db_name, server_host_port, server_userinfo,
+    Broker, BrokerProcess, Proxy,
 };
 
 #[tokio::test]
@@ -85,16 +86,13 @@ async fn database_down_means_503_and_nothing_granted() {
 
     proxy.restore();
     // The pool reconnects; the lease is still there, untouched.
-    let mut status = None;
-    for _ in 0..50 {
-        let s = c.status("dd").await.unwrap();
-        if s.status == 200 {
-            status = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let status = status.expect("broker recovers when the database returns");
+    let status = eventually_some(
+        "broker recovers when the database returns",
+        // A try that met the dead connection may take db_timeout_ms (2 s).
+        Duration::from_secs(10),
+        || async { c.status("dd").await.ok().filter(|s| s.status == 200) },
+    )
+    .await;
     assert_eq!(status.body["owner"], "a");
     assert_eq!(status.body["token"], token);
     assert_eq!(
@@ -115,7 +113,10 @@ async fn shutdown_answers_waiters_and_stops_accepting() {
         let c = c.clone();
         tokio::spawn(async move { c.acquire("sd", "waiter", 60_000, 60_000).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually("the waiter is queued", Duration::from_secs(5), || async {
+        c.status("sd").await.is_ok_and(|s| s.body["waiters"] == 1)
+    })
+    .await;
     let url = broker.url().to_owned();
     let db = broker.db.clone();
     let started = std::time::Instant::now();

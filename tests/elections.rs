@@ -7,7 +7,7 @@ use std::{
 };
 
 use lockbroker::client::{Client, Reply};
-use lockbroker_tests::{Broker, KEY};
+use lockbroker_tests::{eventually, Broker, KEY};
 use serde_json::{json, Value};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -115,7 +115,14 @@ async fn campaign_resign_renew_and_status() {
 async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
     let broker = Broker::start().await;
     let (events, observer) = observe(&broker, "churn");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Subscribed before the first campaign: the first event is the state
+    // at start.
+    eventually(
+        "the observer's first event",
+        Duration::from_secs(5),
+        || async { !events.lock().unwrap().is_empty() },
+    )
+    .await;
     let terms = Arc::new(Mutex::new(Vec::<(u64, String, Instant, Instant)>::new()));
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut candidates = Vec::new();
@@ -128,6 +135,7 @@ async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
                 assert_eq!(r.status, 200, "{:?}", r.body);
                 let term = r.body["term"].as_u64().unwrap();
                 let start = Instant::now();
+                // The hold itself, varied so that terms end at odd times.
                 tokio::time::sleep(Duration::from_millis(u64::from(rand_ms(i, term)))).await;
                 let end = Instant::now();
                 assert_eq!(resign(&c, "churn", &me, term).await.status, 200);
@@ -142,7 +150,17 @@ async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
     let c = broker.client();
     let last = campaign(&c, "churn", "short-lived", 300, 5_000).await;
     let last_term = last.body["term"].as_u64().unwrap();
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    eventually(
+        "the observer sees the short-lived leader and then its lease run out",
+        Duration::from_secs(5),
+        || async {
+            let seen = events.lock().unwrap();
+            seen.iter()
+                .position(|e| e["term"] == last_term && e["leader"] == "short-lived")
+                .is_some_and(|at| seen[at + 1..].iter().any(|e| e["leader"].is_null()))
+        },
+    )
+    .await;
 
     let mut terms = terms.lock().unwrap().clone();
     terms.sort_by_key(|t| t.0);

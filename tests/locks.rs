@@ -2,8 +2,12 @@
 
 use std::time::Duration;
 
-use lockbroker_tests::{db_conn, Broker, OTHER_KEY};
+use lockbroker_tests::{db_conn, eventually, Broker, OTHER_KEY};
 use serde_json::json;
+
+/// How long a test waits for a condition: a lease's expiry or a waiter's
+/// arrival normally shows within a second.
+const WAIT: Duration = Duration::from_secs(5);
 
 #[tokio::test]
 async fn acquire_release_and_status() {
@@ -57,7 +61,8 @@ async fn reentry_counts_holds() {
     let c = broker.client();
     let first = c.acquire("re", "w", 10_000, 0).await.unwrap();
     let token = first.body["token"].as_u64().unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A longer TTL than the first: a renewal moves the end later even
+    // within the same millisecond.
     let second = c.acquire("re", "w", 20_000, 0).await.unwrap();
     assert_eq!(second.status, 200);
     assert_eq!(second.body["token"], token, "re-entry keeps the token");
@@ -110,13 +115,22 @@ async fn renew_extends_the_lease() {
     let c = broker.client();
     let grant = c.acquire("r", "w", 300, 0).await.unwrap();
     let token = grant.body["token"].as_u64().unwrap();
+    // The same TTL, taken later and never renewed: once it has run out, so
+    // has the first TTL of "r".
+    let control = c.acquire("r-control", "w", 300, 0).await.unwrap();
+    assert!(control.body["expires_at"].as_str() >= grant.body["expires_at"].as_str());
     let renewed = c.renew("r", "w", token, 5_000).await.unwrap();
     assert_eq!(renewed.status, 200);
     assert_eq!(renewed.body["token"], token);
     assert_eq!(renewed.body["ttl_ms"], 5_000);
     assert_eq!(renewed.body["hold_count"], 1);
     assert_eq!(renewed.body["storage_key"], "r");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually("the unrenewed control lease runs out", WAIT, || async {
+        c.status("r-control")
+            .await
+            .is_ok_and(|s| s.body["held"] == false)
+    })
+    .await;
     // Past the first TTL, still held thanks to the renewal.
     assert_eq!(c.status("r").await.unwrap().body["held"], true);
     assert_eq!(c.acquire("r", "x", 1000, 0).await.unwrap().status, 409);
@@ -130,8 +144,10 @@ async fn expiry_then_regrant_with_a_greater_token() {
     let first = c.acquire("exp", "a", 150, 0).await.unwrap();
     let t1 = first.body["token"].as_u64().unwrap();
     assert_eq!(c.acquire("exp", "b", 1000, 0).await.unwrap().status, 409);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(c.status("exp").await.unwrap().body["held"], false);
+    eventually("a's 150 ms lease runs out", WAIT, || async {
+        c.status("exp").await.is_ok_and(|s| s.body["held"] == false)
+    })
+    .await;
 
     // Renew after expiry is lease_lost even though nobody took the lock.
     let late = c.renew("exp", "a", t1, 1000).await.unwrap();
@@ -148,7 +164,10 @@ async fn expiry_then_regrant_with_a_greater_token() {
 
     // The same owner re-acquiring after its own lease expired gets a new
     // token, not a re-entry.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    eventually("b's 1 s lease runs out", WAIT, || async {
+        c.status("exp").await.is_ok_and(|s| s.body["held"] == false)
+    })
+    .await;
     let third = c.acquire("exp", "b", 1000, 0).await.unwrap();
     assert_eq!(third.body["hold_count"], 1);
     assert!(third.body["token"].as_u64().unwrap() > t2);
@@ -256,8 +275,10 @@ async fn waiting_acquire_gets_the_lock_when_released() {
         let c = c.clone();
         tokio::spawn(async move { c.acquire("w", "second", 30_000, 10_000).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(c.status("w").await.unwrap().body["waiters"], 1);
+    eventually("the second acquire waits in the queue", WAIT, || async {
+        c.status("w").await.is_ok_and(|s| s.body["waiters"] == 1)
+    })
+    .await;
     c.release("w", "first", token).await.unwrap();
     let got = waiter.await.unwrap();
     assert_eq!(got.status, 200);
@@ -297,7 +318,10 @@ async fn max_waiters_gives_429() {
         let c = c.clone();
         tokio::spawn(async move { c.acquire("mw", "w1", 30_000, 1_500).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("w1 waits in the queue", WAIT, || async {
+        c.status("mw").await.is_ok_and(|s| s.body["waiters"] == 1)
+    })
+    .await;
     let over = c.acquire("mw", "w2", 30_000, 1_000).await.unwrap();
     assert_eq!((over.status, over.code()), (429, Some("too_many_waiters")));
     // A single try is not a waiter and still answers 409.

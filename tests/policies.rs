@@ -5,7 +5,7 @@
 use std::{
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
     time::{Duration, Instant},
@@ -14,7 +14,7 @@ use std::{
 use bytes::Bytes;
 use hyper::Method;
 use lockbroker::config::TenantConfig;
-use lockbroker_tests::{config, fresh_db_name, Broker, ADMIN, KEY};
+use lockbroker_tests::{config, eventually, fresh_db_name, Broker, ADMIN, KEY};
 
 /// A built component from `plugins/dist`.
 fn dist(name: &str) -> PathBuf {
@@ -248,15 +248,16 @@ async fn a_policy_that_never_loaded_fails_closed() {
         .contains("not a valid"));
     // Fixing the file brings the tenant (and readiness) back, no restart.
     dir.install("default.wasm", "bad.wasm");
-    let mut fixed = false;
-    for _ in 0..50 {
-        if bad.acquire("k", "w", 30_000, 0).await.unwrap().status == 200 {
-            fixed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(fixed, "the fixed policy was picked up");
+    eventually(
+        "the fixed policy was picked up",
+        Duration::from_secs(5),
+        || async {
+            bad.acquire("k", "w", 30_000, 0)
+                .await
+                .is_ok_and(|r| r.status == 200)
+        },
+    )
+    .await;
     assert_eq!(
         broker
             .client_with(None)
@@ -269,62 +270,75 @@ async fn a_policy_that_never_loaded_fails_closed() {
     broker.stop().await;
 }
 
-/// 16 clients acquire and release locks in a loop until stopped; returns
-/// how many requests they made and how many did not get 200 (or 409 on
-/// acquire).
-fn hammer(
-    broker: &Broker,
-    stop: &Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(usize, Vec<String>)>> {
-    (0..16)
-        .map(|i| {
-            let (c, stop) = (broker.client(), stop.clone());
-            tokio::spawn(async move {
-                let (mut n, mut failures) = (0usize, Vec::new());
-                let owner = format!("c{i}");
-                while !stop.load(Ordering::Relaxed) {
-                    let key = format!("job-{}", (i + n) % 4);
-                    n += 1;
-                    match c.acquire(&key, &owner, 30_000, 0).await {
-                        Ok(r) if r.status == 200 => {
-                            let token = r.body["token"].as_u64().unwrap();
-                            match c.release(&key, &owner, token).await {
-                                Ok(rel) if rel.status == 200 => {}
-                                other => failures.push(format!("release: {other:?}")),
+/// 16 clients that acquire and release locks in a loop until stopped.
+struct Hammer {
+    stop: Arc<AtomicBool>,
+    /// Answers the clients have had so far.
+    answers: Arc<AtomicUsize>,
+    clients: Vec<tokio::task::JoinHandle<Vec<String>>>,
+}
+
+impl Hammer {
+    fn start(broker: &Broker) -> Hammer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(AtomicUsize::new(0));
+        let clients = (0..16)
+            .map(|i| {
+                let (c, stop, answers) = (broker.client(), stop.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let (mut n, mut failures) = (0usize, Vec::new());
+                    let owner = format!("c{i}");
+                    while !stop.load(Ordering::Relaxed) {
+                        let key = format!("job-{}", (i + n) % 4);
+                        n += 1;
+                        let acquired = c.acquire(&key, &owner, 30_000, 0).await;
+                        answers.fetch_add(1, Ordering::Relaxed);
+                        match acquired {
+                            Ok(r) if r.status == 200 => {
+                                let token = r.body["token"].as_u64().unwrap();
+                                let released = c.release(&key, &owner, token).await;
+                                answers.fetch_add(1, Ordering::Relaxed);
+                                match released {
+                                    Ok(rel) if rel.status == 200 => {}
+                                    other => failures.push(format!("release: {other:?}")),
+                                }
                             }
+                            Ok(r) if r.status == 409 => {}
+                            other => failures.push(format!("acquire: {other:?}")),
                         }
-                        Ok(r) if r.status == 409 => {}
-                        other => failures.push(format!("acquire: {other:?}")),
                     }
-                }
-                (n, failures)
+                    failures
+                })
             })
-        })
-        .collect()
-}
-
-async fn finish(
-    clients: Vec<tokio::task::JoinHandle<(usize, Vec<String>)>>,
-) -> (usize, Vec<String>) {
-    let (mut total, mut failures) = (0, Vec::new());
-    for t in clients {
-        let (n, f) = t.await.unwrap();
-        total += n;
-        failures.extend(f);
-    }
-    (total, failures)
-}
-
-/// Polls until `check` holds, for at most 3 s; how long it took.
-async fn within(mut check: impl AsyncFnMut() -> bool) -> Option<Duration> {
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(3) {
-        if check().await {
-            return Some(started.elapsed());
+            .collect();
+        Hammer {
+            stop,
+            answers,
+            clients,
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    None
+
+    /// Waits until the clients have had 100 more answers: the load has run
+    /// under whatever is in force now (`what`).
+    async fn runs_under(&self, what: &str) {
+        let target = self.answers.load(Ordering::Relaxed) + 100;
+        let what = format!("100 more requests under {what}");
+        eventually(&what, Duration::from_secs(10), || async {
+            self.answers.load(Ordering::Relaxed) >= target
+        })
+        .await;
+    }
+
+    /// Stops the clients; the requests that did not get 200 (or 409 on
+    /// acquire).
+    async fn finish(self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut failures = Vec::new();
+        for t in self.clients {
+            failures.extend(t.await.unwrap());
+        }
+        failures
+    }
 }
 
 #[tokio::test]
@@ -332,36 +346,38 @@ async fn hot_reload_under_load_fails_no_request() {
     let dir = PolicyDir::new();
     dir.install("default.wasm", "p.wasm");
     let broker = broker(&dir, Some("p.wasm"), None).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients = hammer(&broker, &stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let load = Hammer::start(&broker);
+    load.runs_under("the first policy").await;
 
     // Same naming, new fairness: a swap nobody should notice but the admin.
     dir.install("priority.wasm", "p.wasm");
-    let took = within(async || {
-        let info = tenants(&broker).await;
-        tenant(&info, "default")["policy"]["name"] == "priority"
-    })
-    .await
-    .expect("the new policy took effect");
-    assert!(took < Duration::from_secs(1), "took {took:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(
+        "the new policy took effect within a second",
+        Duration::from_secs(1),
+        || async {
+            let info = tenants(&broker).await;
+            tenant(&info, "default")["policy"]["name"] == "priority"
+        },
+    )
+    .await;
+    load.runs_under("the new policy").await;
 
     // A bad version keeps the old one in force, and fails nobody.
     dir.write("p.wasm", b"definitely not wasm");
-    within(async || {
-        let info = tenants(&broker).await;
-        tenant(&info, "default")["last_error"].is_string()
-    })
-    .await
-    .expect("the bad file's error is shown");
+    eventually(
+        "the bad file's error is shown",
+        Duration::from_secs(5),
+        || async {
+            let info = tenants(&broker).await;
+            tenant(&info, "default")["last_error"].is_string()
+        },
+    )
+    .await;
     let info = tenants(&broker).await;
     assert_eq!(tenant(&info, "default")["policy"]["name"], "priority");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.runs_under("the bad file").await;
 
-    stop.store(true, Ordering::Relaxed);
-    let (total, failures) = finish(clients).await;
-    assert!(total > 50, "{total} requests");
+    let failures = load.finish().await;
     assert!(
         failures.is_empty(),
         "failed requests during reloads: {failures:?}"
@@ -374,22 +390,25 @@ async fn a_naming_change_takes_effect_within_a_second() {
     let dir = PolicyDir::new();
     dir.install("default.wasm", "p.wasm");
     let broker = broker(&dir, Some("p.wasm"), None).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients = hammer(&broker, &stop);
+    let load = Hammer::start(&broker);
     let c = broker.client();
     assert_eq!(
         c.status("Job-X").await.unwrap().body["storage_key"],
         "Job-X"
     );
     dir.install("team-prefix.wasm", "p.wasm");
-    let took =
-        within(async || c.status("Job-X").await.unwrap().body["storage_key"] == "default/job-x")
-            .await
-            .expect("the new naming took effect");
-    assert!(took < Duration::from_secs(1), "took {took:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (_, failures) = finish(clients).await;
+    eventually(
+        "the new naming took effect within a second",
+        Duration::from_secs(1),
+        || async {
+            c.status("Job-X")
+                .await
+                .is_ok_and(|r| r.body["storage_key"] == "default/job-x")
+        },
+    )
+    .await;
+    load.runs_under("the new naming").await;
+    let failures = load.finish().await;
     // A lease taken under the old naming and released under the new one
     // names another lock: that release is refused (lease_lost), and the
     // old lease runs out by its TTL. Nothing else may fail.

@@ -8,19 +8,17 @@ use std::{
 };
 
 use lockbroker::client::Client;
-use lockbroker_tests::{config, drop_db, fresh_db_name, Broker, BrokerProcess};
+use lockbroker_tests::{config, drop_db, eventually, fresh_db_name, Broker, BrokerProcess};
 use serde_json::json;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 /// Waits until `key` has `n` waiters (as any broker on the database sees it).
 async fn until_waiters(c: &Client, key: &str, n: u64) {
-    for _ in 0..2000 {
-        if c.status(key).await.unwrap().body["waiters"] == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    panic!("{key} never had {n} waiters");
+    let what = format!("{key} has {n} waiters");
+    eventually(&what, Duration::from_secs(10), || async {
+        c.status(key).await.is_ok_and(|r| r.body["waiters"] == n)
+    })
+    .await;
 }
 
 /// Starts a waiting acquire that releases at once when granted; its result
@@ -116,11 +114,17 @@ async fn fifo_across_two_broker_processes() {
     let (ca, cb) = (a.client(), b.client());
     let owners: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
     let owners: Vec<(&str, i32)> = owners.iter().map(|o| (o.as_str(), 0)).collect();
-    let started = Instant::now();
-    let order = grant_order(&ca, &[cb.clone(), ca.clone()], "cross", &owners).await;
+    // Each waiter is woken by its own broker's wake loop (every 10 ms) when
+    // the other broker hands it the lock. A waiter nobody woke would sit
+    // out its 60 s wait: the deadline, well inside it, tells the two apart.
+    let order = tokio::time::timeout(
+        Duration::from_secs(20),
+        grant_order(&ca, &[cb.clone(), ca.clone()], "cross", &owners),
+    )
+    .await
+    .expect("every waiter woken across brokers within 20 s, not at the end of its wait");
     let expected: Vec<&str> = owners.iter().map(|(o, _)| *o).collect();
     assert_eq!(order, expected);
-    assert!(started.elapsed() < Duration::from_secs(20));
     a.stop().await;
     b.stop().await;
     drop_db(&db).await;
@@ -204,12 +208,18 @@ async fn no_barging_past_the_queue() {
     };
     until_waiters(&c, "nb", 1).await;
     // Right after expiry, before or after the reaper: a newcomer's try never
-    // takes the lock from the queued waiter.
-    for _ in 0..40 {
-        let r = c.acquire("nb", "newcomer", 30_000, 0).await.unwrap();
-        assert_eq!(r.status, 409, "{:?}", r.body);
-        tokio::time::sleep(Duration::from_millis(15)).await;
-    }
+    // takes the lock from the queued waiter. Newcomers try until the waiter
+    // has the lock, so their tries span the expiry whenever it comes.
+    eventually(
+        "the queued waiter gets the lock",
+        Duration::from_secs(10),
+        || async {
+            let r = c.acquire("nb", "newcomer", 30_000, 0).await.unwrap();
+            assert_eq!(r.status, 409, "{:?}", r.body);
+            w.is_finished()
+        },
+    )
+    .await;
     let w = w.await.unwrap();
     assert_eq!((w.status, &w.body["owner"]), (200, &json!("queued")));
     broker.stop().await;
@@ -252,20 +262,13 @@ async fn a_departed_waiter_never_holds_the_lock() {
         until_waiters(&c, "dc", 1).await;
         let (_, released) = tokio::join!(async { drop(conn) }, c.release("dc", "holder", token));
         assert_eq!(released.unwrap().status, 200);
-        let mut free = false;
-        for _ in 0..100 {
-            let s = c.status("dc").await.unwrap();
-            if s.body["held"] == false && s.body["waiters"] == 0 {
-                free = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let last = c.status("dc").await.unwrap().body;
-        assert!(
-            free,
-            "round {round}: the departed waiter's grant was released: {last}"
-        );
+        let what = format!("round {round}: the departed waiter's grant was released");
+        eventually(&what, Duration::from_secs(5), || async {
+            c.status("dc")
+                .await
+                .is_ok_and(|s| s.body["held"] == false && s.body["waiters"] == 0)
+        })
+        .await;
     }
     broker.stop().await;
 }

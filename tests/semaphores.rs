@@ -9,8 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use chrono::{DateTime, FixedOffset};
 use lockbroker::client::{Client, Reply};
-use lockbroker_tests::Broker;
+use lockbroker_tests::{eventually, Broker};
 use serde_json::json;
 
 async fn acquire(
@@ -108,6 +109,31 @@ async fn permits_slots_and_errors() {
     broker.stop().await;
 }
 
+/// Waits until semaphore `key` has `n` waiters queued.
+async fn until_waiters(c: &Client, key: &str, n: u64) {
+    let what = format!("{n} waiters queued on semaphore {key}");
+    eventually(&what, Duration::from_secs(5), || async {
+        c.get(&format!("/v1/semaphores/{key}"))
+            .await
+            .is_ok_and(|r| r.body["waiters"] == n)
+    })
+    .await;
+}
+
+/// The broker's count of `name` (a counter without labels).
+fn counter(broker: &Broker, name: &'static str) -> u64 {
+    broker.server().app().metrics.counter(name, &[])
+}
+
+/// When a lease began, by the database clock: its end minus its TTL.
+fn lease_start(r: &Reply) -> DateTime<FixedOffset> {
+    lease_end(r) - chrono::Duration::milliseconds(r.body["ttl_ms"].as_i64().unwrap())
+}
+
+fn lease_end(r: &Reply) -> DateTime<FixedOffset> {
+    DateTime::parse_from_rfc3339(r.body["expires_at"].as_str().unwrap()).unwrap()
+}
+
 #[tokio::test]
 async fn waiters_get_released_and_expired_permits() {
     let broker = Broker::start().await;
@@ -115,23 +141,43 @@ async fn waiters_get_released_and_expired_permits() {
     let (slot, token) = lease(&acquire(&c, "w", "a", 1, 30_000, 0).await);
     let waiter = {
         let c = c.clone();
-        tokio::spawn(async move { acquire(&c, "w", "b", 1, 400, 10_000).await })
+        tokio::spawn(async move { acquire(&c, "w", "b", 1, 1_000, 10_000).await })
     };
-    for _ in 0..500 {
-        if c.get("/v1/semaphores/w").await.unwrap().body["waiters"] == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // b is queued before a releases: b asking after the release would get
+    // the same slot and token by a plain grant.
+    until_waiters(&c, "w", 1).await;
     assert_eq!(release(&c, "w", "a", slot, token).await.status, 200);
+    assert_eq!(
+        (
+            counter(&broker, "lockbroker_handoffs_total"),
+            counter(&broker, "lockbroker_expiry_handoffs_total")
+        ),
+        (1, 0),
+        "the release itself handed the permit on"
+    );
     let got = waiter.await.unwrap();
     assert_eq!(lease(&got), (slot, token + 1), "handed over directly");
 
-    // b's 400 ms lease expires; a waiter gets it from the reaper.
-    let started = Instant::now();
-    let c2 = acquire(&c, "w", "c", 1, 30_000, 5_000).await;
+    // b's 1 s lease runs out while c waits; the reaper hands it to c.
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "w", "c", 1, 30_000, 5_000).await })
+    };
+    until_waiters(&c, "w", 1).await;
+    let c2 = waiter.await.unwrap();
     assert_eq!(lease(&c2).1, token + 2);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // The reaper counts its handoff after the commit, and c's broker may
+    // deliver the committed grant first: the count follows, it does not
+    // lead.
+    eventually(
+        "the reaper counts an expiry handoff",
+        Duration::from_secs(5),
+        || async { counter(&broker, "lockbroker_expiry_handoffs_total") == 1 },
+    )
+    .await;
+    let delay = (lease_start(&c2) - lease_end(&got)).num_milliseconds();
+    assert!(delay >= 0, "granted before b's lease ended: {delay} ms");
+    assert!(delay < 1_000, "handed on {delay} ms after b's lease ended");
     broker.stop().await;
 }
 

@@ -35,7 +35,11 @@ use std::{
 
 use lockbroker::{client::Client, config::TenantConfig, Config, Server};
 use sqlx::{Connection, MySqlConnection};
-use tokio::net::TcpListener;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader, Lines},
+    net::TcpListener,
+    process::ChildStdout,
+};
 
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use galera::GaleraCluster;
@@ -198,8 +202,15 @@ pub fn bin(name: &str) -> PathBuf {
 pub struct BrokerProcess {
     child: tokio::process::Child,
     pub url: String,
+    /// Kept open: a broker that writes to its stdout later must not meet a
+    /// closed pipe.
+    _stdout: Lines<BufReader<ChildStdout>>,
     _config: tempfile_like::TempFile,
 }
+
+/// How long a broker process may take to bind and say so; the database is
+/// up, so this is start-up and migrations on a busy machine.
+const PROCESS_STARTS_WITHIN: Duration = Duration::from_secs(20);
 
 impl BrokerProcess {
     /// Starts `lockbroker serve` on database `db` of the shared server,
@@ -212,34 +223,47 @@ impl BrokerProcess {
     /// Starts `lockbroker serve` with `database_url = {database_url}` (a
     /// TOML string or array) and `extra_toml` (top-level keys), and waits
     /// for it to be ready.
+    ///
+    /// The broker binds port 0 and prints the address it got: no port is
+    /// picked for it that someone else could take first.
     pub async fn start_on(database_url: &str, extra_toml: &str) -> BrokerProcess {
-        let port = free_port().await;
         let text = format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase_url = {database_url}\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n"
+            "listen = \"127.0.0.1:0\"\ndatabase_url = {database_url}\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n"
         );
         let config = tempfile_like::TempFile::new("toml", text.as_bytes());
-        let child = tokio::process::Command::new(bin("lockbroker"))
+        let mut child = tokio::process::Command::new(bin("lockbroker"))
             .arg("serve")
             .arg("--config")
             .arg(config.path())
             .env("LOCKBROKER_LOG", "warn")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("spawn lockbroker");
-        let url = format!("http://127.0.0.1:{port}");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let url = match tokio::time::timeout(PROCESS_STARTS_WITHIN, listening_url(&mut stdout))
+            .await
+        {
+            Ok(Some(url)) => url,
+            Ok(None) => panic!(
+                "lockbroker process stopped before listening: {:?} (its stderr is above)",
+                tokio::time::timeout(Duration::from_secs(5), child.wait()).await
+            ),
+            Err(_) => panic!("lockbroker process did not listen within {PROCESS_STARTS_WITHIN:?}"),
+        };
         let client = Client::new(&url, None).unwrap();
-        for _ in 0..300 {
-            if matches!(client.get("/readyz").await, Ok(r) if r.status == 200) {
-                return BrokerProcess {
-                    child,
-                    url,
-                    _config: config,
-                };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        eventually(
+            "the lockbroker process is ready",
+            PROCESS_STARTS_WITHIN,
+            || async { client.get("/readyz").await.is_ok_and(|r| r.status == 200) },
+        )
+        .await;
+        BrokerProcess {
+            child,
+            url,
+            _stdout: stdout,
+            _config: config,
         }
-        panic!("lockbroker process did not become ready");
     }
 
     pub fn client(&self) -> Client {
@@ -267,7 +291,20 @@ impl BrokerProcess {
     }
 }
 
-/// A port that was free a moment ago.
+/// The URL in `lockbroker serve`'s `lockbroker listening on http://ADDR`
+/// line, or `None` if its stdout ends first.
+async fn listening_url(stdout: &mut Lines<BufReader<ChildStdout>>) -> Option<String> {
+    while let Ok(Some(line)) = stdout.next_line().await {
+        if let Some(url) = line.strip_prefix("lockbroker listening on ") {
+            return Some(url.trim().to_owned());
+        }
+    }
+    None
+}
+
+/// A port that was free a moment ago: only for servers that cannot bind
+/// port 0 and say which port they got, and then with a retry when the port
+/// was taken in between (as [`PrivateMariaDb`] does). A broker binds port 0.
 pub async fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     listener.local_addr().unwrap().port()
