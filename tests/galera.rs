@@ -46,16 +46,11 @@ async fn brokers_split_by_their_lists_converge_on_one_node() {
         "the oldest broker's node"
     );
     let load = run.load(16, Duration::from_secs(5), &["k0", "k1", "k2"], 300);
-    tokio::time::timeout(Duration::from_secs(60), load)
-        .await
-        .expect("the load ends")
-        .unwrap();
+    Run::finish(load).await;
     let report = run.check(2).await;
     report.assert_clean();
     assert_eq!(report.unavailable, 0, "503 on a healthy cluster: {report}");
-    for broker in run.brokers {
-        broker.stop().await;
-    }
+    run.stop().await;
 }
 
 /// Two brokers on one cluster, and a load over both of them.
@@ -100,6 +95,21 @@ impl Run {
             tries.await.unwrap();
             waits.await.unwrap();
         })
+    }
+
+    /// Waits for a load to end (bounded).
+    async fn finish(load: tokio::task::JoinHandle<()>) {
+        tokio::time::timeout(Duration::from_secs(60), load)
+            .await
+            .expect("the load ends")
+            .unwrap();
+    }
+
+    /// Stops the brokers (the cluster goes down when dropped).
+    async fn stop(self) {
+        for broker in self.brokers {
+            broker.stop().await;
+        }
     }
 
     fn clients(
@@ -210,10 +220,7 @@ async fn one_writer_node_fails_over() {
     .await;
     eprintln!("grants resumed {:?} after the kill", killed.elapsed());
 
-    tokio::time::timeout(Duration::from_secs(60), load)
-        .await
-        .expect("the load ends")
-        .unwrap();
+    Run::finish(load).await;
     let report = run.check(2).await;
     report.assert_clean();
     assert_eq!(
@@ -222,9 +229,7 @@ async fn one_writer_node_fails_over() {
     );
     assert_eq!(report.timeouts, 0, "{report}");
     assert!(report.grants > 100, "{report}");
-    for broker in run.brokers {
-        broker.stop().await;
-    }
+    run.stop().await;
 }
 
 /// A misconfiguration that cannot mend itself: two brokers each list one
@@ -238,10 +243,7 @@ async fn brokers_on_different_nodes_stay_correct() {
     let run = Run::start(&[&[1], &[2]]).await;
     assert_ne!(run.servers().await[0], run.servers().await[1]);
     let load = run.load(16, Duration::from_secs(10), &["k0", "k1", "k2"], 300);
-    tokio::time::timeout(Duration::from_secs(60), load)
-        .await
-        .expect("the load ends")
-        .unwrap();
+    Run::finish(load).await;
     let report = run.check(3).await;
     report.assert_clean();
     let strict = run.history.check();
@@ -249,7 +251,5 @@ async fn brokers_on_different_nodes_stay_correct() {
     assert_eq!(report.unavailable, 0, "503 on a healthy cluster: {report}");
     assert_eq!(report.timeouts, 0, "{report}");
     assert!(report.grants > 100, "{report}");
-    for broker in run.brokers {
-        broker.stop().await;
-    }
+    run.stop().await;
 }
