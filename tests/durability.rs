@@ -3,36 +3,43 @@
 
 use std::time::Duration;
 
+use lockbroker_api::{ErrorCode, Lease, LockStatus};
 use lockbroker_tests::{
     config, drop_db, eventually, eventually_some, fresh_db_name, server_host_port, server_userinfo,
-    Broker, BrokerProcess, Proxy,
+    Broker, BrokerProcess, Client, Proxy, Reply,
 };
+
+fn token(r: &Reply) -> u64 {
+    r.ok::<Lease>().token
+}
+
+async fn status(c: &Client, key: &str) -> LockStatus {
+    c.status(key).await.unwrap().ok()
+}
 
 #[tokio::test]
 async fn restart_keeps_leases_and_continues_tokens() {
     let mut broker = Broker::start().await;
     let c = broker.client();
-    let held = c.acquire("kept", "a", 60_000, 0).await.unwrap();
-    let held_token = held.body["token"].as_u64().unwrap();
+    let held_token = token(&c.acquire("kept", "a", 60_000, 0).await.unwrap());
     let mut last = 0;
     for _ in 0..3 {
-        let g = c.acquire("cycled", "b", 60_000, 0).await.unwrap();
-        last = g.body["token"].as_u64().unwrap();
+        last = token(&c.acquire("cycled", "b", 60_000, 0).await.unwrap());
         c.release("cycled", "b", last).await.unwrap();
     }
 
     broker.restart().await;
     let c = broker.client();
-    let status = c.status("kept").await.unwrap();
-    assert_eq!(status.body["held"], true);
-    assert_eq!(status.body["owner"], "a");
-    assert_eq!(status.body["token"], held_token);
+    let kept = status(&c, "kept").await;
+    assert!(kept.held);
+    assert_eq!(kept.owner.as_deref(), Some("a"));
+    assert_eq!(kept.token, Some(held_token));
     assert_eq!(c.acquire("kept", "z", 1000, 0).await.unwrap().status, 409);
     let renewed = c.renew("kept", "a", held_token, 60_000).await.unwrap();
     assert_eq!(renewed.status, 200, "the lease is renewable after restart");
 
     let g = c.acquire("cycled", "b", 60_000, 0).await.unwrap();
-    assert_eq!(g.body["token"].as_u64().unwrap(), last + 1);
+    assert_eq!(token(&g), last + 1);
     broker.stop().await;
 }
 
@@ -44,16 +51,15 @@ async fn two_brokers_on_one_database_share_tokens() {
     let mut last = 0;
     for i in 0..6 {
         let c = if i % 2 == 0 { &a } else { &b };
-        let g = c.acquire("both", "w", 60_000, 0).await.unwrap();
-        let token = g.body["token"].as_u64().unwrap();
-        assert!(token > last);
-        last = token;
+        let granted = token(&c.acquire("both", "w", 60_000, 0).await.unwrap());
+        assert!(granted > last);
+        last = granted;
         let other = if i % 2 == 0 { &b } else { &a };
         assert_eq!(
             other.acquire("both", "x", 1000, 0).await.unwrap().status,
             409
         );
-        c.release("both", "w", token).await.unwrap();
+        c.release("both", "w", granted).await.unwrap();
     }
     second.stop().await;
     first.stop().await;
@@ -69,7 +75,7 @@ async fn database_down_means_503_and_nothing_granted() {
     let c = broker.client();
     let g = c.acquire("dd", "a", 60_000, 0).await.unwrap();
     assert_eq!(g.status, 200);
-    let token = g.body["token"].as_u64().unwrap();
+    let token = token(&g);
 
     proxy.cut();
     for reply in [
@@ -78,28 +84,27 @@ async fn database_down_means_503_and_nothing_granted() {
         c.renew("dd", "a", token, 60_000).await.unwrap(),
         c.status("dd").await.unwrap(),
     ] {
-        assert_eq!(reply.status, 503, "{:?}", reply.body);
-        assert_eq!(reply.code(), Some("unavailable"));
+        assert_eq!(reply.status, 503, "{reply:?}");
+        assert_eq!(reply.code(), Some(ErrorCode::Unavailable));
     }
     let ready = broker.client_with(None).get("/readyz").await.unwrap();
     assert_eq!(ready.status, 503);
 
     proxy.restore();
     // The pool reconnects; the lease is still there, untouched.
-    let status = eventually_some(
+    let after: LockStatus = eventually_some(
         "broker recovers when the database returns",
         // A try that met the dead connection may take db_timeout_ms (2 s).
         Duration::from_secs(10),
-        || async { c.status("dd").await.ok().filter(|s| s.status == 200) },
+        || async {
+            let reply = c.status("dd").await.ok().filter(|s| s.status == 200)?;
+            reply.try_parse()
+        },
     )
     .await;
-    assert_eq!(status.body["owner"], "a");
-    assert_eq!(status.body["token"], token);
-    assert_eq!(
-        c.status("dd2").await.unwrap().body["held"],
-        false,
-        "nothing was granted"
-    );
+    assert_eq!(after.owner.as_deref(), Some("a"));
+    assert_eq!(after.token, Some(token));
+    assert!(!status(&c, "dd2").await.held, "nothing was granted");
     broker.stop().await;
     drop_db(&db).await;
 }
@@ -114,7 +119,11 @@ async fn shutdown_answers_waiters_and_stops_accepting() {
         tokio::spawn(async move { c.acquire("sd", "waiter", 60_000, 60_000).await })
     };
     eventually("the waiter is queued", Duration::from_secs(5), || async {
-        c.status("sd").await.is_ok_and(|s| s.body["waiters"] == 1)
+        c.status("sd")
+            .await
+            .ok()
+            .and_then(|r| r.try_parse::<LockStatus>())
+            .is_some_and(|s| s.waiters == 1)
     })
     .await;
     let url = broker.url().to_owned();
@@ -127,8 +136,8 @@ async fn shutdown_answers_waiters_and_stops_accepting() {
     );
     let reply = waiter.await.unwrap().expect("the waiter got an answer");
     assert_eq!(reply.status, 503);
-    assert_eq!(reply.code(), Some("unavailable"));
-    let after = lockbroker::client::Client::new(&url, None).unwrap();
+    assert_eq!(reply.code(), Some(ErrorCode::Unavailable));
+    let after = Client::new(&url, None).unwrap();
     assert!(after.get("/healthz").await.is_err(), "no new connections");
     drop_db(&db).await;
 }
@@ -140,12 +149,12 @@ async fn broker_process_exits_cleanly_on_sigterm() {
     let c = broker.client();
     let g = c.acquire("proc", "a", 60_000, 0).await.unwrap();
     assert_eq!(g.status, 200);
-    let status = broker.stop().await;
-    assert!(status.success(), "{status:?}");
+    let exit = broker.stop().await;
+    assert!(exit.success(), "{exit:?}");
     // A new process finds the lease where the old one left it.
     let again = BrokerProcess::start(&db, "").await;
-    let s = again.client().status("proc").await.unwrap();
-    assert_eq!(s.body["owner"], "a");
+    let s = status(&again.client(), "proc").await;
+    assert_eq!(s.owner.as_deref(), Some("a"));
     assert!(again.stop().await.success());
     drop_db(&db).await;
 }

@@ -6,9 +6,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::{Client, Reply};
-use lockbroker_tests::{eventually, Broker, KEY};
-use serde_json::{json, Value};
+use lockbroker_api::{
+    CampaignRequest, ElectionRenewRequest, ElectionStatus, ErrorCode, LeaderEvent, Leadership,
+    LockStatus, ResignRequest, ResignResponse,
+};
+use lockbroker_tests::{eventually, Broker, Client, Reply, KEY};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -16,21 +18,34 @@ use tokio::{
 };
 
 async fn campaign(c: &Client, name: &str, candidate: &str, ttl_ms: u64, wait_ms: u64) -> Reply {
-    let body = json!({"candidate": candidate, "ttl_ms": ttl_ms, "wait_ms": wait_ms});
+    let body = CampaignRequest {
+        ttl_ms: Some(ttl_ms),
+        wait_ms: Some(wait_ms),
+        ..CampaignRequest::new(candidate)
+    };
     c.post(&format!("/v1/elections/{name}/campaign"), &body)
         .await
         .unwrap()
 }
 
 async fn resign(c: &Client, name: &str, candidate: &str, term: u64) -> Reply {
-    let body = json!({"candidate": candidate, "term": term});
+    let body = ResignRequest {
+        candidate: candidate.into(),
+        term,
+    };
     c.post(&format!("/v1/elections/{name}/resign"), &body)
         .await
         .unwrap()
 }
 
-/// Follows `GET /v1/elections/{name}/observe`, collecting each event's data.
-fn observe(broker: &Broker, name: &str) -> (Arc<Mutex<Vec<Value>>>, JoinHandle<()>) {
+/// The election's status, read into the API's type.
+async fn status(c: &Client, name: &str) -> ElectionStatus {
+    c.get(&format!("/v1/elections/{name}")).await.unwrap().ok()
+}
+
+/// Follows `GET /v1/elections/{name}/observe`, collecting each `leader`
+/// event's data.
+fn observe(broker: &Broker, name: &str) -> (Arc<Mutex<Vec<LeaderEvent>>>, JoinHandle<()>) {
     let addr = broker.url().trim_start_matches("http://").to_owned();
     let events = Arc::new(Mutex::new(Vec::new()));
     let request = format!(
@@ -67,47 +82,54 @@ fn observe(broker: &Broker, name: &str) -> (Arc<Mutex<Vec<Value>>>, JoinHandle<(
 async fn campaign_resign_renew_and_status() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let status = c.get("/v1/elections/main").await.unwrap();
     assert_eq!(
-        status.body,
-        json!({"name": "main", "leader": null, "term": null, "expires_at": null})
+        status(&c, "main").await,
+        ElectionStatus {
+            name: "main".into(),
+            leader: None,
+            term: None,
+            expires_at: None,
+        }
     );
 
     let won = campaign(&c, "main", "node-1", 30_000, 0).await;
-    assert_eq!(won.status, 200, "{:?}", won.body);
-    assert_eq!(won.body["leader"], "node-1");
-    let term = won.body["term"].as_u64().unwrap();
+    assert_eq!(won.status, 200, "{won:?}");
+    let won: Leadership = won.ok();
+    assert_eq!(won.leader, "node-1");
+    let term = won.term;
     let lost = campaign(&c, "main", "node-2", 30_000, 0).await;
     assert_eq!(lost.status, 409);
     // The leader campaigning again stays leader of the same term.
     let again = campaign(&c, "main", "node-1", 30_000, 0).await;
-    assert_eq!(again.body["term"], term);
-    let status = c.get("/v1/elections/main").await.unwrap();
-    assert_eq!(status.body["leader"], "node-1");
-    assert_eq!(status.body["term"], term);
+    assert_eq!(again.ok::<Leadership>().term, term);
+    let now = status(&c, "main").await;
+    assert_eq!(now.leader.as_deref(), Some("node-1"));
+    assert_eq!(now.term, Some(term));
 
     let renew = c
         .post(
             "/v1/elections/main/renew",
-            &json!({"candidate": "node-1", "term": term, "ttl_ms": 60_000}),
+            &ElectionRenewRequest {
+                candidate: "node-1".into(),
+                term,
+                ttl_ms: Some(60_000),
+            },
         )
         .await
         .unwrap();
     assert_eq!(renew.status, 200);
     assert_eq!(
         resign(&c, "main", "node-2", term).await.code(),
-        Some("lease_lost")
+        Some(ErrorCode::LeaseLost)
     );
     let r = resign(&c, "main", "node-1", term).await;
-    assert_eq!((r.status, &r.body), (200, &json!({"resigned": true})));
-    assert_eq!(
-        c.get("/v1/elections/main").await.unwrap().body["leader"],
-        json!(null)
-    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.ok::<ResignResponse>(), ResignResponse { resigned: true });
+    assert_eq!(status(&c, "main").await.leader, None);
     let next = campaign(&c, "main", "node-2", 30_000, 0).await;
-    assert!(next.body["term"].as_u64().unwrap() > term);
+    assert!(next.ok::<Leadership>().term > term);
     // A lock of the same name is another thing.
-    assert_eq!(c.status("main").await.unwrap().body["held"], false);
+    assert!(!c.status("main").await.unwrap().ok::<LockStatus>().held);
     broker.stop().await;
 }
 
@@ -132,8 +154,8 @@ async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
             let me = format!("node-{i}");
             while Instant::now() < deadline {
                 let r = campaign(&c, "churn", &me, 30_000, 5_000).await;
-                assert_eq!(r.status, 200, "{:?}", r.body);
-                let term = r.body["term"].as_u64().unwrap();
+                assert_eq!(r.status, 200, "{r:?}");
+                let term = r.ok::<Leadership>().term;
                 let start = Instant::now();
                 // The hold itself, varied so that terms end at odd times.
                 tokio::time::sleep(Duration::from_millis(u64::from(rand_ms(i, term)))).await;
@@ -149,15 +171,17 @@ async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
     // A last leader whose lease runs out: the observer sees the vacancy.
     let c = broker.client();
     let last = campaign(&c, "churn", "short-lived", 300, 5_000).await;
-    let last_term = last.body["term"].as_u64().unwrap();
+    let last_term = last.ok::<Leadership>().term;
     eventually(
         "the observer sees the short-lived leader and then its lease run out",
         Duration::from_secs(5),
         || async {
             let seen = events.lock().unwrap();
             seen.iter()
-                .position(|e| e["term"] == last_term && e["leader"] == "short-lived")
-                .is_some_and(|at| seen[at + 1..].iter().any(|e| e["leader"].is_null()))
+                .position(|e| {
+                    e.term == Some(last_term) && e.leader.as_deref() == Some("short-lived")
+                })
+                .is_some_and(|at| seen[at + 1..].iter().any(|e| e.leader.is_none()))
         },
     )
     .await;
@@ -169,31 +193,17 @@ async fn three_candidates_one_leader_per_term_and_observers_see_every_change() {
         assert!(pair[1].0 > pair[0].0);
         assert!(pair[1].2 > pair[0].3, "two leaders at once: {pair:?}");
     }
-    let seen: Vec<Value> = events.lock().unwrap().clone();
+    let seen: Vec<LeaderEvent> = events.lock().unwrap().clone();
     observer.abort();
-    assert_eq!(
-        seen[0]["leader"],
-        json!(null),
-        "first event: the state at start"
-    );
+    assert_eq!(seen[0].leader, None, "first event: the state at start");
     let seen_terms: Vec<(u64, String)> = seen
         .iter()
-        .filter(|e| !e["leader"].is_null())
-        .map(|e| {
-            (
-                e["term"].as_u64().unwrap(),
-                e["leader"].as_str().unwrap().to_owned(),
-            )
-        })
+        .filter_map(|e| Some((e.term?, e.leader.clone()?)))
         .collect();
     let mut expected: Vec<(u64, String)> = terms.iter().map(|t| (t.0, t.1.clone())).collect();
     expected.push((last_term, "short-lived".into()));
     assert_eq!(seen_terms, expected, "every leader, in order, once");
-    assert_eq!(
-        seen.last().unwrap()["leader"],
-        json!(null),
-        "the expiry was seen"
-    );
+    assert_eq!(seen.last().unwrap().leader, None, "the expiry was seen");
     broker.stop().await;
 }
 
@@ -212,9 +222,7 @@ async fn observers_of_one_election_share_one_poller() {
     let pollers = || async {
         let metrics = c.get("/metrics").await.unwrap();
         metrics
-            .body
-            .as_str()
-            .unwrap_or_default()
+            .text()
             .lines()
             .find_map(|l| l.strip_prefix("lockbroker_election_pollers "))
             .and_then(|n| n.parse::<i64>().ok())
@@ -238,7 +246,12 @@ async fn observers_of_one_election_share_one_poller() {
         Duration::from_secs(5),
         || async {
             streams[..3].iter().all(|(events, _)| {
-                events.lock().unwrap().last().map(|e| e["leader"].clone()) == Some(json!("node-1"))
+                events
+                    .lock()
+                    .unwrap()
+                    .last()
+                    .and_then(|e| e.leader.as_deref())
+                    == Some("node-1")
             })
         },
     )

@@ -5,20 +5,24 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::Method;
-use lockbroker_tests::{Broker, Reply, ADMIN, KEY, OTHER_KEY};
+use lockbroker_api::{AcquireRequest, ErrorCode, LockStatus};
+use lockbroker_tests::{Broker, Client, Reply, ADMIN, KEY, OTHER_KEY};
 
 /// POSTs any bytes as the body, as a misbehaving client would.
-async fn post_raw(c: &lockbroker::client::Client, path: &str, body: impl Into<Bytes>) -> Reply {
+async fn post_raw(c: &Client, path: &str, body: impl Into<Bytes>) -> Reply {
     c.send(Method::POST, path, &[], body.into(), Duration::ZERO)
         .await
         .unwrap()
 }
 
-fn assert_error(reply: &Reply, status: u16, code: &str) {
-    assert_eq!(reply.status, status, "body: {:?}", reply.body);
-    assert_eq!(reply.code(), Some(code), "body: {:?}", reply.body);
-    let message = reply.body["error"]["message"].as_str().unwrap();
-    assert!(!message.is_empty());
+fn assert_error(reply: &Reply, status: u16, code: ErrorCode) {
+    assert_eq!(reply.status, status, "body: {reply:?}");
+    let error = reply
+        .error()
+        .unwrap_or_else(|| panic!("not an error envelope: {reply:?}"));
+    assert_eq!(error.code, code, "body: {reply:?}");
+    assert_eq!(code.http_status(), status, "the code's own status");
+    assert!(!error.message.is_empty());
     assert_eq!(
         reply.headers.get("content-type").unwrap(),
         "application/json"
@@ -98,15 +102,15 @@ async fn malformed_and_missing_fields_are_400() {
             Bytes::from_static(body),
         )
         .await;
-        assert_eq!(reply.status, 400, "{action} {why}: {:?}", reply.body);
-        assert_error(&reply, 400, "bad_request");
+        assert_eq!(reply.status, 400, "{action} {why}: {reply:?}");
+        assert_error(&reply, 400, ErrorCode::BadRequest);
     }
     let long_owner = format!(r#"{{"owner": "{}"}}"#, "o".repeat(129));
     let reply = post_raw(&c, "/v1/locks/k/acquire", Bytes::from(long_owner)).await;
-    assert_error(&reply, 400, "bad_request");
+    assert_error(&reply, 400, ErrorCode::BadRequest);
     assert!(reply.message().contains("owner"));
     // Nothing was granted by any of them.
-    assert_eq!(c.status("k").await.unwrap().body["held"], false);
+    assert!(!c.status("k").await.unwrap().ok::<LockStatus>().held);
     broker.stop().await;
 }
 
@@ -116,11 +120,11 @@ async fn bodies_over_64_kib_are_413() {
     let c = broker.client();
     let big = Bytes::from(vec![b'a'; 1 << 20]);
     let reply = post_raw(&c, "/v1/locks/k/acquire", big).await;
-    assert_error(&reply, 413, "too_large");
+    assert_error(&reply, 413, ErrorCode::TooLarge);
     // Just over the limit, valid JSON: still too large.
     let json = format!(r#"{{"owner": "w", "pad": "{}"}}"#, "x".repeat(64 * 1024));
     let reply = post_raw(&c, "/v1/locks/k/acquire", Bytes::from(json)).await;
-    assert_error(&reply, 413, "too_large");
+    assert_error(&reply, 413, ErrorCode::TooLarge);
     // Under the limit with unknown fields: fine.
     let json = format!(r#"{{"owner": "w", "pad": "{}"}}"#, "x".repeat(60 * 1024));
     let reply = post_raw(&c, "/v1/locks/k/acquire", Bytes::from(json)).await;
@@ -136,13 +140,17 @@ async fn missing_or_wrong_auth_is_401() {
         assert_error(
             &c.acquire("k", "w", 1000, 0).await.unwrap(),
             401,
-            "unauthenticated",
+            ErrorCode::Unauthenticated,
         );
-        assert_error(&c.status("k").await.unwrap(), 401, "unauthenticated");
+        assert_error(
+            &c.status("k").await.unwrap(),
+            401,
+            ErrorCode::Unauthenticated,
+        );
         assert_error(
             &c.release("k", "w", 1).await.unwrap(),
             401,
-            "unauthenticated",
+            ErrorCode::Unauthenticated,
         );
     }
     let basic = broker.client_with(None);
@@ -156,9 +164,9 @@ async fn missing_or_wrong_auth_is_401() {
         )
         .await
         .unwrap();
-    assert_error(&reply, 401, "unauthenticated");
+    assert_error(&reply, 401, ErrorCode::Unauthenticated);
     // Neither the key nor the admin token appear in the broker's answers.
-    assert!(!reply.body.to_string().contains(KEY));
+    assert!(!reply.text().contains(KEY));
     broker.stop().await;
 }
 
@@ -169,13 +177,13 @@ async fn admin_api_needs_the_admin_token() {
     assert_error(
         &tenant.get("/v1/admin/tenants").await.unwrap(),
         403,
-        "forbidden",
+        ErrorCode::Forbidden,
     );
     let nobody = broker.client_with(None);
     assert_error(
         &nobody.get("/v1/admin/tenants").await.unwrap(),
         401,
-        "unauthenticated",
+        ErrorCode::Unauthenticated,
     );
     let admin = broker.client_with(Some(ADMIN));
     assert_eq!(admin.get("/v1/admin/tenants").await.unwrap().status, 200);
@@ -195,11 +203,8 @@ async fn bad_keys_are_422() {
         format!("/v1/locks/{long}/acquire"),
         format!("/v1/locks/{}/acquire", "k".repeat(5000)),
     ] {
-        let reply = c
-            .post(&path, &serde_json::json!({"owner": "w"}))
-            .await
-            .unwrap();
-        assert_error(&reply, 422, "invalid_key");
+        let reply = c.post(&path, &AcquireRequest::new("w")).await.unwrap();
+        assert_error(&reply, 422, ErrorCode::InvalidKey);
     }
     // 255 bytes is the limit of the built-in naming.
     let ok = c.acquire(&"k".repeat(255), "w", 1000, 0).await.unwrap();
@@ -211,11 +216,11 @@ async fn bad_keys_are_422() {
 async fn unknown_paths_and_methods() {
     let broker = Broker::start().await;
     let c = broker.client();
-    assert_error(&c.get("/nope").await.unwrap(), 404, "not_found");
+    assert_error(&c.get("/nope").await.unwrap(), 404, ErrorCode::NotFound);
     assert_error(
         &c.get("/v1/locks/k/explode").await.unwrap(),
         404,
-        "not_found",
+        ErrorCode::NotFound,
     );
     let reply = c
         .send(
@@ -227,11 +232,11 @@ async fn unknown_paths_and_methods() {
         )
         .await
         .unwrap();
-    assert_error(&reply, 405, "method_not_allowed");
+    assert_error(&reply, 405, ErrorCode::MethodNotAllowed);
     assert_error(
         &c.get("/v1/locks/k/acquire").await.unwrap(),
         405,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
     );
     broker.stop().await;
 }
@@ -244,11 +249,12 @@ async fn operations_endpoints() {
     assert_eq!(c.get("/readyz").await.unwrap().status, 200);
     let spec = c.get("/openapi.json").await.unwrap();
     assert_eq!(spec.status, 200);
-    assert!(spec.body["openapi"].as_str().unwrap().starts_with("3."));
-    assert!(spec.body["paths"]["/v1/locks/{key}/acquire"].is_object());
+    let spec = spec.json();
+    assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
+    assert!(spec["paths"]["/v1/locks/{key}/acquire"].is_object());
     broker.client().acquire("m", "w", 1000, 0).await.unwrap();
     let metrics = c.get("/metrics").await.unwrap();
-    let text = metrics.body.as_str().unwrap();
+    let text = metrics.text();
     assert!(
         text.contains("lockbroker_lock_grants_total{tenant=\"default\""),
         "{text}"

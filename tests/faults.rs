@@ -14,14 +14,31 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::Client;
+use lockbroker_api::{
+    AcquireRequest, Lease, LockStatus, ReleaseResponse, SemaphoreAcquireRequest, SemaphoreLease,
+    SemaphoreReleaseRequest,
+};
 use lockbroker_tests::{
     config_at, eventually, fresh_db_name, run_clients_with, server_url, Broker, BrokerProcess,
-    History, Load, PrivateMariaDb, Proxy, Release503, KEY,
+    Client, History, Load, PrivateMariaDb, Proxy, Release503, Reply, KEY,
 };
-use serde_json::json;
 use sqlx::{Connection, MySqlConnection, MySqlPool};
 use tokio::{io::AsyncWriteExt, sync::Mutex};
+
+/// The token of a grant.
+fn token(r: &Reply) -> u64 {
+    r.ok::<Lease>().token
+}
+
+/// Whether `key` has `n` waiters, for `eventually`: a failed request is
+/// "not yet".
+async fn has_waiters(c: &Client, key: &str, n: u64) -> bool {
+    c.status(key)
+        .await
+        .ok()
+        .and_then(|r| r.try_parse::<LockStatus>())
+        .is_some_and(|s| s.waiters == n)
+}
 
 /// The bound on one operation's database work in these tests.
 const DB_TIMEOUT_MS: u64 = 2000;
@@ -119,9 +136,7 @@ async fn outage(kind: Outage) {
         })
         .collect();
     eventually("five waiters queued", Duration::from_secs(5), || async {
-        c.status("queued")
-            .await
-            .is_ok_and(|r| r.body["waiters"] == 5)
+        has_waiters(&c, "queued", 5).await
     })
     .await;
 
@@ -283,19 +298,36 @@ async fn clients_that_hang_up_affect_nobody() {
                 };
                 match c.acquire(&key, &owner, 60_000, 0).await {
                     Ok(r) if r.status == 200 => {
-                        let token = r.body["token"].as_u64().unwrap();
-                        let rel = c.release(&key, &owner, token).await;
+                        let rel = c.release(&key, &owner, token(&r)).await;
                         check("release", rel.map(|r| r.status).map_err(|e| e.to_string()));
                     }
-                    other => check("acquire", other.map(|r| r.status).map_err(|e| e.to_string())),
+                    other => check(
+                        "acquire",
+                        other.map(|r| r.status).map_err(|e| e.to_string()),
+                    ),
                 }
-                let body = json!({"owner": owner, "permits": 1, "ttl_ms": 60_000});
-                match c.post(&format!("/v1/semaphores/{sem}/acquire"), &body).await {
+                let body = SemaphoreAcquireRequest {
+                    ttl_ms: Some(60_000),
+                    ..SemaphoreAcquireRequest::new(&owner, 1)
+                };
+                match c
+                    .post(&format!("/v1/semaphores/{sem}/acquire"), &body)
+                    .await
+                {
                     Ok(r) if r.status == 200 => {
-                        let body =
-                            json!({"owner": owner, "slot": r.body["slot"], "token": r.body["token"]});
-                        let rel = c.post(&format!("/v1/semaphores/{sem}/release"), &body).await;
-                        check("semaphore release", rel.map(|r| r.status).map_err(|e| e.to_string()));
+                        let lease: SemaphoreLease = r.ok();
+                        let body = SemaphoreReleaseRequest {
+                            owner: owner.clone(),
+                            slot: lease.slot,
+                            token: lease.token,
+                        };
+                        let rel = c
+                            .post(&format!("/v1/semaphores/{sem}/release"), &body)
+                            .await;
+                        check(
+                            "semaphore release",
+                            rel.map(|r| r.status).map_err(|e| e.to_string()),
+                        );
                     }
                     other => check(
                         "semaphore acquire",
@@ -313,18 +345,27 @@ async fn clients_that_hang_up_affect_nobody() {
             let mut n = 0u64;
             while Instant::now() < until {
                 n += 1;
+                let lock = |wait_ms| AcquireRequest {
+                    ttl_ms: Some(60_000),
+                    wait_ms,
+                    ..AcquireRequest::new(format!("hang-{i}"))
+                };
                 let (path, body) = match n % 3 {
                     0 => (
                         format!("/v1/locks/hang-{i}-{n}/acquire"),
-                        format!(r#"{{"owner":"hang-{i}","ttl_ms":60000}}"#),
+                        to_json(&lock(None)),
                     ),
                     1 => (
                         format!("/v1/locks/busy-{}/acquire", i % BUSY),
-                        format!(r#"{{"owner":"hang-{i}","ttl_ms":60000,"wait_ms":5000}}"#),
+                        to_json(&lock(Some(5_000))),
                     ),
                     _ => (
                         format!("/v1/semaphores/hsem-{i}/acquire"),
-                        format!(r#"{{"owner":"hang-{i}-{n}","permits":2,"ttl_ms":60000,"wait_ms":2000}}"#),
+                        to_json(&SemaphoreAcquireRequest {
+                            ttl_ms: Some(60_000),
+                            wait_ms: Some(2_000),
+                            ..SemaphoreAcquireRequest::new(format!("hang-{i}-{n}"), 2)
+                        }),
                     ),
                 };
                 let delay = Duration::from_micros((n * 7919 + i as u64 * 104_729) % 3000);
@@ -392,8 +433,8 @@ async fn clients_that_hang_up_affect_nobody() {
     eprintln!("drained in {:?}", drained.elapsed());
 
     for k in 0..BUSY {
-        let status = c.status(&format!("busy-{k}")).await.unwrap();
-        assert_eq!(status.body["owner"], "keeper", "{:?}", status.body);
+        let status: LockStatus = c.status(&format!("busy-{k}")).await.unwrap().ok();
+        assert_eq!(status.owner.as_deref(), Some("keeper"), "{status:?}");
     }
 
     let stopping = Instant::now();
@@ -405,6 +446,11 @@ async fn clients_that_hang_up_affect_nobody() {
         stopping.elapsed()
     );
     lockbroker_tests::drop_db(&name).await;
+}
+
+/// An API request as the JSON a raw connection sends.
+fn to_json(request: &impl serde::Serialize) -> String {
+    serde_json::to_string(request).expect("API requests serialize")
 }
 
 /// Sends a request and resets the connection `after` later (SO_LINGER 0:
@@ -420,6 +466,8 @@ async fn hang_up(addr: &str, path: &str, body: &str, after: Duration) -> bool {
     if stream.write_all(request.as_bytes()).await.is_err() {
         return false;
     }
+    // The moment of the hang-up, part of what is tested (not a wait for a
+    // condition): before, during or after the broker's work.
     tokio::time::sleep(after).await;
     let _ = stream.set_zero_linger();
     drop(stream);
@@ -460,9 +508,9 @@ async fn a_dead_brokers_waiters_never_block_a_key() {
 
     let held = a.acquire("k", "holder", 10_000, 0).await.unwrap();
     assert_eq!(held.status, 200);
-    let token = held.body["token"].as_u64().unwrap();
+    let token = token(&held);
     let other = a.acquire("k2", "holder2", 10_000, 0).await.unwrap();
-    let other_token = other.body["token"].as_u64().unwrap();
+    let other_token = other.ok::<Lease>().token;
     let doomed_waiters: Vec<_> = (0..5)
         .map(|i| {
             let a = a.clone();
@@ -472,7 +520,7 @@ async fn a_dead_brokers_waiters_never_block_a_key() {
     eventually(
         "five waiters queued at the doomed broker",
         Duration::from_secs(5),
-        || async { b.status("k").await.is_ok_and(|r| r.body["waiters"] == 5) },
+        || has_waiters(&b, "k", 5),
     )
     .await;
     let live = {
@@ -485,7 +533,7 @@ async fn a_dead_brokers_waiters_never_block_a_key() {
     eventually(
         "the live waiter queued behind them",
         Duration::from_secs(5),
-        || async { b.status("k").await.is_ok_and(|r| r.body["waiters"] == 6) },
+        || has_waiters(&b, "k", 6),
     )
     .await;
 
@@ -498,9 +546,9 @@ async fn a_dead_brokers_waiters_never_block_a_key() {
     }
     // Holders that took their locks through the dead broker carry on here.
     let renewed = b.renew("k", "holder", token, 10_000).await.unwrap();
-    assert_eq!(renewed.status, 200, "{:?}", renewed.body);
+    assert_eq!(renewed.status, 200, "{renewed:?}");
     let renewed = b.renew("k2", "holder2", other_token, 10_000).await.unwrap();
-    assert_eq!(renewed.status, 200, "{:?}", renewed.body);
+    assert_eq!(renewed.status, 200, "{renewed:?}");
     assert_eq!(
         b.release("k2", "holder2", other_token)
             .await
@@ -509,20 +557,20 @@ async fn a_dead_brokers_waiters_never_block_a_key() {
         200
     );
     let released = b.release("k", "holder", token).await.unwrap();
-    assert_eq!(released.status, 200, "{:?}", released.body);
+    assert_eq!(released.status, 200, "{released:?}");
     let released_at = Instant::now();
 
     let (reply, answered_at) = tokio::time::timeout(Duration::from_secs(10), live)
         .await
         .expect("the live waiter is answered")
         .unwrap();
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.status, 200, "{reply:?}");
     let took = answered_at.saturating_duration_since(released_at);
     assert!(
         took < Duration::from_secs(2),
         "the live waiter waited {took:?}"
     );
-    let live_token = reply.body["token"].as_u64().unwrap();
+    let live_token = reply.ok::<Lease>().token;
     assert!(live_token > token);
     assert_eq!(
         b.release("k", "alive", live_token).await.unwrap().status,
@@ -530,8 +578,8 @@ async fn a_dead_brokers_waiters_never_block_a_key() {
     );
     // The dead broker's waiters block nobody: a try succeeds at once.
     let newcomer = b.acquire("k", "newcomer", 1000, 0).await.unwrap();
-    assert_eq!(newcomer.status, 200, "{:?}", newcomer.body);
-    assert!(newcomer.body["token"].as_u64().unwrap() > live_token);
+    assert_eq!(newcomer.status, 200, "{newcomer:?}");
+    assert!(newcomer.ok::<Lease>().token > live_token);
     survivor.stop().await;
     lockbroker_tests::drop_db(&name).await;
 }
@@ -636,7 +684,7 @@ async fn shutdown_is_bounded_during_a_silent_cut() {
         })
         .collect();
     eventually("four waiters queued", Duration::from_secs(5), || async {
-        c.status("held").await.is_ok_and(|r| r.body["waiters"] == 4)
+        has_waiters(&c, "held", 4).await
     })
     .await;
     proxy.pause();
@@ -658,7 +706,7 @@ async fn shutdown_is_bounded_during_a_silent_cut() {
         // Answered 503 (shutting down, or the database away), or the
         // connection closed: never granted.
         if let Ok(reply) = reply {
-            assert_eq!(reply.status, 503, "{:?}", reply.body);
+            assert_eq!(reply.status, 503, "{reply:?}");
         }
     }
     proxy.restore();
@@ -717,20 +765,20 @@ async fn lost_commits_are_settled() {
     // A first grant creates the key's row, so the next ones are one
     // transaction each.
     let first = c.acquire("a", "me", 60_000, 0).await.unwrap();
-    let first_token = first.body["token"].as_u64().unwrap();
+    let first_token = token(&first);
     assert_eq!(c.release("a", "me", first_token).await.unwrap().status, 200);
 
     // A grant whose COMMIT answer is lost: answered as granted.
     proxy.lose_next_commit_answer();
     let granted = c.acquire("a", "me", 60_000, 0).await.unwrap();
     assert_eq!(hits(), 1, "the fault hit the grant's COMMIT");
-    assert_eq!(granted.status, 200, "{:?}", granted.body);
-    let token = granted.body["token"].as_u64().unwrap();
+    assert_eq!(granted.status, 200, "{granted:?}");
+    let token = token(&granted);
     assert_eq!(token, first_token + 1);
-    let status = c.status("a").await.unwrap();
+    let status: LockStatus = c.status("a").await.unwrap().ok();
     assert_eq!(
-        (status.body["owner"].clone(), status.body["token"].clone()),
-        ("me".into(), token.into())
+        (status.owner.as_deref(), status.token),
+        (Some("me"), Some(token))
     );
 
     // A release that hands the lock to a waiter, COMMIT answer lost: the
@@ -740,20 +788,20 @@ async fn lost_commits_are_settled() {
         tokio::spawn(async move { c.acquire("a", "next", 60_000, 10_000).await.unwrap() })
     };
     eventually("the waiter queued", Duration::from_secs(5), || async {
-        c.status("a").await.is_ok_and(|r| r.body["waiters"] == 1)
+        has_waiters(&c, "a", 1).await
     })
     .await;
     proxy.lose_next_commit_answer();
     let released = c.release("a", "me", token).await.unwrap();
     assert_eq!(hits(), 2, "the fault hit the release's COMMIT");
-    assert_eq!(released.status, 200, "{:?}", released.body);
-    assert_eq!(released.body["released"], true);
+    assert_eq!(released.status, 200, "{released:?}");
+    assert!(released.ok::<ReleaseResponse>().released);
     let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter is answered")
         .unwrap();
-    assert_eq!(handed.status, 200, "{:?}", handed.body);
-    let next_token = handed.body["token"].as_u64().unwrap();
+    assert_eq!(handed.status, 200, "{handed:?}");
+    let next_token = handed.ok::<Lease>().token;
     assert_eq!(next_token, token + 1);
 
     // A COMMIT that never arrives: not committed, retried, granted once.
@@ -764,12 +812,13 @@ async fn lost_commits_are_settled() {
     proxy.drop_next_commit();
     let again = c.acquire("a", "me", 60_000, 0).await.unwrap();
     assert_eq!(hits(), 3, "the fault hit a COMMIT");
-    assert_eq!(again.status, 200, "{:?}", again.body);
-    assert_eq!(again.body["token"].as_u64().unwrap(), next_token + 1);
-    assert_eq!(again.body["hold_count"], 1);
+    assert_eq!(again.status, 200, "{again:?}");
+    let again: Lease = again.ok();
+    assert_eq!(again.token, next_token + 1);
+    assert_eq!(again.hold_count, 1);
 
     let metrics = c.get("/metrics").await.unwrap();
-    let text = metrics.body.as_str().unwrap_or_default().to_owned();
+    let text = metrics.text();
     assert!(
         text.contains("lockbroker_lost_commits_total{outcome=\"committed\"} 2"),
         "{text}"

@@ -357,7 +357,7 @@ async fn load_on_a_healthy_broker_checks_clean() {
         8,
         Duration::from_secs(2),
         &["h-a", "h-b", "h-c"],
-        move |_, _| lockbroker::client::Client::new(&url, Some(lockbroker_tests::KEY)).unwrap(),
+        move |_, _| lockbroker_tests::Client::new(&url, Some(lockbroker_tests::KEY)).unwrap(),
         history.clone(),
     )
     .await;
@@ -416,7 +416,7 @@ async fn load_through_database_faults_checks_clean() {
                 // Each client alternates between the two brokers.
                 move |task, n| {
                     let url = &urls[(task + n as usize) % 2];
-                    lockbroker::client::Client::new(url, Some(lockbroker_tests::KEY)).unwrap()
+                    lockbroker_tests::Client::new(url, Some(lockbroker_tests::KEY)).unwrap()
                 },
                 history,
             )

@@ -12,10 +12,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::Client;
 use lockbroker_tests::{
-    eventually, fresh_db_name, run_clients_with, BrokerProcess, GaleraCluster, History, Load,
-    Release503, KEY,
+    eventually, fresh_db_name, run_clients_with, BrokerProcess, Client, GaleraCluster, History,
+    Load, Release503, KEY,
 };
 use sqlx::{Connection, MySqlConnection};
 use tokio::sync::Mutex;

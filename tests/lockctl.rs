@@ -1,8 +1,13 @@
 //! `lockctl` as a user runs it: a separate process talking to a broker.
 
-use std::process::Output;
+use std::{process::Output, time::Duration};
 
-use lockbroker_tests::{bin, Broker, KEY};
+use lockbroker_api::{
+    ElectionEvent, ElectionStatus, ErrorBody, ErrorCode, Lease, LockStatus, ReleaseResponse,
+    SemaphoreStatus, TenantInfo,
+};
+use lockbroker_tests::{bin, eventually_some, Broker, KEY};
+use serde::de::DeserializeOwned;
 
 async fn lockctl(broker: &Broker, args: &[&str]) -> Output {
     tokio::process::Command::new(bin("lockctl"))
@@ -15,14 +20,21 @@ async fn lockctl(broker: &Broker, args: &[&str]) -> Output {
         .expect("run lockctl")
 }
 
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+/// What lockctl printed, read as `T` (it prints the API's documents).
+fn parsed<T: DeserializeOwned>(out: &Output) -> T {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
-            "lockctl printed no JSON: {} / {}",
+            "lockctl printed no {}: {e}: {} / {}",
+            std::any::type_name::<T>(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
     })
+}
+
+/// The code of the API error lockctl printed.
+fn code(out: &Output) -> ErrorCode {
+    parsed::<ErrorBody>(out).error.code
 }
 
 #[tokio::test]
@@ -34,15 +46,15 @@ async fn acquire_status_renew_release() {
     )
     .await;
     assert!(out.status.success());
-    let token = json(&out)["token"].as_u64().unwrap();
+    let token = parsed::<Lease>(&out).token;
     let t = token.to_string();
 
     let out = lockctl(&broker, &["acquire", "cli-job", "--owner", "you"]).await;
     assert_eq!(out.status.code(), Some(1), "refused: exit 1");
-    assert_eq!(json(&out)["error"]["code"], "lock_held");
+    assert_eq!(code(&out), ErrorCode::LockHeld);
 
     let out = lockctl(&broker, &["status", "cli-job"]).await;
-    assert_eq!(json(&out)["owner"], "me");
+    assert_eq!(parsed::<LockStatus>(&out).owner.as_deref(), Some("me"));
     let out = lockctl(
         &broker,
         &["renew", "cli-job", "--owner", "me", "--token", &t],
@@ -55,14 +67,14 @@ async fn acquire_status_renew_release() {
     )
     .await;
     assert!(out.status.success());
-    assert_eq!(json(&out)["released"], true);
+    assert!(parsed::<ReleaseResponse>(&out).released);
     let out = lockctl(
         &broker,
         &["release", "cli-job", "--owner", "me", "--token", &t],
     )
     .await;
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(json(&out)["error"]["code"], "lease_lost");
+    assert_eq!(code(&out), ErrorCode::LeaseLost);
 
     // A wrong key and an unreachable broker are told apart.
     let out = tokio::process::Command::new(bin("lockctl"))
@@ -73,7 +85,7 @@ async fn acquire_status_renew_release() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(json(&out)["error"]["code"], "unauthenticated");
+    assert_eq!(code(&out), ErrorCode::Unauthenticated);
     let out = tokio::process::Command::new(bin("lockctl"))
         .args(["status", "x"])
         .env("LOCKBROKER_URL", "http://127.0.0.1:1")
@@ -105,8 +117,8 @@ async fn run_holds_the_lock_while_the_command_runs() {
         Some(7),
         "exit status of the command: {out:?}"
     );
-    let status = broker.client().status("held-job").await.unwrap();
-    assert_eq!(status.body["held"], false, "released after the command");
+    let status: LockStatus = broker.client().status("held-job").await.unwrap().ok();
+    assert!(!status.held, "released after the command");
 
     // A held lock: run waits up to --wait-ms, then gives up with 75.
     broker
@@ -139,16 +151,16 @@ async fn run_stops_the_command_when_the_lease_is_lost() {
     };
     // Wait for the grant, then steal the lease behind lockctl's back by
     // expiring it in the database.
-    let mut token = None;
-    for _ in 0..50 {
-        let s = c.status("lost").await.unwrap();
-        if s.body["held"] == true {
-            token = s.body["token"].as_u64();
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(token.is_some(), "lockctl run took the lock");
+    let holder = eventually_some(
+        "lockctl run takes the lock",
+        Duration::from_secs(10),
+        || async {
+            let status: LockStatus = c.status("lost").await.ok()?.try_parse()?;
+            status.owner.filter(|_| status.held)
+        },
+    )
+    .await;
+    assert_eq!(holder, "runner");
     let mut db = lockbroker_tests::db_conn(&broker.db).await;
     sqlx::query("UPDATE locks SET expires_at = NOW(6) - INTERVAL 1 SECOND")
         .execute(&mut db)
@@ -163,5 +175,204 @@ async fn run_stops_the_command_when_the_lease_is_lost() {
         started.elapsed() < std::time::Duration::from_secs(10),
         "sleep 30 was stopped"
     );
+    broker.stop().await;
+}
+
+/// A client of the new crate, for setting the scene.
+fn rust_client(broker: &Broker) -> lockbroker_client::Client {
+    lockbroker_client::Client::new(broker.url(), KEY).unwrap()
+}
+
+#[tokio::test]
+async fn json_everywhere_and_status_of_semaphores_and_elections() {
+    let broker = Broker::start().await;
+    let c = rust_client(&broker);
+    let permit = c.semaphore("pool", 2).acquire().await.unwrap();
+    let leader = c
+        .election("sched")
+        .candidate("node-1")
+        .campaign()
+        .await
+        .unwrap();
+
+    let out = lockctl(&broker, &["status", "--semaphore", "pool", "--json"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let s: SemaphoreStatus = parsed(&out);
+    assert_eq!(s.permits, Some(2));
+    assert_eq!(s.holders[0].token, permit.token());
+
+    let out = lockctl(&broker, &["--json", "status", "--election", "sched"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let e: ElectionStatus = parsed(&out);
+    assert_eq!(e.leader.as_deref(), Some("node-1"));
+    assert_eq!(e.term, Some(leader.token()));
+
+    // A lock's status, with and without --json: the same document.
+    let plain: LockStatus = parsed(&lockctl(&broker, &["status", "free"]).await);
+    let flagged: LockStatus = parsed(&lockctl(&broker, &["status", "free", "--json"]).await);
+    assert_eq!(plain, flagged);
+    assert!(!plain.held);
+
+    // Exactly one of KEY, --semaphore, --election.
+    let out = lockctl(&broker, &["status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = lockctl(&broker, &["status", "k", "--election", "e"]).await;
+    assert_eq!(out.status.code(), Some(2));
+
+    // lockctl's own failures are JSON too with --json.
+    let out = tokio::process::Command::new(bin("lockctl"))
+        .args(["--json", "status", "x"])
+        .env("LOCKBROKER_URL", "http://127.0.0.1:1")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    // lockctl's own code, not one of the API's: read as plain JSON.
+    let own: serde_json::Value = parsed(&out);
+    assert_eq!(own["error"]["code"], "unreachable");
+    permit.release().await.unwrap();
+    leader.release().await.unwrap();
+    broker.stop().await;
+}
+
+/// The next line of a child's stdout, as an election event, within 10 s.
+async fn next_event(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> ElectionStatus {
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a line in time")
+        .unwrap()
+        .expect("the output goes on");
+    let ElectionEvent::Leader(status) =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    status
+}
+
+#[tokio::test]
+async fn watch_prints_each_change_of_leader() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let broker = Broker::start().await;
+    let c = rust_client(&broker);
+    let mut watcher = tokio::process::Command::new(bin("lockctl"))
+        .args(["watch", "sched", "--json", "--count", "3"])
+        .env("LOCKBROKER_URL", broker.url())
+        .env("LOCKBROKER_API_KEY", KEY)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watcher.stdout.take().unwrap()).lines();
+    let first = next_event(&mut lines).await;
+    assert_eq!(first.leader, None);
+
+    let leader = c
+        .election("sched")
+        .candidate("node-1")
+        .campaign()
+        .await
+        .unwrap();
+    let second = next_event(&mut lines).await;
+    assert_eq!(second.leader.as_deref(), Some("node-1"));
+    assert_eq!(second.term, Some(leader.token()));
+    leader.release().await.unwrap();
+    assert_eq!(next_event(&mut lines).await.leader, None);
+    let status = tokio::time::timeout(Duration::from_secs(10), watcher.wait())
+        .await
+        .expect("watch exits after --count events")
+        .unwrap();
+    assert!(status.success());
+
+    // Without --json: one line for people per event.
+    let out = lockctl(&broker, &["watch", "sched", "--count", "1"]).await;
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "sched: no leader"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn policy_status_and_upload() {
+    let broker = Broker::start().await;
+    let admin = |args: &[&str]| {
+        tokio::process::Command::new(bin("lockctl"))
+            .args(args)
+            .env("LOCKBROKER_URL", broker.url())
+            .env("LOCKBROKER_ADMIN_TOKEN", lockbroker_tests::ADMIN)
+            .output()
+    };
+    let out = admin(&["policy", "status", "--tenant", "default", "--json"])
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let before: TenantInfo = parsed(&out);
+    assert_eq!(before.name, "default");
+    assert_eq!(before.policy.name, "builtin");
+    let out = admin(&["policy", "status"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("default: builtin") && text.contains("other: builtin"),
+        "{text}"
+    );
+
+    // An invalid component is refused and the old policy stays.
+    let garbage = lockbroker_tests::tempfile_like::TempFile::new("wasm", b"not a component");
+    let path = garbage.path().to_str().unwrap();
+    let out = admin(&["policy", "upload", path, "--tenant", "default", "--json"])
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(code(&out), ErrorCode::InvalidPolicy);
+
+    // A real one is swapped in; status then shows it.
+    let component =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist/priority.wasm");
+    assert!(
+        component.exists(),
+        "{} is missing: run scripts/build-plugins",
+        component.display()
+    );
+    let out = admin(&[
+        "policy",
+        "upload",
+        component.to_str().unwrap(),
+        "--tenant",
+        "default",
+        "--json",
+    ])
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let uploaded: TenantInfo = parsed(&out);
+    assert_eq!(uploaded.policy.name, "priority");
+    assert!(uploaded.policy.sha256.is_some());
+    let out = admin(&["--json", "policy", "status", "--tenant", "default"])
+        .await
+        .unwrap();
+    assert_eq!(
+        parsed::<TenantInfo>(&out).policy.sha256,
+        uploaded.policy.sha256
+    );
+
+    // The tenant's key is not the admin token; no token at all is usage.
+    let out = tokio::process::Command::new(bin("lockctl"))
+        .args(["policy", "status"])
+        .env("LOCKBROKER_URL", broker.url())
+        .env("LOCKBROKER_ADMIN_TOKEN", KEY)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let out = tokio::process::Command::new(bin("lockctl"))
+        .args(["policy", "status"])
+        .env("LOCKBROKER_URL", broker.url())
+        .env_remove("LOCKBROKER_ADMIN_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
     broker.stop().await;
 }

@@ -7,18 +7,29 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::Client;
-use lockbroker_tests::{config, drop_db, eventually, fresh_db_name, Broker, BrokerProcess};
-use serde_json::json;
+use lockbroker_api::{AcquireRequest, ErrorCode, Lease, LockStatus};
+use lockbroker_tests::{
+    config, drop_db, eventually, fresh_db_name, Broker, BrokerProcess, Client, Reply,
+};
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 /// Waits until `key` has `n` waiters (as any broker on the database sees it).
 async fn until_waiters(c: &Client, key: &str, n: u64) {
     let what = format!("{key} has {n} waiters");
     eventually(&what, Duration::from_secs(10), || async {
-        c.status(key).await.is_ok_and(|r| r.body["waiters"] == n)
+        lock_status(c, key).await.is_some_and(|s| s.waiters == n)
     })
     .await;
+}
+
+/// A key's status, or `None` when the request failed (for `eventually`).
+async fn lock_status(c: &Client, key: &str) -> Option<LockStatus> {
+    c.status(key).await.ok()?.try_parse()
+}
+
+/// The token of a grant.
+fn token(r: &Reply) -> u64 {
+    r.ok::<Lease>().token
 }
 
 /// Starts a waiting acquire that releases at once when granted; its result
@@ -31,16 +42,17 @@ fn waiter(
 ) -> tokio::task::JoinHandle<(String, u64)> {
     let (c, key, owner) = (c.clone(), key.to_owned(), owner.to_owned());
     tokio::spawn(async move {
-        let body =
-            json!({"owner": owner, "ttl_ms": 30_000, "wait_ms": 60_000, "priority": priority});
-        let r = c
-            .post(&format!("/v1/locks/{key}/acquire"), &body)
-            .await
-            .unwrap();
-        assert_eq!(r.status, 200, "{owner}: {:?}", r.body);
-        let token = r.body["token"].as_u64().unwrap();
+        let request = AcquireRequest {
+            ttl_ms: Some(30_000),
+            wait_ms: Some(60_000),
+            priority: Some(priority),
+            ..AcquireRequest::new(&owner)
+        };
+        let r = c.acquire_with(&key, &request).await.unwrap();
+        assert_eq!(r.status, 200, "{owner}: {r:?}");
+        let token = token(&r);
         let rel = c.release(&key, &owner, token).await.unwrap();
-        assert_eq!(rel.status, 200, "{owner} release: {:?}", rel.body);
+        assert_eq!(rel.status, 200, "{owner} release: {rel:?}");
         (owner, token)
     })
 }
@@ -53,8 +65,7 @@ async fn grant_order(
     key: &str,
     owners: &[(&str, i32)],
 ) -> Vec<String> {
-    let g = holder.acquire(key, "holder", 60_000, 0).await.unwrap();
-    let base = g.body["token"].as_u64().unwrap();
+    let base = token(&holder.acquire(key, "holder", 60_000, 0).await.unwrap());
     let mut tasks = Vec::new();
     for (i, (owner, priority)) in owners.iter().enumerate() {
         let c = &clients[i % clients.len()];
@@ -134,18 +145,16 @@ async fn fifo_across_two_broker_processes() {
 async fn a_thousand_waiters_are_served_in_order() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let g = c.acquire("crowd", "holder", 60_000, 0).await.unwrap();
-    let base = g.body["token"].as_u64().unwrap();
+    let base = token(&c.acquire("crowd", "holder", 60_000, 0).await.unwrap());
     let mut tasks = Vec::new();
     for i in 0..1000u64 {
         let cw = c.clone();
         tasks.push(tokio::spawn(async move {
             let c = cw;
             let owner = format!("w{i}");
-            let body = json!({"owner": owner, "ttl_ms": 60_000, "wait_ms": 300_000});
-            let r = c.post("/v1/locks/crowd/acquire", &body).await.unwrap();
-            assert_eq!(r.status, 200, "{owner}: {:?}", r.body);
-            let token = r.body["token"].as_u64().unwrap();
+            let r = c.acquire("crowd", &owner, 60_000, 300_000).await.unwrap();
+            assert_eq!(r.status, 200, "{owner}: {r:?}");
+            let token = token(&r);
             assert_eq!(c.release("crowd", &owner, token).await.unwrap().status, 200);
             token
         }));
@@ -167,21 +176,19 @@ async fn a_thousand_waiters_are_served_in_order() {
 async fn handoff_on_expiry_is_prompt() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let db_time = |r: &lockbroker_tests::Reply| {
-        let at =
-            chrono::DateTime::parse_from_rfc3339(r.body["expires_at"].as_str().unwrap()).unwrap();
-        at - chrono::Duration::milliseconds(r.body["ttl_ms"].as_i64().unwrap())
+    let db_time = |r: &Reply| {
+        let lease: Lease = r.ok();
+        let at = chrono::DateTime::parse_from_rfc3339(&lease.expires_at).unwrap();
+        at - chrono::Duration::milliseconds(i64::try_from(lease.ttl_ms).unwrap())
     };
     let mut delays = Vec::new();
     for round in 0..3 {
         let key = format!("exp-{round}");
-        let g = c.acquire(&key, "holder", 300, 0).await.unwrap();
-        let token = g.body["token"].as_u64().unwrap();
-        let expired_at =
-            chrono::DateTime::parse_from_rfc3339(g.body["expires_at"].as_str().unwrap()).unwrap();
+        let g: Lease = c.acquire(&key, "holder", 300, 0).await.unwrap().ok();
+        let expired_at = chrono::DateTime::parse_from_rfc3339(&g.expires_at).unwrap();
         let w = c.acquire(&key, "next", 30_000, 10_000).await.unwrap();
         assert_eq!(w.status, 200);
-        assert_eq!(w.body["token"].as_u64().unwrap(), token + 1);
+        assert_eq!(token(&w), g.token + 1);
         // Both times are the database's: when the lease ended, and when the
         // waiter's lease began (its expiry minus its TTL).
         let delay = (db_time(&w) - expired_at).num_milliseconds();
@@ -215,13 +222,14 @@ async fn no_barging_past_the_queue() {
         Duration::from_secs(10),
         || async {
             let r = c.acquire("nb", "newcomer", 30_000, 0).await.unwrap();
-            assert_eq!(r.status, 409, "{:?}", r.body);
+            assert_eq!(r.status, 409, "{r:?}");
             w.is_finished()
         },
     )
     .await;
     let w = w.await.unwrap();
-    assert_eq!((w.status, &w.body["owner"]), (200, &json!("queued")));
+    assert_eq!(w.status, 200);
+    assert_eq!(w.ok::<Lease>().owner, "queued");
     broker.stop().await;
 }
 
@@ -229,7 +237,12 @@ async fn no_barging_past_the_queue() {
 async fn raw_waiting_acquire(broker: &Broker, key: &str, owner: &str) -> TcpStream {
     let addr = broker.url().trim_start_matches("http://").to_owned();
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let body = json!({"owner": owner, "ttl_ms": 30_000, "wait_ms": 60_000}).to_string();
+    let body = serde_json::to_string(&AcquireRequest {
+        ttl_ms: Some(30_000),
+        wait_ms: Some(60_000),
+        ..AcquireRequest::new(owner)
+    })
+    .unwrap();
     let request = format!(
         "POST /v1/locks/{key}/acquire HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         lockbroker_tests::KEY,
@@ -243,30 +256,28 @@ async fn raw_waiting_acquire(broker: &Broker, key: &str, owner: &str) -> TcpStre
 async fn a_departed_waiter_never_holds_the_lock() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let g = c.acquire("dc", "holder", 60_000, 0).await.unwrap();
-    let token = g.body["token"].as_u64().unwrap();
+    let held = token(&c.acquire("dc", "holder", 60_000, 0).await.unwrap());
     let conn = raw_waiting_acquire(&broker, "dc", "gone").await;
     until_waiters(&c, "dc", 1).await;
     drop(conn);
     until_waiters(&c, "dc", 0).await;
-    c.release("dc", "holder", token).await.unwrap();
-    let s = c.status("dc").await.unwrap();
-    assert_eq!(s.body["held"], false, "{:?}", s.body);
+    c.release("dc", "holder", held).await.unwrap();
+    let s = lock_status(&c, "dc").await.unwrap();
+    assert!(!s.held, "{s:?}");
 
     // The race: the client leaves just as the lock is handed to it. The
     // grant is released again, never left held by nobody.
     for round in 0..10 {
-        let g = c.acquire("dc", "holder", 60_000, 0).await.unwrap();
-        let token = g.body["token"].as_u64().unwrap();
+        let held = token(&c.acquire("dc", "holder", 60_000, 0).await.unwrap());
         let conn = raw_waiting_acquire(&broker, "dc", "gone").await;
         until_waiters(&c, "dc", 1).await;
-        let (_, released) = tokio::join!(async { drop(conn) }, c.release("dc", "holder", token));
+        let (_, released) = tokio::join!(async { drop(conn) }, c.release("dc", "holder", held));
         assert_eq!(released.unwrap().status, 200);
         let what = format!("round {round}: the departed waiter's grant was released");
         eventually(&what, Duration::from_secs(5), || async {
-            c.status("dc")
+            lock_status(&c, "dc")
                 .await
-                .is_ok_and(|s| s.body["held"] == false && s.body["waiters"] == 0)
+                .is_some_and(|s| !s.held && s.waiters == 0)
         })
         .await;
     }
@@ -277,18 +288,17 @@ async fn a_departed_waiter_never_holds_the_lock() {
 async fn a_waiter_that_times_out_leaves_the_queue() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let g = c.acquire("to", "holder", 60_000, 0).await.unwrap();
-    let token = g.body["token"].as_u64().unwrap();
+    let held = token(&c.acquire("to", "holder", 60_000, 0).await.unwrap());
     let started = Instant::now();
     let r = c.acquire("to", "impatient", 30_000, 300).await.unwrap();
-    assert_eq!(r.code(), Some("lock_held"));
+    assert_eq!(r.code(), Some(ErrorCode::LockHeld));
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(290) && took < Duration::from_secs(3),
         "{took:?}"
     );
-    assert_eq!(c.status("to").await.unwrap().body["waiters"], 0);
-    c.release("to", "holder", token).await.unwrap();
-    assert_eq!(c.status("to").await.unwrap().body["held"], false);
+    assert_eq!(lock_status(&c, "to").await.unwrap().waiters, 0);
+    c.release("to", "holder", held).await.unwrap();
+    assert!(!lock_status(&c, "to").await.unwrap().held);
     broker.stop().await;
 }

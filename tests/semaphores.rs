@@ -10,37 +10,51 @@ use std::{
 };
 
 use chrono::{DateTime, FixedOffset};
-use lockbroker::client::{Client, Reply};
-use lockbroker_tests::{eventually, Broker};
+use lockbroker_api::{
+    ErrorCode, SemaphoreAcquireRequest, SemaphoreLease, SemaphoreReleaseRequest,
+    SemaphoreRenewRequest, SemaphoreStatus,
+};
+use lockbroker_tests::{eventually, Broker, Client, Reply};
 use serde_json::json;
 
 async fn acquire(
     c: &Client,
     key: &str,
     owner: &str,
-    permits: u64,
+    permits: u32,
     ttl_ms: u64,
     wait_ms: u64,
 ) -> Reply {
-    let body = json!({"owner": owner, "permits": permits, "ttl_ms": ttl_ms, "wait_ms": wait_ms});
+    let body = SemaphoreAcquireRequest {
+        ttl_ms: Some(ttl_ms),
+        wait_ms: Some(wait_ms),
+        ..SemaphoreAcquireRequest::new(owner, permits)
+    };
     c.post(&format!("/v1/semaphores/{key}/acquire"), &body)
         .await
         .unwrap()
 }
 
-async fn release(c: &Client, key: &str, owner: &str, slot: u64, token: u64) -> Reply {
-    let body = json!({"owner": owner, "slot": slot, "token": token});
+async fn release(c: &Client, key: &str, owner: &str, slot: u32, token: u64) -> Reply {
+    let body = SemaphoreReleaseRequest {
+        owner: owner.into(),
+        slot,
+        token,
+    };
     c.post(&format!("/v1/semaphores/{key}/release"), &body)
         .await
         .unwrap()
 }
 
-fn lease(r: &Reply) -> (u64, u64) {
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    (
-        r.body["slot"].as_u64().unwrap(),
-        r.body["token"].as_u64().unwrap(),
-    )
+async fn status(c: &Client, key: &str) -> SemaphoreStatus {
+    c.get(&format!("/v1/semaphores/{key}")).await.unwrap().ok()
+}
+
+/// The slot and token of a granted permit.
+fn lease(r: &Reply) -> (u32, u64) {
+    assert_eq!(r.status, 200, "{r:?}");
+    let lease: SemaphoreLease = r.ok();
+    (lease.slot, lease.token)
 }
 
 #[tokio::test]
@@ -49,19 +63,23 @@ async fn permits_slots_and_errors() {
     let c = broker.client();
     let a = acquire(&c, "pool", "a", 2, 30_000, 0).await;
     let (slot_a, token_a) = lease(&a);
-    assert_eq!(a.body["permits"], 2);
-    assert_eq!(a.body["key"], "pool");
+    let granted: SemaphoreLease = a.ok();
+    assert_eq!(granted.permits, 2);
+    assert_eq!(granted.key, "pool");
     let (slot_b, _) = lease(&acquire(&c, "pool", "b", 2, 30_000, 0).await);
     assert_ne!(slot_a, slot_b);
     assert!(slot_a < 2 && slot_b < 2);
 
     let full = acquire(&c, "pool", "c", 2, 30_000, 0).await;
-    assert_eq!((full.status, full.code()), (409, Some("semaphore_full")));
-    assert!(full.body["error"]["retry_after_ms"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        (full.status, full.code()),
+        (409, Some(ErrorCode::SemaphoreFull))
+    );
+    assert!(full.error().unwrap().retry_after_ms.unwrap() >= 1);
     let mismatch = acquire(&c, "pool", "c", 3, 30_000, 0).await;
     assert_eq!(
         (mismatch.status, mismatch.code()),
-        (409, Some("permits_mismatch"))
+        (409, Some(ErrorCode::PermitsMismatch))
     );
 
     // The same owner asking again gets its own permit back, renewed.
@@ -70,31 +88,37 @@ async fn permits_slots_and_errors() {
         (slot_a, token_a)
     );
 
-    let status = c.get("/v1/semaphores/pool").await.unwrap();
-    assert_eq!(status.body["permits"], 2);
-    assert_eq!(status.body["holders"].as_array().unwrap().len(), 2);
-    assert_eq!(status.body["waiters"], 0);
+    let now = status(&c, "pool").await;
+    assert_eq!(now.permits, Some(2));
+    assert_eq!(now.holders.len(), 2);
+    assert_eq!(now.waiters, 0);
 
     let wrong = release(&c, "pool", "a", slot_a, token_a + 7).await;
-    assert_eq!(wrong.code(), Some("lease_lost"));
+    assert_eq!(wrong.code(), Some(ErrorCode::LeaseLost));
     let wrong = release(&c, "pool", "b", slot_a, token_a).await;
-    assert_eq!(wrong.code(), Some("lease_lost"));
+    assert_eq!(wrong.code(), Some(ErrorCode::LeaseLost));
 
     let renew = c
         .post(
             "/v1/semaphores/pool/renew",
-            &json!({"owner": "a", "slot": slot_a, "token": token_a, "ttl_ms": 60_000}),
+            &SemaphoreRenewRequest {
+                owner: "a".into(),
+                slot: slot_a,
+                token: token_a,
+                ttl_ms: Some(60_000),
+            },
         )
         .await
         .unwrap();
-    assert_eq!(renew.status, 200, "{:?}", renew.body);
-    assert_eq!(renew.body["ttl_ms"], 60_000);
+    assert_eq!(renew.status, 200, "{renew:?}");
+    assert_eq!(renew.ok::<SemaphoreLease>().ttl_ms, 60_000);
 
     assert_eq!(release(&c, "pool", "a", slot_a, token_a).await.status, 200);
     let (slot_c, token_c) = lease(&acquire(&c, "pool", "c", 2, 30_000, 0).await);
     assert_eq!(slot_c, slot_a, "the freed slot");
     assert!(token_c > token_a, "slot tokens increase");
 
+    // Bad input, sent as raw JSON: the request type cannot express it.
     for bad in [
         json!({"owner": "x", "permits": 0}),
         json!({"owner": "x", "permits": 1001}),
@@ -102,10 +126,13 @@ async fn permits_slots_and_errors() {
         json!({"permits": 2}),
     ] {
         let r = c.post("/v1/semaphores/pool/acquire", &bad).await.unwrap();
-        assert_eq!((r.status, r.code()), (400, Some("bad_request")), "{bad}");
+        assert_eq!(
+            (r.status, r.code()),
+            (400, Some(ErrorCode::BadRequest)),
+            "{bad}"
+        );
     }
-    let fresh = c.get("/v1/semaphores/never").await.unwrap();
-    assert_eq!(fresh.body["permits"], json!(null));
+    assert_eq!(status(&c, "never").await.permits, None);
     broker.stop().await;
 }
 
@@ -115,7 +142,9 @@ async fn until_waiters(c: &Client, key: &str, n: u64) {
     eventually(&what, Duration::from_secs(5), || async {
         c.get(&format!("/v1/semaphores/{key}"))
             .await
-            .is_ok_and(|r| r.body["waiters"] == n)
+            .ok()
+            .and_then(|r| r.try_parse::<SemaphoreStatus>())
+            .is_some_and(|s| s.waiters == n)
     })
     .await;
 }
@@ -127,11 +156,12 @@ fn counter(broker: &Broker, name: &'static str) -> u64 {
 
 /// When a lease began, by the database clock: its end minus its TTL.
 fn lease_start(r: &Reply) -> DateTime<FixedOffset> {
-    lease_end(r) - chrono::Duration::milliseconds(r.body["ttl_ms"].as_i64().unwrap())
+    let ttl_ms = r.ok::<SemaphoreLease>().ttl_ms;
+    lease_end(r) - chrono::Duration::milliseconds(i64::try_from(ttl_ms).unwrap())
 }
 
 fn lease_end(r: &Reply) -> DateTime<FixedOffset> {
-    DateTime::parse_from_rfc3339(r.body["expires_at"].as_str().unwrap()).unwrap()
+    DateTime::parse_from_rfc3339(&r.ok::<SemaphoreLease>().expires_at).unwrap()
 }
 
 #[tokio::test]
@@ -183,7 +213,7 @@ async fn waiters_get_released_and_expired_permits() {
 
 #[derive(Debug, Clone)]
 struct Hold {
-    slot: u64,
+    slot: u32,
     token: u64,
     granted: Instant,
     released: Instant,
@@ -209,7 +239,7 @@ async fn never_more_than_n_holders() {
             let owner = format!("c{i}");
             let wait_ms = if i % 2 == 0 { 2_000 } else { 0 };
             while Instant::now() < deadline {
-                let r = acquire(&c, "stress", &owner, PERMITS as u64, 30_000, wait_ms).await;
+                let r = acquire(&c, "stress", &owner, PERMITS as u32, 30_000, wait_ms).await;
                 if r.status == 409 {
                     continue;
                 }
@@ -218,7 +248,8 @@ async fn never_more_than_n_holders() {
                 let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 assert!(now <= PERMITS, "{now} holders of {PERMITS} permits");
-                // Long enough for holds to overlap, so all permits are used.
+                // The hold itself (not a wait for a condition): long enough
+                // for holds to overlap, so all permits are used.
                 tokio::time::sleep(Duration::from_millis(25)).await;
                 in_use.fetch_sub(1, Ordering::SeqCst);
                 let released = Instant::now();
@@ -242,7 +273,7 @@ async fn never_more_than_n_holders() {
         PERMITS,
         "all permits were used"
     );
-    let mut per_slot: HashMap<u64, Vec<Hold>> = HashMap::new();
+    let mut per_slot: HashMap<u32, Vec<Hold>> = HashMap::new();
     for h in history {
         assert!((h.slot as usize) < PERMITS);
         per_slot.entry(h.slot).or_default().push(h);

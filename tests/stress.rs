@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use lockbroker_api::Lease;
 use lockbroker_tests::Broker;
 
 /// One hold as the client saw it: from the grant's arrival to just before
@@ -62,11 +63,13 @@ async fn no_overlapping_holds_and_increasing_tokens() {
                     }
                 }
                 let granted = Instant::now();
-                let token = reply.body["token"].as_u64().unwrap();
+                let token = reply.ok::<Lease>().token;
                 assert!(
                     !in_use[key].swap(true, Ordering::SeqCst),
                     "two holders of stress-{key} at once"
                 );
+                // The hold itself (not a wait for a condition): a grant
+                // held for a while, so that holds could overlap.
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 in_use[key].store(false, Ordering::SeqCst);
                 let released = Instant::now();
@@ -74,7 +77,7 @@ async fn no_overlapping_holds_and_increasing_tokens() {
                     .release(&format!("stress-{key}"), &owner, token)
                     .await
                     .expect("broker answers");
-                assert_eq!(r.status, 200, "release: {:?}", r.body);
+                assert_eq!(r.status, 200, "release: {r:?}");
                 history.lock().unwrap().push(Hold {
                     key,
                     token,

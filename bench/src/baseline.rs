@@ -58,6 +58,14 @@ pub async fn prepare(url: &str) -> anyhow::Result<MySqlPool> {
          ) ENGINE=InnoDB",
     )
     .await?;
+    pool.execute(
+        "CREATE TABLE IF NOT EXISTS bench_commits (\
+           id INT UNSIGNED PRIMARY KEY, n BIGINT UNSIGNED NOT NULL DEFAULT 0\
+         ) ENGINE=InnoDB",
+    )
+    .await?;
+    pool.execute("INSERT IGNORE INTO bench_commits (id) VALUES (1)")
+        .await?;
     Ok(pool)
 }
 
@@ -148,6 +156,40 @@ fn finish(name: &str, clients: usize, duration: Duration, run: Run) -> Row {
         row.set("acquire_p50_ms", aux.p50_ms);
     }
     row
+}
+
+/// One connection committing a one-row `UPDATE` (autocommit) in a loop:
+/// the ceiling of a chain of durable handoffs of one key that needs one
+/// commit each, measured beside the contended runs (`contended` handoffs/s
+/// are reported as a share of it).
+pub async fn commit_rate(b: &Baseline, duration: Duration) -> anyhow::Result<Row> {
+    let run = with_connections(
+        &b.url,
+        1,
+        duration,
+        move |_, mut conn, deadline| async move {
+            let mut t = Tally::default();
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let done = sqlx::query("UPDATE bench_commits SET n = n + 1 WHERE id = 1")
+                    .execute(&mut *conn)
+                    .await;
+                let end = Instant::now();
+                match done {
+                    Ok(d) if d.rows_affected() == 1 => {}
+                    Ok(_) => t.error(|| "the commit row is missing".into()),
+                    Err(e) => t.error(|| e.to_string()),
+                }
+                if end <= deadline {
+                    t.ops += 1;
+                    t.lat_us.push(micros(end - t0));
+                }
+            }
+            t
+        },
+    )
+    .await?;
+    Ok(finish("mysql-commit (1 conn)", 1, duration, run))
 }
 
 /// `GET_LOCK(k, 0)` + `RELEASE_LOCK(k)` on own keys, or `GET_LOCK(k, 5)`

@@ -10,9 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::{encode_key, Client, Reply};
+use crate::http::{encode_key, Client, Reply};
+use lockbroker_api as api;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use serde_json::json;
 use tokio::sync::{watch, Notify};
 
 use crate::{
@@ -22,8 +22,11 @@ use crate::{
 
 /// Lease length of the short scenarios.
 const TTL_MS: u64 = 30_000;
-/// Lease length of the held leases: longer than the whole run.
-const HELD_TTL_MS: u64 = 600_000;
+/// Lease length of the held leases: longer than the whole run, so the
+/// broker's default maximum (1 h). With 10 min, filling a million leases on
+/// a busy machine (about 20 min) let the first ones expire before they
+/// were measured.
+const HELD_TTL_MS: u64 = 3_600_000;
 /// Queue budget of the waiting scenarios.
 const WAIT_MS: u64 = 5_000;
 /// Clients that fill and exercise the held leases.
@@ -37,7 +40,7 @@ pub struct Broker {
 
 /// What a refused or failed answer was, for the log.
 fn describe(r: &Reply) -> String {
-    format!("HTTP {} {}", r.status, r.body)
+    format!("HTTP {} {}", r.status, r.text())
 }
 
 /// A pause after a transport error, so a dead broker is not hammered.
@@ -145,7 +148,7 @@ async fn lock_tallies_on(
                     t.lat_us.push(micros(granted_at - t0));
                 }
                 let token = match reply {
-                    Ok(r) if r.status == 200 => r.body["token"].as_u64().unwrap_or(0),
+                    Ok(r) if r.status == 200 => token(&r),
                     Ok(r) if r.status == 409 => {
                         if in_time {
                             t.refused += 1;
@@ -204,7 +207,7 @@ async fn lock_tallies_on(
 async fn warm(client: &Client, key: &str, owner: &str, t: &mut Tally) {
     match client.acquire(key, owner, TTL_MS, 0).await {
         Ok(r) if r.status == 200 => {
-            let token = r.body["token"].as_u64().unwrap_or(0);
+            let token = token(&r);
             match client.release(key, owner, token).await {
                 Ok(r) if r.status == 200 => {}
                 Ok(r) => t.error(|| describe(&r)),
@@ -233,7 +236,7 @@ const LINEUP_STEP: Duration = Duration::from_millis(200);
 impl Lineup {
     async fn start(client: Client, key: &str, clients: usize) -> Option<Lineup> {
         let token = match client.acquire(key, LINEUP_OWNER, TTL_MS, 0).await {
-            Ok(r) if r.status == 200 => r.body["token"].as_u64().unwrap_or(0),
+            Ok(r) if r.status == 200 => token(&r),
             other => {
                 let why = match other {
                     Ok(r) => describe(&r),
@@ -259,7 +262,7 @@ impl Lineup {
                     let asked = Instant::now();
                     loop {
                         let queued = match client.status(&key).await {
-                            Ok(r) if r.status == 200 => r.body["waiters"].as_u64().unwrap_or(0),
+                            Ok(r) if r.status == 200 => waiters(&r),
                             _ => 0,
                         };
                         if queued > c as u64 {
@@ -430,16 +433,20 @@ pub async fn queue_scenario(
                 QueueKind::Election => (format!("{base}/campaign"), format!("{base}/resign")),
             };
             let ask = match kind {
-                QueueKind::Semaphore => {
-                    json!({"owner": me, "permits": 8, "ttl_ms": TTL_MS, "wait_ms": WAIT_MS})
-                }
-                QueueKind::Election => {
-                    json!({"candidate": me, "ttl_ms": TTL_MS, "wait_ms": WAIT_MS})
-                }
+                QueueKind::Semaphore => to_json(&api::SemaphoreAcquireRequest {
+                    ttl_ms: Some(TTL_MS),
+                    wait_ms: Some(WAIT_MS),
+                    ..api::SemaphoreAcquireRequest::new(&me, 8)
+                }),
+                QueueKind::Election => to_json(&api::CampaignRequest {
+                    ttl_ms: Some(TTL_MS),
+                    wait_ms: Some(WAIT_MS),
+                    ..api::CampaignRequest::new(&me)
+                }),
             };
             while Instant::now() < deadline {
                 let t0 = Instant::now();
-                let reply = match client.post(&acquire, &ask).await {
+                let reply = match client.post(&acquire, &ask, WAIT_MS).await {
                     Ok(r) if r.status == 200 => r,
                     Ok(r) if r.status == 409 => {
                         t.refused += 1;
@@ -456,17 +463,40 @@ pub async fn queue_scenario(
                     }
                 };
                 let granted_at = Instant::now();
-                let give_back = match kind {
-                    QueueKind::Semaphore => json!({"owner": me,
-                        "slot": reply.body["slot"], "token": reply.body["token"]}),
-                    QueueKind::Election => json!({"candidate": me, "term": reply.body["term"]}),
+                let (give_back, term) = match kind {
+                    QueueKind::Semaphore => match reply.parse::<api::SemaphoreLease>() {
+                        Ok(lease) => (
+                            to_json(&api::SemaphoreReleaseRequest {
+                                owner: me.clone(),
+                                slot: lease.slot,
+                                token: lease.token,
+                            }),
+                            None,
+                        ),
+                        Err(e) => {
+                            t.error(|| format!("not a semaphore lease: {e}"));
+                            continue;
+                        }
+                    },
+                    QueueKind::Election => match reply.parse::<api::Leadership>() {
+                        Ok(leadership) => (
+                            to_json(&api::ResignRequest {
+                                candidate: me.clone(),
+                                term: leadership.term,
+                            }),
+                            Some(leadership.term),
+                        ),
+                        Err(e) => {
+                            t.error(|| format!("not a leadership: {e}"));
+                            continue;
+                        }
+                    },
                 };
-                let term = reply.body["term"].as_u64();
                 if let (Some(term), true) = (term, granted_at <= deadline) {
                     t.grants.push((term, granted_at));
                 }
                 let release_at = Instant::now();
-                match client.post(&release, &give_back).await {
+                match client.post(&release, &give_back, 0).await {
                     Ok(r) if r.status == 200 => {}
                     Ok(r) => {
                         t.error(|| describe(&r));
@@ -516,9 +546,43 @@ pub async fn queue_scenario(
     row
 }
 
+/// The broker's thread count, from /proc.
+fn threads(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The most threads the broker had while `work` ran (sampled every 50 ms).
+/// A policy call moved off the async workers (`block_in_place`) starts a
+/// thread that stays for 10 s, so a count above the native runs' shows it.
+async fn max_threads<T>(pid: Option<u32>, work: impl std::future::Future<Output = T>) -> (T, u64) {
+    let Some(pid) = pid else {
+        return (work.await, 0);
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !stop.load(Ordering::Relaxed) {
+                most = most.max(threads(pid).unwrap_or(0));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        })
+    };
+    let out = work.await;
+    stop.store(true, Ordering::Relaxed);
+    (out, sampler.await.unwrap_or(0))
+}
+
 /// The same uncontended scenario for two tenants, interleaved (A, B, A, B,
 /// ... for `rounds`) at each client count: rows for both, and wasm/native of
-/// pairs/s.
+/// pairs/s; with the broker's pid, its most threads during each tenant's
+/// runs.
 pub async fn wasm_vs_native(
     b: &Broker,
     native_key: &str,
@@ -526,14 +590,18 @@ pub async fn wasm_vs_native(
     clients: &[usize],
     rounds: usize,
     duration: Duration,
+    broker_pid: Option<u32>,
 ) -> (Vec<Row>, Vec<(usize, f64)>) {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     for &c in clients {
         let mut pooled: [(Run, Vec<f64>); 2] = Default::default();
+        let mut most_threads = [0u64; 2];
         for _round in 0..rounds {
             for (i, (key, prefix)) in [(native_key, "wn"), (wasm_key, "ww")].iter().enumerate() {
-                let run = lock_tallies(b, key, prefix, LockMode::Uncontended, c, duration).await;
+                let work = lock_tallies(b, key, prefix, LockMode::Uncontended, c, duration);
+                let (run, most) = max_threads(broker_pid, work).await;
+                most_threads[i] = most_threads[i].max(most);
                 let rate = run.ops() as f64 / duration.as_secs_f64();
                 eprintln!(
                     "lockbench: wasm-vs-native {} c={c}: {rate:.0} pairs/s",
@@ -564,6 +632,10 @@ pub async fn wasm_vs_native(
                 row.add_note(format!("{} errors", m.errors));
             }
             row.set("runs_ops_per_s", runs.clone());
+            if broker_pid.is_some() {
+                row.set("broker_threads_max", most_threads[i]);
+                row.add_note(format!("broker threads max {}", most_threads[i]));
+            }
             rates[i] = row.ops_per_s;
             rows.push(row);
         }
@@ -604,6 +676,43 @@ async fn broker_connections(pool: &sqlx::MySqlPool, db: &str) -> Option<(i64, i6
     .fetch_one(pool)
     .await
     .ok()
+}
+
+/// InnoDB's buffer pool counters: (logical reads, reads that missed the
+/// pool and went to disk).
+async fn buffer_pool_reads(pool: &sqlx::MySqlPool) -> Option<(u64, u64)> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN \
+         ('Innodb_buffer_pool_read_requests', 'Innodb_buffer_pool_reads')",
+    )
+    .fetch_all(pool)
+    .await
+    .ok()?;
+    let get = |name: &str| {
+        rows.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+    };
+    Some((
+        get("Innodb_buffer_pool_read_requests")?,
+        get("Innodb_buffer_pool_reads")?,
+    ))
+}
+
+/// The broker's `locks` table (data and indexes, InnoDB's estimate) and the
+/// buffer pool's size, in MB: whether the held rows still fit in memory.
+async fn locks_table_mb(pool: &sqlx::MySqlPool, db: &str) -> Option<(f64, f64)> {
+    let (table, buffer): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(data_length + index_length), 0) AS SIGNED), \
+                CAST(@@innodb_buffer_pool_size AS SIGNED) \
+         FROM information_schema.TABLES WHERE table_schema = ? AND table_name = 'locks'",
+    )
+    .bind(db)
+    .fetch_one(pool)
+    .await
+    .ok()?;
+    let mb = |b: i64| b as f64 / 1048576.0;
+    Some((mb(table), mb(buffer)))
 }
 
 /// Where the held scenario reads the broker's footprint.
@@ -681,6 +790,10 @@ pub async fn held(
                 s
             })
         };
+        let reads_before = match &footprint.db {
+            Some((pool, _)) => buffer_pool_reads(pool).await,
+            None => None,
+        };
         let half = HELD_CLIENTS / 2;
         let run = run_clients(HELD_CLIENTS, duration, |c, gate| {
             let client = b.client(api_key);
@@ -717,7 +830,7 @@ pub async fn held(
                     let key = format!("hf{run}-{c}-{}", n % 16);
                     n += 1;
                     let token = match client.acquire(&key, &owner, TTL_MS, 0).await {
-                        Ok(r) if r.status == 200 => r.body["token"].as_u64().unwrap_or(0),
+                        Ok(r) if r.status == 200 => token(&r),
                         Ok(r) => {
                             t.error(|| describe(&r));
                             continue;
@@ -750,6 +863,18 @@ pub async fn held(
         .await;
         stop.store(true, Ordering::Relaxed);
         let samples = sampler.await.unwrap_or_default();
+        // Whether the held rows still fit InnoDB's buffer pool: its misses
+        // during the timed run (the server's, so other work shows too).
+        let (reads, table) = match &footprint.db {
+            Some((pool, db)) => (
+                buffer_pool_reads(pool).await,
+                locks_table_mb(pool, db).await,
+            ),
+            None => (None, None),
+        };
+        let misses = reads_before
+            .zip(reads)
+            .map(|((r0, m0), (r1, m1))| (r1.saturating_sub(r0), m1.saturating_sub(m0)));
         // One run, two kinds of clients: CPU is shown per operation of
         // either kind (renewal or pair).
         let mut renewers = run.tallies;
@@ -794,6 +919,22 @@ pub async fn held(
             r.set("rss_mb_max", mb);
             r.set("rss_mb_last", samples.rss_kb_last as f64 / 1024.0);
             r.add_note(format!("broker RSS {mb:.0} MB"));
+        }
+        if let Some((requests, missed)) = misses {
+            r.set("buffer_pool_read_requests", requests);
+            r.set("buffer_pool_disk_reads", missed);
+            r.add_note(format!(
+                "buffer pool: {:.2} % of {requests} reads missed ({:.0} disk reads/s)",
+                missed as f64 * 100.0 / requests.max(1) as f64,
+                missed as f64 / duration.as_secs_f64()
+            ));
+        }
+        if let Some((table, buffer)) = table {
+            r.set("locks_table_mb", table);
+            r.set("buffer_pool_mb", buffer);
+            r.add_note(format!(
+                "locks table {table:.0} MB, buffer pool {buffer:.0} MB"
+            ));
         }
         if footprint.db.is_some() {
             r.set("db_connections_max", samples.conns_max);
@@ -876,7 +1017,7 @@ async fn fill(b: &Broker, api_key: &str, held: &Arc<Mutex<Vec<(String, u64)>>>, 
                 for _ in 0..5 {
                     match client.acquire(&key, HOLDER, HELD_TTL_MS, 0).await {
                         Ok(r) if r.status == 200 => {
-                            mine.push((key.clone(), r.body["token"].as_u64().unwrap_or(0)));
+                            mine.push((key.clone(), token(&r)));
                             break;
                         }
                         Ok(r) => {
@@ -899,4 +1040,21 @@ async fn fill(b: &Broker, api_key: &str, held: &Arc<Mutex<Vec<(String, u64)>>>, 
     for t in tasks {
         let _ = t.await;
     }
+}
+
+/// The token of a granted lease (0 if the answer is not one: counted as an
+/// error by the caller's next step).
+fn token(r: &Reply) -> u64 {
+    r.parse::<api::Lease>().map_or(0, |lease| lease.token)
+}
+
+/// The waiters of a lock's status (0 if the answer is not one).
+fn waiters(r: &Reply) -> u64 {
+    r.parse::<api::LockStatus>()
+        .map_or(0, |status| status.waiters)
+}
+
+/// A request body of the API as the JSON the client sends.
+fn to_json<T: serde::Serialize>(body: &T) -> serde_json::Value {
+    serde_json::to_value(body).expect("API types always serialize")
 }

@@ -1,6 +1,7 @@
 //! lockbench: load scenarios against a running lockbroker, with baselines on
 //! the same database server (GET_LOCK, the raw lease-row transaction, a
-//! SKIP LOCKED claim) and on Redis, in one run. It starts nothing itself:
+//! SKIP LOCKED claim, one connection's commit rate), on Redis and on etcd,
+//! in one run. It starts nothing itself:
 //! `scripts/bench` starts the broker, MariaDB and Redis, and passes the
 //! commands that start and stop the second broker of `contended-cross`.
 //!
@@ -11,6 +12,9 @@ mod baseline;
 mod broker;
 mod cpu;
 mod criterion_summary;
+mod etcd;
+mod http;
+mod multilock;
 mod policy_calls;
 mod report;
 mod run;
@@ -20,12 +24,12 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::bail;
 use clap::Parser;
-use lockbroker::client::Client;
 use serde_json::json;
 
 use crate::{
     baseline::Baseline,
     broker::{Broker, Footprint, LockMode, QueueKind},
+    http::Client,
     report::{Ratio, Row},
     second::SecondBroker,
 };
@@ -78,6 +82,10 @@ struct Args {
     database_url: String,
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// A single etcd node's client URL (its v3 JSON gateway), for the etcd
+    /// baselines (skipped without it).
+    #[arg(long, value_name = "URL")]
+    etcd_url: Option<String>,
     /// Length of each measured run.
     #[arg(long, default_value_t = 5.0)]
     duration_s: f64,
@@ -88,12 +96,12 @@ struct Args {
     wasm_clients: Vec<usize>,
     /// Leases held in the `held` scenario, one level after the other (a
     /// 100-lease level always comes first, as the reference).
-    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "10000,100000")]
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "10000,100000,1000000")]
     held_counts: Vec<usize>,
     /// `all`, `broker`, `baselines`, or a comma-separated list of:
     /// uncontended, contended, contended-cross, nowait-storm, semaphore,
     /// election, held, wasm-vs-native, mysql-get-lock, lease-row-tx,
-    /// skip-locked-claim, redis;
+    /// skip-locked-claim, mysql-commit, redis, etcd;
     /// and, only when named, lease-row-tx-pooled (the lease-row pairs through
     /// one shared sqlx pool, with and without its ping on acquire).
     #[arg(long, default_value = "all")]
@@ -138,27 +146,33 @@ const BROKER_SCENARIOS: [&str; 8] = [
     "wasm-vs-native",
     "held",
 ];
-const BASELINE_SCENARIOS: [&str; 4] = [
+const BASELINE_SCENARIOS: [&str; 6] = [
     "mysql-get-lock",
     "lease-row-tx",
     "skip-locked-claim",
+    "mysql-commit",
     "redis",
+    "etcd",
 ];
 /// Scenarios only run when named.
-const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
+const EXTRA_SCENARIOS: [&str; 2] = ["lease-row-tx-pooled", "multilock-8"];
 
 /// How rows are grouped in the table.
-const ROW_ORDER: [&str; 16] = [
+const ROW_ORDER: [&str; 20] = [
     "uncontended",
+    "multilock-8",
     "uncontended (galera)",
     "lease-row-tx",
     "lease-row-tx pooled (ping on acquire)",
     "lease-row-tx pooled (no ping)",
     "mysql-get-lock",
     "redis",
+    "etcd",
     "contended",
     "contended (galera)",
     "contended-cross",
+    "mysql-commit (1 conn)",
+    "etcd contended",
     "nowait-storm",
     "lease-row-tx nowait-storm",
     "mysql-get-lock contended",
@@ -334,7 +348,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             bail!(
                 "the broker is not ready: HTTP {} {}",
                 ready.status,
-                ready.body
+                ready.text()
             );
         }
     }
@@ -378,6 +392,28 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         }
     } else {
         false
+    };
+    let etcd = match (&args.etcd_url, want("etcd")) {
+        (Some(url), true) => {
+            match etcd::reachable(url).await {
+                Ok(version) => {
+                    eprintln!("lockbench: etcd {version} at {url}");
+                    Some(etcd::Etcd {
+                        url: url.clone(),
+                        run: run.clone(),
+                    })
+                }
+                Err(e) => {
+                    eprintln!("lockbench: etcd at {url} is unreachable ({e}): skipping the etcd baselines");
+                    None
+                }
+            }
+        }
+        (None, true) => {
+            eprintln!("lockbench: no --etcd-url: skipping the etcd baselines");
+            None
+        }
+        _ => None,
     };
 
     // A MySQL baseline at c clients opens c connections. Counts that fit
@@ -445,6 +481,15 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 );
             }
         }
+        if want("multilock-8") {
+            push(
+                multilock::scenario(&broker, key, c, duration).await,
+                &mut rows,
+            );
+        }
+        if let Some(etcd) = &etcd {
+            push(etcd::scenario(etcd, false, c, duration).await, &mut rows);
+        }
         if sql_here {
             for row in sql_baselines(&base, &setup, &want, c, duration, Pair::Storm).await? {
                 push(row, &mut rows);
@@ -464,6 +509,20 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     );
                 }
             }
+        }
+        // The ceilings of one key's handoffs, right after `contended`: one
+        // connection's commits (labelled with the contended run's count),
+        // and etcd's lock service at the same count.
+        if want("mysql-commit") {
+            let mut row = baseline::commit_rate(&base, duration).await?;
+            row.clients = c;
+            row.add_note(format!(
+                "one connection, run after contended at {c} clients"
+            ));
+            push(row, &mut rows);
+        }
+        if let Some(etcd) = &etcd {
+            push(etcd::scenario(etcd, true, c, duration).await, &mut rows);
         }
         if let (true, true, Some(second)) = (
             want("contended-cross"),
@@ -514,6 +573,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                     &args.wasm_clients,
                     args.wasm_rounds.max(1),
                     duration,
+                    args.broker_pid,
                 )
                 .await;
                 for row in wrows {
@@ -619,7 +679,7 @@ async fn broker_counters(url: &str) -> Vec<String> {
     let Ok(reply) = client.get("/metrics").await else {
         return vec!["(GET /metrics failed)".into()];
     };
-    let text = reply.body.as_str().unwrap_or_default();
+    let text = reply.text();
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {
@@ -764,6 +824,44 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(usize, f64)]) -> Vec<Ratio> {
         ));
     }
 
+    // Reported, no target: how close one key's handoffs come to the rate at
+    // which one connection can commit, and the broker against etcd.
+    let reported = |name: String, a: Option<&Row>, b: Option<&Row>| Ratio {
+        met: None,
+        ..ratio(
+            name,
+            a.zip(b).map(|(a, b)| a.ops_per_s / b.ops_per_s),
+            times,
+            "(reported)",
+            |_| true,
+            a.zip(b).map_or_else(String::new, |(a, b)| {
+                format!("{:.0} / {:.0}", a.ops_per_s, b.ops_per_s)
+            }),
+        )
+    };
+    for &c in &args.clients {
+        out.push(reported(
+            format!("contended handoffs/s / one-connection commits/s, {c} clients"),
+            find(rows, "contended", c),
+            find(rows, "mysql-commit (1 conn)", c),
+        ));
+    }
+    if args.etcd_url.is_some() {
+        let c = at_count(args, 32);
+        out.push(reported(
+            format!("uncontended pairs/s, broker / etcd, {c} clients"),
+            find(rows, "uncontended", c),
+            find(rows, "etcd", c),
+        ));
+        for &c in &args.clients {
+            out.push(reported(
+                format!("contended handoffs/s, broker / etcd lock service, {c} clients"),
+                find(rows, "contended", c),
+                find(rows, "etcd contended", c),
+            ));
+        }
+    }
+
     for c in cross_counts(args) {
         let h = find(rows, "contended-cross", c).and_then(|r| r.handoff);
         let cross = h.and_then(|h| h.cross);
@@ -816,6 +914,28 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(usize, f64)]) -> Vec<Ratio> {
             num(reference, "rss_mb_max")
                 .map_or_else(String::new, |r| format!("{r:.0} MB with 100 held")),
         ));
+        let acquire_p50s = num(pair, "acquire_p50_ms").zip(num(reference, "acquire_p50_ms"));
+        out.push(ratio(
+            format!("{top} held: acquire p50 / 100-held acquire p50"),
+            acquire_p50s.map(|(a, b)| a / b),
+            times,
+            "within 20 % (0.80-1.20x)",
+            |v| (0.8..=1.2).contains(&v),
+            acquire_p50s.map_or_else(String::new, |(a, b)| format!("{a:.2} ms / {b:.2} ms")),
+        ));
+        let renew = |n: usize| find(rows, &format!("held {n}: renew"), 16).and_then(|r| r.p50_ms);
+        let renew_p50s = renew(top).zip(renew(100));
+        out.push(Ratio {
+            met: None,
+            ..ratio(
+                format!("{top} held: renew p50 / 100-held renew p50"),
+                renew_p50s.map(|(a, b)| a / b),
+                times,
+                "(reported)",
+                |_| true,
+                renew_p50s.map_or_else(String::new, |(a, b)| format!("{a:.2} ms / {b:.2} ms")),
+            )
+        });
         let p50s = pair
             .and_then(|r| r.p50_ms)
             .zip(reference.and_then(|r| r.p50_ms));

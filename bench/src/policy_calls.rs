@@ -63,20 +63,18 @@ pub fn markdown(dist: &Path, calls: usize) -> anyhow::Result<String> {
     rows.push(format!(
         "| (clock read twice, empty call) | | {p50:.0} | {p99:.0} | {p999:.0} |"
     ));
+    // A call can be cut off at its deadline on a busy machine (the deadline
+    // is wall-clock time): counted and printed, not a reason to stop.
+    let failed = Failed::default();
     for (name, policy) in policies {
         let (p50, p99, p999) = time_calls(calls, |_| {
-            std::hint::black_box(
-                policy
-                    .storage_key("bench", "job-42")
-                    .expect("no fault")
-                    .ok(),
-            );
+            std::hint::black_box(failed.count(policy.storage_key("bench", "job-42")));
         });
         rows.push(format!(
             "| storage_key | {name} | {p50:.0} | {p99:.0} | {p999:.0} |"
         ));
         let (p50, p99, p999) = time_calls(calls, |_| {
-            std::hint::black_box(policy.pick_next("job-42", &waiters).expect("no fault"));
+            std::hint::black_box(failed.count(policy.pick_next("job-42", &waiters)));
         });
         rows.push(format!(
             "| pick_next (10 waiters) | {name} | {p50:.0} | {p99:.0} | {p999:.0} |"
@@ -90,7 +88,7 @@ pub fn markdown(dist: &Path, calls: usize) -> anyhow::Result<String> {
                 lease_remaining_ms: 1_000,
                 seed: i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             };
-            std::hint::black_box(policy.next_delay(&contention).expect("no fault"));
+            std::hint::black_box(failed.count(policy.next_delay(&contention)));
         });
         rows.push(format!(
             "| next_delay | {name} | {p50:.0} | {p99:.0} | {p999:.0} |"
@@ -104,5 +102,24 @@ pub fn markdown(dist: &Path, calls: usize) -> anyhow::Result<String> {
         out.push_str(&row);
         out.push('\n');
     }
+    let n = failed.0.get();
+    if n > 0 {
+        out.push_str(&format!(
+            "\n{n} call(s) failed (cut off at the deadline on a busy machine, most likely); their times are in the rows.\n"
+        ));
+    }
     Ok(out)
+}
+
+/// Calls that failed.
+#[derive(Default)]
+struct Failed(std::cell::Cell<u64>);
+
+impl Failed {
+    fn count<T, E>(&self, result: Result<T, E>) -> Option<T> {
+        if result.is_err() {
+            self.0.set(self.0.get() + 1);
+        }
+        result.ok()
+    }
 }

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::http::Client;
 use anyhow::{bail, Context as _};
-use lockbroker::client::Client;
 
 use crate::cpu;
 
@@ -63,7 +63,7 @@ impl SecondBroker {
                     bail!(
                         "the second broker is not ready: HTTP {} {}",
                         r.status,
-                        r.body
+                        r.text()
                     )
                 }
                 Err(e) if started.elapsed() > READY_WITHIN => {

@@ -8,13 +8,13 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     config::Config,
-    engine::{self, Engine, Settings},
+    engine::{self, Engine, Push, Settings},
     http,
     metrics::Metrics,
     policy::{
-        reload::Reloader,
+        reload::{self, Reloader},
         wasm::{Limits, WasmHost},
-        TenantPolicy,
+        Loaded, TenantPolicy,
     },
     store::{db::Db, pool::Setup},
     tenant::{self, SecretDigest, Tenant, Tenants},
@@ -35,14 +35,21 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub admin_digest: Option<SecretDigest>,
     pub reloader: Arc<Reloader>,
+    /// Push wake-ups between brokers: this process's secret and its
+    /// client to the others.
+    pub push: Arc<Push>,
 }
 
 impl App {
     /// Connects to every database (creating and migrating it), says this
-    /// broker is alive there, and loads every tenant's policy.
+    /// broker is alive there (and, with `config.advertise_url`, where it
+    /// takes push wake-ups). A tenant with a policy file starts with the
+    /// stand-in of a policy being loaded ([`reload::loading`]): its file is
+    /// loaded by [`Reloader::load_all`] ([`Server::start`] does it).
     ///
     /// # Errors
-    /// A database cannot be reached or migrated, or a policy cannot load.
+    /// A database cannot be reached or migrated, or the WebAssembly engine
+    /// cannot be set up.
     pub async fn build(config: Config, stop: watch::Receiver<bool>) -> anyhow::Result<App> {
         if config.dev_defaults {
             tracing::warn!(
@@ -52,6 +59,7 @@ impl App {
         let metrics = Arc::new(Metrics::default());
         let (databases, of_tenant) = config.databases();
         let broker = engine::broker_name();
+        let push = Arc::new(Push::new(config.advertise_url.clone()));
         let mut engines = Vec::new();
         for urls in &databases {
             let db = open(&config, &urls.0).await?;
@@ -64,6 +72,7 @@ impl App {
                 },
                 broker.clone(),
             );
+            engine.enable_push(push.clone());
             engine
                 .heartbeat()
                 .await
@@ -77,24 +86,14 @@ impl App {
             },
             config.cache_dir.clone(),
         )?;
-        let reloader = Arc::new(Reloader::new(
-            Arc::new(host),
-            config.policy_dir.clone(),
-            metrics.clone(),
-        ));
+        let reloader = Arc::new(Reloader::new(Arc::new(host), &config, metrics.clone()));
         let mut tenants = Vec::new();
         for (t, database) in config.tenants.iter().zip(of_tenant) {
-            let (loaded, error) = match reloader.initial(t.policy.as_deref()).await {
-                Ok(loaded) => (loaded, None),
-                Err((stand_in, err)) => {
-                    tracing::error!(tenant = %t.name, error = %err, "policy not loaded: the tenant's requests fail closed until it loads");
-                    (stand_in, Some(err.0))
-                }
+            let loaded = match t.policy {
+                Some(_) => reload::loading(),
+                None => Loaded::builtin(),
             };
             let policy = TenantPolicy::new(&t.name, loaded, metrics.clone());
-            if let Some(error) = error {
-                policy.set_error(error);
-            }
             tenants.push(Tenant::new(t, policy, database));
         }
         Ok(App {
@@ -103,16 +102,28 @@ impl App {
             reloader,
             engines,
             metrics,
+            push,
             config,
         })
     }
 
-    /// The engine on the database that holds `tenant`'s locks.
-    pub fn engine(&self, tenant: &Tenant) -> &Engine {
-        &self.engines[tenant.database]
+    /// The engine on the database that holds the locks of the tenant
+    /// named `tenant` (the top-level database for a name not configured).
+    pub fn engine(&self, tenant: &str) -> &Engine {
+        let database = self.tenants.get(tenant).map_or(0, |t| t.database);
+        &self.engines[database]
     }
 
-    /// Ready when every database answers and every tenant's policy loaded.
+    /// A push wake-up for waiters `ids` from another broker: each engine
+    /// with one of them waiting looks for its grants now. How many of
+    /// them wait on this broker.
+    pub fn woken(&self, ids: &[u64]) -> usize {
+        self.engines.iter().map(|engine| engine.woken(ids)).sum()
+    }
+
+    /// Ready when every database answers and every tenant has a policy of
+    /// its own in force (not a stand-in: one still loading, or one for a
+    /// file that failed to load).
     ///
     /// # Errors
     /// What is not ready, in words.
@@ -125,19 +136,36 @@ impl App {
                 ));
             }
         }
-        let not_loaded: Vec<&str> = self
+        let (loading, failed): (Vec<&Arc<Tenant>>, Vec<&Arc<Tenant>>) = self
             .tenants
             .iter()
             .filter(|t| !t.policy.is_loaded())
-            .map(|t| t.name.as_str())
-            .collect();
-        if !not_loaded.is_empty() {
-            return Err(format!(
+            .partition(|t| t.policy.is_loading());
+        let names = |tenants: Vec<&Arc<Tenant>>| {
+            tenants
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut why = Vec::new();
+        if !failed.is_empty() {
+            why.push(format!(
                 "the policy of tenant(s) {} did not load",
-                not_loaded.join(", ")
+                names(failed)
             ));
         }
-        Ok(())
+        if !loading.is_empty() {
+            why.push(format!(
+                "the policy of tenant(s) {} is still loading",
+                names(loading)
+            ));
+        }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why.join("; "))
+        }
     }
 }
 
@@ -179,29 +207,33 @@ pub struct Server {
 }
 
 impl Server {
-    /// Builds the app, binds `config.listen` (port 0 picks a free port) and
-    /// starts serving. Ready when this returns.
+    /// Binds `config.listen` (port 0 picks a free port), builds the app
+    /// (advertising the bound address, see [`Config::advertise_url_for`]),
+    /// starts serving, then loads every tenant's policy (all at once: a
+    /// slow one delays no other) and starts watching their files. Ready
+    /// when this returns. While the policies load, `/healthz` answers,
+    /// `/readyz` says which are still loading, tenants whose policy is in
+    /// force are served, and the others get 503 (`Retry-After`).
     ///
     /// # Errors
     /// As [`App::build`], or the address cannot be bound.
-    pub async fn start(config: Config) -> anyhow::Result<Server> {
+    pub async fn start(mut config: Config) -> anyhow::Result<Server> {
         let listen = config.listen;
-        let (stop, stopped) = watch::channel(false);
-        let app = Arc::new(App::build(config, stopped.clone()).await?);
         let listener = TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
+        config.advertise_url = Some(config.advertise_url_for(addr));
+        let (stop, stopped) = watch::channel(false);
+        let app = Arc::new(App::build(config, stopped.clone()).await?);
         let tenants: Vec<_> = app.tenants.iter().cloned().collect();
         let reap_every = Duration::from_millis(app.config.reaper_interval_ms.max(1));
-        let mut background = vec![tokio::spawn(
-            app.reloader.clone().watch(tenants.clone(), stopped.clone()),
-        )];
+        let mut background = Vec::new();
         for (i, engine) in app.engines.iter().enumerate() {
             let own: Vec<_> = tenants
                 .iter()
                 .filter(|t| t.database == i)
-                .cloned()
+                .map(engine::Scope::of)
                 .collect();
             background.push(tokio::spawn(engine.clone().run_waker(stopped.clone())));
             background.push(tokio::spawn(engine.clone().run_heartbeat(stopped.clone())));
@@ -211,8 +243,10 @@ impl Server {
                 stopped.clone(),
             )));
         }
-        let task = tokio::spawn(http::serve(listener, app.clone(), stopped));
-        tracing::info!(%addr, "lockbroker ready");
+        let task = tokio::spawn(http::serve(listener, app.clone(), stopped.clone()));
+        let watcher = app.reloader.load_all(tenants).await;
+        background.push(tokio::spawn(watcher.run(stopped)));
+        tracing::info!(%addr, advertise_url = app.push.url().unwrap_or(""), "lockbroker ready");
         Ok(Server {
             addr,
             app,

@@ -1,7 +1,11 @@
 //! The broker's configuration: a TOML file, environment overrides, and the
 //! development defaults used when no file is given.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use serde::Deserialize;
 
@@ -76,6 +80,11 @@ impl DatabaseUrl {
 pub struct Config {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// The base URL (`http://host:port`) at which the other brokers on the
+    /// same database reach this one, for push wake-ups. `None`: derived
+    /// from the bound address ([`Config::advertise_url_for`]).
+    #[serde(default)]
+    pub advertise_url: Option<String>,
     #[serde(default = "default_database_url")]
     pub database_url: DatabaseUrl,
     /// Bound on the database work of one operation (every statement and
@@ -97,7 +106,9 @@ pub struct Config {
     /// Linear memory a policy instance may grow to, in bytes.
     #[serde(default = "default_policy_memory_bytes")]
     pub policy_memory_bytes: usize,
-    /// Largest policy component accepted by `PUT /v1/admin/tenants/{t}/policy`.
+    /// Largest policy component accepted by `PUT /v1/admin/tenants/{t}/policy`
+    /// (64 MiB: a componentize-py component is about 18 MB, a
+    /// componentize-js one about 12 MB).
     #[serde(default = "default_max_policy_bytes")]
     pub max_policy_bytes: usize,
     /// How often the reaper looks for expired leases with waiters, in ms.
@@ -111,11 +122,43 @@ pub struct Config {
     /// Time a client has to send its request headers, in milliseconds.
     #[serde(default = "default_header_read_timeout_ms")]
     pub header_read_timeout_ms: u64,
+    /// Bearer token `GET /metrics` requires when set (its label values
+    /// name tenants); without one, `/metrics` is open.
+    #[serde(default)]
+    pub metrics_token: Option<String>,
+    /// How log lines are written: `text` (the default) or `json`.
+    #[serde(default)]
+    pub log_format: LogFormat,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     /// True when the built-in development defaults are in use.
     #[serde(skip)]
     pub dev_defaults: bool,
+}
+
+/// How the broker writes its log lines (`--log-format`, `log_format`,
+/// `LOCKBROKER_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = ConfigError;
+    fn from_str(text: &str) -> Result<LogFormat, ConfigError> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(ConfigError::Invalid(format!(
+                "log format {other:?} is neither \"text\" nor \"json\""
+            ))),
+        }
+    }
 }
 
 /// One `[[tenant]]` table.
@@ -134,6 +177,32 @@ pub struct TenantConfig {
     /// This tenant's own database (a shard); `None`: the top-level one.
     #[serde(default)]
     pub database_url: Option<DatabaseUrl>,
+    /// This tenant's policy call budget in ms; `None`: `policy_deadline_ms`.
+    /// A componentize-py or -js policy needs about 20 to 50: the first call
+    /// on a fresh instance includes instantiating it (10 to 40 ms measured).
+    #[serde(default)]
+    pub policy_deadline_ms: Option<u64>,
+    /// This tenant's policy memory limit in bytes; `None`:
+    /// `policy_memory_bytes` (a trivial componentize-py policy ran in 16 MiB).
+    #[serde(default)]
+    pub policy_memory_bytes: Option<usize>,
+}
+
+impl TenantConfig {
+    /// A tenant with this name and API key, the built-in policy and the
+    /// default limits.
+    pub fn new(name: &str, api_key: &str) -> TenantConfig {
+        TenantConfig {
+            name: name.to_owned(),
+            api_key: api_key.to_owned(),
+            policy: None,
+            max_ttl_ms: default_max_ttl_ms(),
+            max_waiters: default_max_waiters(),
+            database_url: None,
+            policy_deadline_ms: None,
+            policy_memory_bytes: None,
+        }
+    }
 }
 
 fn default_listen() -> SocketAddr {
@@ -158,7 +227,7 @@ fn default_policy_memory_bytes() -> usize {
     16 << 20
 }
 fn default_max_policy_bytes() -> usize {
-    8 << 20
+    64 << 20
 }
 fn default_reaper_interval_ms() -> u64 {
     25
@@ -231,16 +300,22 @@ api_key = "dev-key"
         config
     }
 
-    /// Applies `LOCKBROKER_LISTEN`, `LOCKBROKER_DATABASE_URL`,
-    /// `LOCKBROKER_ADMIN_TOKEN`, `LOCKBROKER_POLICY_DIR` and `LOCKBROKER_CACHE_DIR`.
+    /// Applies `LOCKBROKER_LISTEN`, `LOCKBROKER_ADVERTISE_URL`,
+    /// `LOCKBROKER_DATABASE_URL`, `LOCKBROKER_ADMIN_TOKEN`,
+    /// `LOCKBROKER_POLICY_DIR`, `LOCKBROKER_CACHE_DIR`,
+    /// `LOCKBROKER_METRICS_TOKEN` and `LOCKBROKER_LOG_FORMAT`.
     ///
     /// # Errors
-    /// `LOCKBROKER_LISTEN` is not a socket address.
+    /// `LOCKBROKER_LISTEN` is not a socket address, or
+    /// `LOCKBROKER_LOG_FORMAT` neither `text` nor `json`.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(listen) = var("LOCKBROKER_LISTEN") {
             self.listen = listen.parse().map_err(|_| {
                 ConfigError::Invalid(format!("LOCKBROKER_LISTEN {listen:?} is not an address"))
             })?;
+        }
+        if let Some(url) = var("LOCKBROKER_ADVERTISE_URL") {
+            self.advertise_url = Some(url);
         }
         if let Some(url) = var("LOCKBROKER_DATABASE_URL") {
             self.database_url = DatabaseUrl::parse_list(&url);
@@ -253,6 +328,12 @@ api_key = "dev-key"
         }
         if let Some(dir) = var("LOCKBROKER_CACHE_DIR") {
             self.cache_dir = Some(PathBuf::from(dir));
+        }
+        if let Some(token) = var("LOCKBROKER_METRICS_TOKEN") {
+            self.metrics_token = Some(token);
+        }
+        if let Some(format) = var("LOCKBROKER_LOG_FORMAT") {
+            self.log_format = format.parse()?;
         }
         Ok(())
     }
@@ -278,14 +359,30 @@ api_key = "dev-key"
         if self.database_url.0.is_empty() {
             return invalid("database_url must name at least one server".into());
         }
-        if self.policy_deadline_ms == 0 || self.policy_deadline_ms > 10_000 {
-            return invalid("policy_deadline_ms must be 1 to 10000".into());
+        if let Some(url) = &self.advertise_url {
+            let base = url.trim_end_matches('/');
+            let ok = base.strip_prefix("http://").is_some_and(|rest| {
+                !rest.is_empty()
+                    && !rest.contains(['/', '?', '#', '@'])
+                    && base.parse::<hyper::Uri>().is_ok()
+            });
+            if !ok {
+                return invalid(format!(
+                    "advertise_url {url:?} must be http://host:port (no path)"
+                ));
+            }
         }
-        if self.policy_memory_bytes < (1 << 20) {
-            return invalid("policy_memory_bytes must be at least 1 MiB".into());
+        if let Some(why) = policy_deadline_problem(self.policy_deadline_ms) {
+            return invalid(format!("policy_deadline_ms {why}"));
+        }
+        if let Some(why) = policy_memory_problem(self.policy_memory_bytes) {
+            return invalid(format!("policy_memory_bytes {why}"));
         }
         if matches!(&self.admin_token, Some(t) if t.is_empty()) {
             return invalid("admin_token must not be empty".into());
+        }
+        if matches!(&self.metrics_token, Some(t) if t.is_empty()) {
+            return invalid("metrics_token must not be empty".into());
         }
         for (i, tenant) in self.tenants.iter().enumerate() {
             let name = &tenant.name;
@@ -301,6 +398,12 @@ api_key = "dev-key"
             }
             if tenant.max_ttl_ms < 100 {
                 return invalid(format!("tenant {name}: max_ttl_ms must be at least 100"));
+            }
+            if let Some(why) = tenant.policy_deadline_ms.and_then(policy_deadline_problem) {
+                return invalid(format!("tenant {name}: policy_deadline_ms {why}"));
+            }
+            if let Some(why) = tenant.policy_memory_bytes.and_then(policy_memory_problem) {
+                return invalid(format!("tenant {name}: policy_memory_bytes {why}"));
             }
             if tenant.database_url.as_ref().is_some_and(|u| u.0.is_empty()) {
                 return invalid(format!(
@@ -351,6 +454,27 @@ api_key = "dev-key"
         (databases, of_tenant)
     }
 
+    /// The base URL other brokers reach this one at, once it is bound to
+    /// `bound`: `advertise_url` when set, else `http://{bound}`, where a
+    /// wildcard address (`0.0.0.0`, `::`) is replaced by the first address
+    /// of an interface that is up and not loopback (IPv4 for `0.0.0.0`;
+    /// IPv6, then IPv4 for `::`), or by loopback when there is none.
+    pub fn advertise_url_for(&self, bound: SocketAddr) -> String {
+        if let Some(url) = &self.advertise_url {
+            return url.trim_end_matches('/').to_owned();
+        }
+        let ip = match bound.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => {
+                interface_address(false).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+            }
+            IpAddr::V6(ip) if ip.is_unspecified() => interface_address(true)
+                .or_else(|| interface_address(false))
+                .unwrap_or(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+            ip => ip,
+        };
+        format!("http://{}", SocketAddr::new(ip, bound.port()))
+    }
+
     /// The bound on one operation's database work.
     pub fn db_timeout(&self) -> Duration {
         Duration::from_millis(self.db_timeout_ms)
@@ -360,6 +484,76 @@ api_key = "dev-key"
     pub fn policy_deadline(&self) -> Duration {
         Duration::from_millis(self.policy_deadline_ms)
     }
+
+    /// A tenant's policy call deadline: its own, else the top-level one.
+    pub fn tenant_policy_deadline(&self, tenant: &TenantConfig) -> Duration {
+        Duration::from_millis(tenant.policy_deadline_ms.unwrap_or(self.policy_deadline_ms))
+    }
+
+    /// A tenant's policy memory limit: its own, else the top-level one.
+    pub fn tenant_policy_memory_bytes(&self, tenant: &TenantConfig) -> usize {
+        tenant
+            .policy_memory_bytes
+            .unwrap_or(self.policy_memory_bytes)
+    }
+}
+
+/// The first address of an interface that is up, not loopback and (for
+/// IPv6) not link-local, in the kernel's order: IPv6 when `v6`, else IPv4.
+fn interface_address(v6: bool) -> Option<IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list that we only read
+    // and free once with freeifaddrs below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() && found.is_none() {
+        // SAFETY: `at` is a node of the list, valid until freeifaddrs.
+        let entry = unsafe { &*at };
+        at = entry.ifa_next;
+        let flags = entry.ifa_flags;
+        let up = flags & (libc::IFF_UP as libc::c_uint) != 0;
+        let loopback = flags & (libc::IFF_LOOPBACK as libc::c_uint) != 0;
+        if entry.ifa_addr.is_null() || !up || loopback {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family
+        // says which sockaddr_* it is.
+        let family = i32::from(unsafe { (*entry.ifa_addr).sa_family });
+        found = match family {
+            libc::AF_INET if !v6 => {
+                // SAFETY: AF_INET: a sockaddr_in.
+                let sin = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in>() };
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))))
+            }
+            libc::AF_INET6 if v6 => {
+                // SAFETY: AF_INET6: a sockaddr_in6.
+                let sin6 = unsafe { &*entry.ifa_addr.cast::<libc::sockaddr_in6>() };
+                let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                // fe80::/10 needs a scope id: no use to other machines.
+                let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
+                (!link_local).then_some(IpAddr::V6(ip))
+            }
+            _ => None,
+        };
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// What is wrong with a policy deadline, if anything.
+fn policy_deadline_problem(ms: u64) -> Option<&'static str> {
+    (ms == 0 || ms > 10_000).then_some("must be 1 to 10000")
+}
+
+/// What is wrong with a policy memory limit, if anything.
+fn policy_memory_problem(bytes: usize) -> Option<&'static str> {
+    (bytes < (1 << 20)).then_some("must be at least 1 MiB")
 }
 
 #[cfg(test)]
@@ -429,6 +623,38 @@ max_waiters = 10000
     }
 
     #[test]
+    fn metrics_token_and_log_format_come_from_the_file_or_the_environment() {
+        let mut config = Config::from_toml(
+            "metrics_token = \"m\"\nlog_format = \"json\"\n[[tenant]]\nname = \"a\"\napi_key = \"k\"",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.metrics_token.as_deref(), Some("m"));
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert_eq!(Config::dev().log_format, LogFormat::Text);
+        assert_eq!(Config::dev().metrics_token, None);
+        config
+            .apply_env(|name| match name {
+                "LOCKBROKER_METRICS_TOKEN" => Some("n".into()),
+                "LOCKBROKER_LOG_FORMAT" => Some("TEXT".into()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(config.metrics_token.as_deref(), Some("n"));
+        assert_eq!(config.log_format, LogFormat::Text);
+        let err = config
+            .apply_env(|name| (name == "LOCKBROKER_LOG_FORMAT").then(|| "xml".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("xml"), "{err}");
+        assert!(Config::from_toml(
+            "log_format = \"xml\"\n[[tenant]]\nname = \"a\"\napi_key = \"k\""
+        )
+        .is_err());
+        config.metrics_token = Some(String::new());
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
     fn database_url_is_a_string_or_a_list_and_tenants_may_have_their_own() {
         let config = Config::from_toml(
             r#"
@@ -472,6 +698,76 @@ api_key = \"k\""
         .unwrap()
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn tenants_may_override_the_policy_limits() {
+        let config = Config::from_toml(
+            r#"
+policy_deadline_ms = 7
+policy_memory_bytes = 20971520
+[[tenant]]
+name = "py"
+api_key = "k1"
+policy_deadline_ms = 50
+policy_memory_bytes = 134217728
+[[tenant]]
+name = "plain"
+api_key = "k2"
+"#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let (py, plain) = (&config.tenants[0], &config.tenants[1]);
+        assert_eq!(config.tenant_policy_deadline(py), Duration::from_millis(50));
+        assert_eq!(config.tenant_policy_memory_bytes(py), 128 << 20);
+        assert_eq!(
+            config.tenant_policy_deadline(plain),
+            Duration::from_millis(7)
+        );
+        assert_eq!(config.tenant_policy_memory_bytes(plain), 20 << 20);
+        assert_eq!(config.max_policy_bytes, 64 << 20);
+        for bad in [
+            "policy_deadline_ms = 0",
+            "policy_deadline_ms = 10001",
+            "policy_memory_bytes = 1000",
+        ] {
+            let text = format!("[[tenant]]\nname = \"a\"\napi_key = \"k\"\n{bad}");
+            let err = Config::from_toml(&text).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains("tenant a:"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn advertise_url_is_set_or_derived_from_the_bound_address() {
+        let mut config = Config::dev();
+        let bound: SocketAddr = "127.0.0.1:7421".parse().unwrap();
+        assert_eq!(config.advertise_url_for(bound), "http://127.0.0.1:7421");
+        let bound6: SocketAddr = "[::1]:7421".parse().unwrap();
+        assert_eq!(config.advertise_url_for(bound6), "http://[::1]:7421");
+        // A wildcard becomes some concrete address of this machine.
+        let any: SocketAddr = "0.0.0.0:7421".parse().unwrap();
+        let derived = config.advertise_url_for(any);
+        let addr: SocketAddr = derived.strip_prefix("http://").unwrap().parse().unwrap();
+        assert!(!addr.ip().is_unspecified() && addr.is_ipv4(), "{derived}");
+        assert_eq!(addr.port(), 7421);
+        config
+            .apply_env(|name| {
+                (name == "LOCKBROKER_ADVERTISE_URL").then(|| "http://lb-1.internal:7420/".into())
+            })
+            .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.advertise_url_for(any), "http://lb-1.internal:7420");
+        for bad in [
+            "https://x:1",
+            "x:1",
+            "http://",
+            "http://x:1/path",
+            "http://u@x:1",
+        ] {
+            config.advertise_url = Some(bad.into());
+            assert!(config.validate().is_err(), "accepted {bad}");
+        }
     }
 
     #[test]

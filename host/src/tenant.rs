@@ -98,12 +98,9 @@ mod tests {
 
     fn tenant(name: &str, key: &str) -> Tenant {
         let config = TenantConfig {
-            name: name.into(),
-            api_key: key.into(),
-            policy: None,
             max_ttl_ms: 1000,
             max_waiters: 10,
-            database_url: None,
+            ..TenantConfig::new(name, key)
         };
         let policy = TenantPolicy::new(name, Loaded::builtin(), Arc::new(Metrics::default()));
         Tenant::new(&config, policy, 0)

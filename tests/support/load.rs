@@ -11,9 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::Client;
-
-use super::history::{History, Outcome, Recorder};
+use super::{
+    history::{History, Outcome, Recorder},
+    Client,
+};
 
 /// How the clients behave. [`Default`] suits a fault test: leases short
 /// enough to run out within it, a short hold, no server-side wait.
@@ -132,9 +133,12 @@ impl<F: Fn(usize, u64) -> Client> Driver<F> {
                 .acquire(&key, &owner, self.load.ttl_ms, self.load.wait_ms)
                 .await;
             let Some(token) = outcome.granted() else {
+                // A client's back-off, part of the load (not a wait for a
+                // condition): refused clients must not spin.
                 tokio::time::sleep(self.load.backoff).await;
                 continue;
             };
+            // The hold itself: what the load does with a lock it got.
             tokio::time::sleep(self.load.hold).await;
             self.release(&key, &owner, token).await;
         }
@@ -155,6 +159,7 @@ impl<F: Fn(usize, u64) -> Client> Driver<F> {
                 // Still held: an earlier acquire whose answer was lost
                 // re-entered; release again.
                 Outcome::Reply { status: 200, .. } => {}
+                // No definite answer: back off before the next try.
                 _ => tokio::time::sleep(self.load.backoff).await,
             }
         }

@@ -219,6 +219,9 @@ impl PrivateMariaDb {
         let started = Instant::now();
         let url = self.url();
         let socket = socket.display().to_string();
+        // A poll loop rather than `eventually`: it has three outcomes (up,
+        // exited because the port was taken, exited otherwise), and on a
+        // timeout it must kill the server it started and show its log.
         while started.elapsed() < READY_WITHIN {
             if let Ok(Some(status)) = child.try_wait() {
                 let log = self.error_log();
@@ -406,7 +409,8 @@ fn signal(pid: u32, name: &str) {
         .status();
 }
 
-/// Waits (polling, bounded) until `child` has exited, and reaps it.
+/// Waits (polling, bounded) until `child` has exited, and reaps it. Not
+/// `eventually`: on a timeout the server must be killed, not left running.
 async fn wait_exit(child: &mut Child, when: &str) -> std::process::ExitStatus {
     let started = Instant::now();
     while started.elapsed() < EXIT_WITHIN {

@@ -3,6 +3,8 @@
 //! process), clients for it — and, for fault tests, the means to break
 //! things and to judge what clients saw:
 //!
+//! - [`Client`] (`client.rs`): one request per call, typed requests in,
+//!   every answer back as a [`Reply`] to read into the API's types;
 //! - [`eventually`]: wait for a condition, never for a time;
 //! - [`PrivateMariaDb`] (`mariadb.rs`): a MariaDB server of the test's own,
 //!   to `kill -9`, stop and start again (the shared one is never touched);
@@ -19,6 +21,7 @@
 //! `mysql://root@127.0.0.1:3306`); each test's database is named
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
+mod client;
 mod eventually;
 mod galera;
 pub mod history;
@@ -33,7 +36,7 @@ use std::{
     time::Duration,
 };
 
-use lockbroker::{client::Client, config::TenantConfig, Config, Server};
+use lockbroker::{config::TenantConfig, Config, Server};
 use sqlx::{Connection, MySqlConnection};
 use tokio::{
     io::{AsyncBufReadExt, BufReader, Lines},
@@ -41,11 +44,11 @@ use tokio::{
     process::ChildStdout,
 };
 
+pub use client::{encode_key, Client, ClientError, Reply};
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use galera::GaleraCluster;
 pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
 pub use load::{run_clients, run_clients_with, Load};
-pub use lockbroker::client::Reply;
 pub use mariadb::PrivateMariaDb;
 pub use proxy::{Fault, Proxy};
 
@@ -104,14 +107,7 @@ pub fn config_at(server: &str, db: &str) -> Config {
     config.database_url = format!("{}/{db}", server.trim_end_matches('/')).into();
     config.admin_token = Some(ADMIN.into());
     config.max_connections = 16;
-    config.tenants.push(TenantConfig {
-        name: "other".into(),
-        api_key: OTHER_KEY.into(),
-        policy: None,
-        max_ttl_ms: 3_600_000,
-        max_waiters: 10_000,
-        database_url: None,
-    });
+    config.tenants.push(TenantConfig::new("other", OTHER_KEY));
     config.validate().expect("test config is valid");
     config
 }
@@ -162,14 +158,17 @@ impl Broker {
     }
 
     /// Stops the broker gracefully and starts a new one on the same
-    /// database and port.
+    /// database, on a port of its own: [`Broker::url`] changes, so take new
+    /// clients after a restart. (Binding the old port again would race
+    /// with any other process that got it in between.)
     pub async fn restart(&mut self) {
         let server = self.server.take().expect("running");
-        let addr = server.addr();
         server.shutdown().await;
-        let mut config = self.config.clone();
-        config.listen = addr;
-        self.server = Some(Server::start(config).await.expect("broker restarts"));
+        let server = Server::start(self.config.clone())
+            .await
+            .expect("broker restarts");
+        self.url = format!("http://{}", server.addr());
+        self.server = Some(server);
     }
 
     /// Stops the broker and drops its database.
@@ -227,19 +226,58 @@ impl BrokerProcess {
     /// The broker binds port 0 and prints the address it got: no port is
     /// picked for it that someone else could take first.
     pub async fn start_on(database_url: &str, extra_toml: &str) -> BrokerProcess {
+        BrokerProcess::launch(database_url, extra_toml, &[], None).await
+    }
+
+    /// Starts `lockbroker serve` on database `db` of the shared server with
+    /// `extra_toml`, extra command-line `args` (e.g. `--log-format json`)
+    /// and `LOCKBROKER_LOG=info`, and collects what it writes to stderr
+    /// (its log) into the returned [`LogLines`].
+    pub async fn start_logged(
+        db: &str,
+        extra_toml: &str,
+        args: &[&str],
+    ) -> (BrokerProcess, LogLines) {
+        let url = format!("\"{}/{db}\"", server_url());
+        let log = LogLines::default();
+        let broker = BrokerProcess::launch(&url, extra_toml, args, Some(log.clone())).await;
+        (broker, log)
+    }
+
+    async fn launch(
+        database_url: &str,
+        extra_toml: &str,
+        args: &[&str],
+        log: Option<LogLines>,
+    ) -> BrokerProcess {
         let text = format!(
             "listen = \"127.0.0.1:0\"\ndatabase_url = {database_url}\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n"
         );
         let config = tempfile_like::TempFile::new("toml", text.as_bytes());
-        let mut child = tokio::process::Command::new(bin("lockbroker"))
+        let mut command = tokio::process::Command::new(bin("lockbroker"));
+        command
             .arg("serve")
             .arg("--config")
             .arg(config.path())
-            .env("LOCKBROKER_LOG", "warn")
+            .args(args)
+            .env(
+                "LOCKBROKER_LOG",
+                if log.is_some() { "info" } else { "warn" },
+            )
             .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn lockbroker");
+            .kill_on_drop(true);
+        if log.is_some() {
+            command.stderr(Stdio::piped());
+        }
+        let mut child = command.spawn().expect("spawn lockbroker");
+        if let (Some(log), Some(stderr)) = (log, child.stderr.take()) {
+            let mut lines = BufReader::new(stderr).lines();
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    log.0.lock().expect("log lines").push(line);
+                }
+            });
+        }
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let url = match tokio::time::timeout(PROCESS_STARTS_WITHIN, listening_url(&mut stdout))
             .await
@@ -288,6 +326,18 @@ impl BrokerProcess {
             .await
             .expect("broker exits after SIGTERM")
             .expect("wait for broker")
+    }
+}
+
+/// What a [`BrokerProcess::start_logged`] broker wrote to stderr, line by
+/// line, as it arrives.
+#[derive(Clone, Default)]
+pub struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl LogLines {
+    /// The lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().expect("log lines").clone()
     }
 }
 

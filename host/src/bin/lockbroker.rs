@@ -1,10 +1,13 @@
-//! `lockbroker serve|migrate [--config FILE]`: the broker process.
+//! `lockbroker serve|migrate [--config FILE]`: the broker process; and
+//! `lockbroker policy check FILE.wasm`: would the broker take this policy?
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Parser, Subcommand};
-use lockbroker::{Config, Server};
-use tracing_subscriber::EnvFilter;
+
+#[path = "lockbroker/policy_check.rs"]
+mod policy_check;
+use lockbroker::{telemetry::LogFormat, Config, Server};
 
 #[derive(Parser)]
 #[command(
@@ -14,6 +17,10 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Log lines as text or one JSON object per line (default: the
+    /// config's `log_format`, `LOCKBROKER_LOG_FORMAT`, else text).
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Subcommand)]
@@ -29,6 +36,32 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Policy components.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Load a component exactly as the broker would (imports, exports,
+    /// self-check, limits, compile cache), print what it is, the storage
+    /// keys of sample keys and its call latency; exit 1 with the reason if
+    /// the broker would refuse it or its calls fail.
+    Check {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Load it with this tenant's limits (and tag its output with it).
+        #[arg(long, default_value = "default")]
+        tenant: String,
+        /// A sample client key to name (repeatable).
+        #[arg(long = "key")]
+        keys: Vec<String>,
+        /// The broker's config (limits, cache_dir); default: the defaults.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 /// How long `serve` keeps trying to reach the database at start.
@@ -38,6 +71,22 @@ const STARTUP_PATIENCE: Duration = Duration::from_secs(30);
 const EXIT_WITHIN: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    lockbroker::telemetry::init(log_format(&cli));
+    let command = cli.command.unwrap_or(Command::Serve { config: None });
+    // Outside any async runtime: a WASI policy's host calls run their own.
+    if let Command::Policy {
+        command:
+            PolicyCommand::Check {
+                file,
+                tenant,
+                keys,
+                config,
+            },
+    } = command
+    {
+        return policy_check::run(&file, &tenant, &keys, config.as_deref());
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -48,25 +97,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(run());
+    let code = runtime.block_on(run(command));
     // Whatever is left (a detached operation on a hung connection, a
     // policy call) must not keep the process alive.
     runtime.shutdown_timeout(EXIT_WITHIN);
     code
 }
 
-async fn run() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            EnvFilter::try_from_env("LOCKBROKER_LOG")
-                .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
-        )
-        .init();
-    let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Serve { config: None }) {
+async fn run(command: Command) -> ExitCode {
+    let result = match command {
         Command::Serve { config } => serve(config).await,
         Command::Migrate { config } => migrate(config).await,
+        Command::Policy { .. } => unreachable!("handled before the runtime starts"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,6 +117,27 @@ async fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--log-format`, else the config's (file, then environment), else text.
+/// A config that does not load is reported by the command itself, once
+/// logging is set up.
+fn log_format(cli: &Cli) -> LogFormat {
+    let path = match &cli.command {
+        None => None,
+        Some(
+            Command::Serve { config }
+            | Command::Migrate { config }
+            | Command::Policy {
+                command: PolicyCommand::Check { config, .. },
+            },
+        ) => config.as_deref(),
+    };
+    cli.log_format.unwrap_or_else(|| {
+        Config::load(path)
+            .map(|config| config.log_format)
+            .unwrap_or_default()
+    })
 }
 
 async fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {

@@ -1,5 +1,7 @@
 //! This broker's heartbeat: how the other brokers on the database tell
-//! that it is alive, and so whether its waiters can still take a lease.
+//! that it is alive, and so whether its waiters can still take a lease,
+//! and where to push wake-ups to it (`wake`). Each beat also reads which
+//! brokers are alive to push to.
 //!
 //! The heartbeat also says which server the broker writes through. Brokers
 //! whose `database_url` lists the same servers in different orders (a
@@ -17,8 +19,15 @@ use crate::store::brokers;
 
 /// Heartbeats between cleanups of brokers long gone.
 const FORGET_EVERY: u32 = 3000;
+/// A broker silent this long is forgotten (its waiters are long gone).
+const FORGET_AFTER_S: u64 = 24 * 3600;
+/// Brokers forgotten per cleanup.
+const FORGET_BATCH: u32 = 100;
 /// Heartbeats between looks at the server the other brokers use.
 const FOLLOW_EVERY: u32 = 5;
+/// Heartbeats between reads of the brokers to push wake-ups to (a broker
+/// not yet in the directory is read on its first push).
+const PEERS_EVERY: u32 = 5;
 
 impl Engine {
     /// Says this broker is alive, and which server it writes through.
@@ -28,7 +37,7 @@ impl Engine {
     pub async fn heartbeat(&self) -> Result<(), EngineError> {
         let mut conn = self.conn(self.budget()).await?;
         let server = conn.server().to_owned();
-        brokers::heartbeat(&mut conn, &self.broker, &server).await?;
+        brokers::heartbeat(&mut conn, &self.broker, &server, self.contact()).await?;
         conn.done();
         Ok(())
     }
@@ -54,6 +63,9 @@ impl Engine {
             }
             beat = beat.wrapping_add(1);
             let mut result = self.heartbeat().await;
+            if result.is_ok() && beat.is_multiple_of(PEERS_EVERY) {
+                result = self.refresh_peers().await;
+            }
             if result.is_ok() && beat.is_multiple_of(FOLLOW_EVERY) {
                 result = self.follow_the_oldest().await;
             }
@@ -90,7 +102,7 @@ impl Engine {
 
     async fn forget_departed(&self) -> Result<(), EngineError> {
         let mut conn = self.conn(self.budget()).await?;
-        brokers::forget_departed(&mut conn).await?;
+        brokers::forget_departed(&mut conn, FORGET_AFTER_S, FORGET_BATCH).await?;
         conn.done();
         Ok(())
     }

@@ -130,7 +130,7 @@ impl Engine {
         &self,
         lock: &LockRef,
     ) -> Result<broadcast::Receiver<Leadership>, EngineError> {
-        let key = (lock.tenant.name.clone(), lock.storage_key.clone());
+        let key = (lock.tenant.clone(), lock.storage_key.clone());
         if let Some(sender) = self.pollers.0.lock().expect("pollers").get(&key) {
             return Ok(sender.subscribe());
         }

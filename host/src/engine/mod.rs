@@ -3,13 +3,24 @@
 //! expiry, never an open transaction or a session lock, so held locks pin
 //! no connection.
 //!
-//! - `lease`: locks and elections (one row in `locks` per key).
-//! - `semaphore`: N slot rows per key, claimed with `SKIP LOCKED`.
-//! - `queue`: the durable wait queue, direct handoff and waking waiters.
-//! - `reaper`: hands expired leases on; cleans the queue of waiters past
-//!   their deadline or of dead brokers.
+//! - `seat`: where a lease lives, a lock's (or election's) own row or one
+//!   slot of a semaphore, and the one place that tells the two apart.
+//! - `lease`: what every lease does whatever its seat: the outcome of a
+//!   try, release, renewal, handoff to the next waiter, expiry reaped.
+//! - `lock`: tries at locks and elections (one row in `locks` per key),
+//!   and the validation of a token.
+//! - `multilock`: several lock keys granted, renewed and released all or
+//!   none, in storage-key order.
+//! - `force`: an operator ending a stuck lease.
+//! - `semaphore`: tries at semaphores (N slot rows per key, `SKIP LOCKED`).
+//! - `queue`: the durable wait queue, choosing the next waiter, waking.
+//! - `pacing`: the narrow handle on a tenant's fairness and backoff.
+//! - `reaper`: finds keys whose leases expired with waiters, or whose queue
+//!   holds stale waiters or undelivered grants, and reaps them.
 //! - `election`: watching an election (one shared poller per election).
 //! - `brokers`: this broker's heartbeat, by which others tell it is alive.
+//! - `wake`: push wake-ups, telling another broker that its waiter was
+//!   granted (a hint; its poll is the fallback).
 //! - `settle`: commits whose outcome is unknown, found out.
 //! - `detach`: operations that run to their end when their caller leaves.
 //!
@@ -20,11 +31,17 @@
 mod brokers;
 mod detach;
 mod election;
+mod force;
 mod lease;
+mod lock;
+mod multilock;
+pub mod pacing;
 mod queue;
 mod reaper;
+mod seat;
 mod semaphore;
 mod settle;
+mod wake;
 
 use std::{collections::HashMap, ops::Deref, sync::Arc, sync::Mutex, time::Duration};
 
@@ -46,8 +63,13 @@ use crate::{
 };
 
 pub use election::{Leadership, Observation};
-pub use lease::{Grant, LockState, Released};
+pub use force::Forced;
+pub use lock::{Grant, LockState, Released, Validity};
+pub use multilock::{MultiRelease, MULTILOCK_MAX_KEYS};
+pub use pacing::Pacing;
+pub use seat::Seat;
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
+pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};
 
 /// A broker is taken for dead once its heartbeat is this old: its pending
 /// waiters are skipped, its undelivered grants taken back.
@@ -74,6 +96,13 @@ pub enum EngineError {
     /// The tenant already has `max_waiters` waiting requests.
     #[error("too many waiters for this tenant")]
     TooManyWaiters,
+    /// Nobody holds the lock (an operator's force-release found no live
+    /// lease).
+    #[error("the lock is not held")]
+    NotHeld,
+    /// A multi-lock names one storage key twice.
+    #[error("the key {key:?} names the storage key {storage_key:?} already named by another key")]
+    DuplicateKey { key: String, storage_key: String },
     /// The broker is shutting down; nothing was granted.
     #[error("the broker is shutting down")]
     ShuttingDown,
@@ -121,6 +150,30 @@ enum Retry {
 }
 
 impl EngineError {
+    /// The `kind` label of `lockbroker_db_errors_total` for a database
+    /// failure; `None` for answers that are not failures (lock held, ...).
+    fn db_failure_kind(&self) -> Option<&'static str> {
+        let EngineError::Unavailable(failure) = self else {
+            return None;
+        };
+        Some(match failure {
+            DbFailure::Statement(err) => match store::classify(err) {
+                Failure::Conflict => "conflict",
+                Failure::RowLocked => "row_locked",
+                Failure::NotReady => "not_ready",
+                Failure::Disconnected => "disconnected",
+                Failure::Other => "other",
+            },
+            DbFailure::Connect(ConnectError::Busy) => "busy",
+            DbFailure::Connect(ConnectError::TimedOut) => "timeout",
+            DbFailure::Connect(ConnectError::Closed) => "closed",
+            DbFailure::Connect(ConnectError::Connect { .. }) => "connect",
+            DbFailure::Connect(ConnectError::NotReady { .. }) => "not_ready",
+            DbFailure::NotCommitted => "not_committed",
+            DbFailure::Unknown => "unknown",
+        })
+    }
+
     fn retry(&self) -> Option<Retry> {
         match self {
             EngineError::Unavailable(DbFailure::Statement(err)) => match store::classify(err) {
@@ -150,22 +203,79 @@ impl Budget {
     }
 }
 
-/// Which lock, semaphore or election an operation is about.
-#[derive(Debug, Clone)]
+/// Which lock, semaphore or election an operation is about, with what
+/// the engine needs of its tenant.
+#[derive(Clone)]
 pub struct LockRef {
-    pub tenant: Arc<Tenant>,
+    /// The tenant's name: its rows are keyed by it.
+    pub tenant: String,
     pub kind: Kind,
     /// The key as the client sent it.
     pub key: String,
     /// The key as stored, from the tenant's naming policy.
     pub storage_key: String,
+    /// Waiting requests the tenant may have at once, across keys and
+    /// brokers (429 beyond).
+    pub max_waiters: u64,
+    /// The tenant's fairness and backoff.
+    pub pacing: Arc<dyn Pacing>,
+}
+
+impl std::fmt::Debug for LockRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockRef")
+            .field("tenant", &self.tenant)
+            .field("kind", &self.kind)
+            .field("key", &self.key)
+            .field("storage_key", &self.storage_key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the engine needs of a tenant: its name, its waiter limit and its
+/// pacing. A tenant gives one ([`Scope::of`]); a test can make one up.
+#[derive(Clone)]
+pub struct Scope {
+    pub tenant: String,
+    pub max_waiters: u64,
+    pub pacing: Arc<dyn Pacing>,
+}
+
+impl Scope {
+    /// A configured tenant's scope: its policy paces.
+    pub fn of(tenant: &Arc<Tenant>) -> Scope {
+        Scope {
+            tenant: tenant.name.clone(),
+            max_waiters: tenant.max_waiters,
+            pacing: pacing::of(tenant),
+        }
+    }
+
+    /// This tenant's lock of `kind` named `storage_key` (`key` as the
+    /// client sent it).
+    pub fn lock(&self, kind: Kind, key: String, storage_key: String) -> LockRef {
+        LockRef {
+            tenant: self.tenant.clone(),
+            kind,
+            key,
+            storage_key,
+            max_waiters: self.max_waiters,
+            pacing: self.pacing.clone(),
+        }
+    }
 }
 
 impl LockRef {
-    /// The database row's key.
+    /// `tenant`'s lock of `kind` named `storage_key` (`key` as the client
+    /// sent it).
+    pub fn new(tenant: &Arc<Tenant>, kind: Kind, key: String, storage_key: String) -> LockRef {
+        Scope::of(tenant).lock(kind, key, storage_key)
+    }
+
+    /// The database row's key (for a semaphore, its header's).
     pub fn row(&self) -> RowKey<'_> {
         RowKey {
-            tenant: &self.tenant.name,
+            tenant: &self.tenant,
             kind: self.kind,
             key: &self.storage_key,
         }
@@ -176,7 +286,7 @@ impl LockRef {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handoff {
     pub token: u64,
-    pub slot: Option<u32>,
+    pub seat: Seat,
     pub expires_at: NaiveDateTime,
 }
 
@@ -203,6 +313,8 @@ pub struct Inner {
     local: Mutex<HashMap<u64, oneshot::Sender<Handoff>>>,
     /// The election pollers running on this broker.
     pollers: election::Pollers,
+    /// Push wake-ups: to other brokers' waiters, and from other brokers.
+    wake: wake::Wake,
 }
 
 impl Deref for Engine {
@@ -228,6 +340,7 @@ impl Engine {
             broker,
             local: Mutex::new(HashMap::new()),
             pollers: election::Pollers::default(),
+            wake: wake::Wake::default(),
         }))
     }
 
@@ -244,6 +357,11 @@ impl Engine {
     /// This broker's name among the brokers sharing the database.
     pub fn broker(&self) -> &str {
         &self.broker
+    }
+
+    /// Waiters of this broker queued now (for metrics).
+    pub fn local_waiters(&self) -> usize {
+        self.local.lock().expect("local waiters").len()
     }
 
     /// A fresh budget for one step of database work.
@@ -292,10 +410,21 @@ impl Engine {
         let mut attempt = 0u32;
         let mut broken = 0u32;
         loop {
-            let err = match op().await {
+            let started = Instant::now();
+            let result = op().await;
+            self.metrics.observe(
+                "lockbroker_db_call_duration_seconds",
+                &[],
+                started.elapsed().as_secs_f64(),
+            );
+            let err = match result {
                 Ok(value) => return Ok(value),
                 Err(err) => err,
             };
+            if let Some(kind) = err.db_failure_kind() {
+                self.metrics
+                    .inc("lockbroker_db_errors_total", &[("kind", kind)]);
+            }
             let pause = match err.retry() {
                 Some(Retry::Backoff) => {
                     let cap = 1u64 << attempt.min(6);
@@ -318,7 +447,8 @@ impl Engine {
         }
     }
 
-    /// The `retry_after_ms` hint for a refused try, from the backoff policy.
+    /// The `retry_after_ms` hint for a refused try, from the tenant's
+    /// backoff.
     async fn retry_after(
         &self,
         lock: &LockRef,
@@ -327,8 +457,7 @@ impl Engine {
         budget_ms: u64,
     ) -> u64 {
         let decision = lock
-            .tenant
-            .policy
+            .pacing
             .next_delay(crate::policy::Contention {
                 attempt: 1,
                 waited_ms: budget_ms,
@@ -347,8 +476,22 @@ impl Engine {
     /// Microseconds within which a broker must have heartbeated to count
     /// as alive.
     fn alive_us(&self) -> u64 {
-        u64::try_from(BROKER_DEAD_AFTER.as_micros()).unwrap_or(u64::MAX)
+        micros(BROKER_DEAD_AFTER)
     }
+
+    /// When a pending waiter stops counting: at its deadline, or when its
+    /// broker stops heartbeating.
+    fn stale(&self) -> store::waiters::Staleness {
+        store::waiters::Staleness {
+            alive_us: self.alive_us(),
+            grace_us: 0,
+        }
+    }
+}
+
+/// A duration in whole microseconds, saturating.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A name unique to this process: host, pid and a random suffix (a

@@ -6,16 +6,19 @@
 //! that frees a lease (release, or the reaper on expiry) asks the tenant's
 //! fairness policy which eligible waiter is next and grants it the lease
 //! right there: no barging, and only that waiter is woken. A waiter past
-//! its deadline, or of a broker that stopped heartbeating, is not eligible:
-//! it is never handed a lease nor counted against a newcomer, and the
-//! transactions that meet it clear it out.
+//! its deadline, or of a broker that stopped heartbeating, is stale: it is
+//! never handed a lease nor counted against a newcomer, and the
+//! transactions that meet it clear it out. Which waiter goes next is the
+//! tenant's [`Pacing`](super::Pacing) to say.
 //!
 //! Waking: a grant to a waiter of this process is marked claimed and
 //! delivered in-process at once (a oneshot per waiter). A grant to a
 //! waiter of another process is marked granted; its broker claims it with
 //! one batched query per tick ([`WAKE_TICK`]) before answering, so a grant
 //! still unclaimed when its broker dies was never delivered and can be
-//! taken back. Whoever takes a waiter's sender out of `local` delivers; a
+//! taken back. The granting broker also pushes a hint to the waiter's
+//! broker once the handoff committed (`wake`), which then makes the same
+//! pass at once instead of at its next tick. Whoever takes a waiter's sender out of `local` delivers; a
 //! waiter that times out or whose client leaves takes itself out of the
 //! queue in a transaction on the key's header row, taking (and giving back)
 //! a grant that raced with it: never a lease held by nobody.
@@ -24,15 +27,20 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 
-use super::{detach::Departure, settle::Expect, Engine, EngineError, Handoff, LockRef};
+use super::{
+    detach::Departure,
+    lease::Wish,
+    seat::{self, Lease, Seat},
+    settle::Expect,
+    wake::Via,
+    Engine, EngineError, Handoff, LockRef,
+};
 use crate::{
     policy::Waiter,
     store::{
-        locks::{self, Locking},
         pool::Conn,
-        semaphores,
         waiters::{self, NewWaiter, Order, Undelivered, WaiterRow},
-        Kind,
+        Locking,
     },
 };
 
@@ -40,37 +48,37 @@ use crate::{
 pub const WAKE_TICK: Duration = Duration::from_millis(10);
 /// Waiters a fairness policy sees: the oldest ones plus the most urgent ones.
 const WINDOW: u32 = 32;
-/// Rounds of database budget a departed client's lease gets to be given back.
-const GIVE_BACK_TRIES: u32 = 5;
 
 /// A handoff to deliver once its transaction committed.
 pub(super) struct Delivery {
     /// The waiter is this broker's: delivered in-process.
     local: bool,
+    /// The waiter's broker (to push to when not this one).
+    broker: Vec<u8>,
     id: u64,
     handoff: Handoff,
 }
 
 impl Engine {
     /// Picks the next eligible waiter of `lock` by the tenant's fairness
-    /// policy and counts a pass-over for older waiters it skipped. The
-    /// caller holds the key's header row.
+    /// and counts a pass-over for older waiters it skipped. The caller
+    /// holds the key's header row.
     pub(super) async fn choose(
         &self,
         conn: &mut Conn,
         lock: &LockRef,
     ) -> Result<Option<WaiterRow>, EngineError> {
-        let alive = self.alive_us();
-        if lock.tenant.policy.always_oldest() {
+        let stale = self.stale();
+        if lock.pacing.always_oldest() {
             // FIFO (the built-in policy): the oldest waiter is all we need.
-            let mut oldest = waiters::pending(conn, lock.row(), Order::Oldest, 1, alive).await?;
+            let mut oldest = waiters::pending(conn, lock.row(), Order::Oldest, 1, stale).await?;
             return Ok(oldest.pop());
         }
-        let mut rows = waiters::pending(conn, lock.row(), Order::Oldest, WINDOW, alive).await?;
+        let mut rows = waiters::pending(conn, lock.row(), Order::Oldest, WINDOW, stale).await?;
         if rows.len() == WINDOW as usize {
             // More may wait beyond the window: add the most urgent ones so a
             // priority policy sees them.
-            for row in waiters::pending(conn, lock.row(), Order::MostUrgent, WINDOW, alive).await? {
+            for row in waiters::pending(conn, lock.row(), Order::MostUrgent, WINDOW, stale).await? {
                 if !rows.iter().any(|r| r.id == row.id) {
                     rows.push(row);
                 }
@@ -90,20 +98,20 @@ impl Engine {
                 attempts: r.attempts,
             })
             .collect();
-        let index = lock.tenant.policy.pick_next(&lock.key, candidates).await;
+        let index = lock.pacing.pick_next(&lock.key, candidates).await;
+        // A pacing that answers out of range gets the oldest.
+        let index = if index < rows.len() { index } else { 0 };
         let skipped: Vec<u64> = rows[..index].iter().map(|r| r.id).collect();
         waiters::passed_over(conn, &skipped).await?;
         Ok(Some(rows.swap_remove(index)))
     }
 
-    /// Clears out the key's pending waiters that can no longer take a
-    /// lease (deadline passed, or broker dead); how many. The caller holds
-    /// the key's header row.
+    /// Clears out the key's stale waiters (deadline passed, or broker
+    /// gone); how many. The caller holds the key's header row.
     pub(super) async fn purge(&self, conn: &mut Conn, lock: &LockRef) -> Result<u32, EngineError> {
-        let purged = waiters::purge_ineligible(conn, lock.row(), self.alive_us()).await?;
+        let purged = waiters::delete_stale(conn, lock.row(), self.stale()).await?;
         if purged > 0 {
-            self.add_queued(conn, lock, -i64::try_from(purged).unwrap_or(0))
-                .await?;
+            seat::add_queued(conn, lock, -i64::try_from(purged).unwrap_or(0)).await?;
             self.metrics
                 .add_counter("lockbroker_waiters_purged_total", &[], purged);
         }
@@ -135,8 +143,8 @@ impl Engine {
         conn: &mut Conn,
         lock: &LockRef,
     ) -> Result<(), EngineError> {
-        let pending = waiters::pending_for_tenant(conn, &lock.tenant.name, self.alive_us()).await?;
-        if pending >= lock.tenant.max_waiters {
+        let pending = waiters::pending_for_tenant(conn, &lock.tenant, self.stale()).await?;
+        if pending >= lock.max_waiters {
             return Err(EngineError::TooManyWaiters);
         }
         Ok(())
@@ -151,18 +159,15 @@ impl Engine {
         &self,
         conn: &mut Conn,
         lock: &LockRef,
-        owner: &str,
-        priority: i32,
-        ttl_ms: u64,
-        wait_ms: u64,
+        wish: Wish<'_>,
     ) -> Result<Queued, EngineError> {
         self.check_room(conn, lock).await?;
         let waiter = NewWaiter {
-            owner,
-            priority,
-            ttl_ms,
+            owner: wish.owner,
+            priority: wish.priority,
+            ttl_ms: wish.ttl_ms,
             broker: &self.broker,
-            wait_ms,
+            wait_ms: wish.wait_ms,
         };
         let id = waiters::insert(conn, lock.row(), waiter).await?;
         // Registered before the commit: a handoff right after it finds us.
@@ -172,31 +177,15 @@ impl Engine {
             engine: self.clone(),
             lock: lock.clone(),
             id,
-            owner: owner.to_owned(),
+            owner: wish.owner.to_owned(),
             rx,
             armed: true,
         };
-        self.add_queued(conn, lock, 1).await?;
+        seat::add_queued(conn, lock, 1).await?;
         Ok(queued)
     }
 
-    /// Adds `delta` to the header row's count of pending waiters.
-    pub(super) async fn add_queued(
-        &self,
-        conn: &mut Conn,
-        lock: &LockRef,
-        delta: i64,
-    ) -> Result<(), EngineError> {
-        match lock.kind {
-            Kind::Semaphore => {
-                semaphores::add_queued(conn, &lock.tenant.name, &lock.storage_key, delta).await?
-            }
-            Kind::Lock | Kind::Election => locks::add_queued(conn, lock.row(), delta).await?,
-        };
-        Ok(())
-    }
-
-    /// Records the handoff of a lease to `waiter` in the freeing
+    /// Records the handoff of `lease` to `waiter` in the freeing
     /// transaction (which has already written the lease). A grant to a
     /// waiter of this broker is claimed at once and delivered in-process
     /// after the commit; one to another broker's waiter is left for that
@@ -206,45 +195,52 @@ impl Engine {
         conn: &mut Conn,
         lock: &LockRef,
         waiter: WaiterRow,
-        token: u64,
-        slot: Option<u32>,
-        expires_at: chrono::NaiveDateTime,
+        lease: &Lease,
     ) -> Result<Delivery, EngineError> {
         let local = waiter.broker == self.broker.as_bytes();
-        waiters::grant(conn, waiter.id, token, slot, expires_at, local).await?;
-        self.add_queued(conn, lock, -1).await?;
+        let (token, seat, expires_at) = (lease.token, lease.seat, lease.expires_at);
+        waiters::grant(conn, waiter.id, token, seat.slot(), expires_at, local).await?;
+        seat::add_queued(conn, lock, -1).await?;
         Ok(Delivery {
             local,
+            broker: waiter.broker,
             id: waiter.id,
             handoff: Handoff {
                 token,
-                slot,
+                seat,
                 expires_at,
             },
         })
     }
 
-    /// Delivers committed handoffs to this broker's waiters.
+    /// Delivers committed handoffs: in-process to this broker's waiters;
+    /// for other brokers' waiters, a push tells their broker to look now.
     pub(super) fn deliver(&self, deliveries: impl IntoIterator<Item = Delivery>) {
+        let mut elsewhere = Vec::new();
         for d in deliveries {
             self.metrics.inc("lockbroker_handoffs_total", &[]);
-            if !d.local {
-                continue;
+            if d.local {
+                self.hand_to_waiter(d.id, d.handoff, Via::Local);
+            } else {
+                elsewhere.push((d.broker, d.id));
             }
-            self.hand_to_waiter(d.id, d.handoff);
         }
+        self.push_wakeups(elsewhere);
     }
 
     /// Hands a claimed grant to waiter `id` of this broker, if nobody else
     /// (its own leaving, or the other delivery path) took its sender first.
     /// The waiter's row stays until the waiter has its answer: whoever
     /// deletes a granted row owns its lease.
-    fn hand_to_waiter(&self, id: u64, handoff: Handoff) {
+    fn hand_to_waiter(&self, id: u64, handoff: Handoff, via: Via) {
         let sender = self.local.lock().expect("local waiters").remove(&id);
         // No sender, or nobody listening any more: the waiter is leaving
         // and finds the grant in its row, which it takes and gives back.
         if let Some(sender) = sender {
-            let _ = sender.send(handoff);
+            if sender.send(handoff).is_ok() {
+                self.metrics
+                    .inc("lockbroker_wakeups_total", &[("via", via.label())]);
+            }
         }
     }
 
@@ -261,7 +257,7 @@ impl Engine {
         wait_ms: u64,
         departure: &mut Departure,
     ) -> Result<Option<Handoff>, EngineError> {
-        let id = queued.id;
+        let (id, queued_at) = (queued.id, tokio::time::Instant::now());
         let mut stop = self.shutdown.clone();
         let outcome = tokio::select! {
             handoff = &mut queued.rx => handoff.ok(),
@@ -281,6 +277,11 @@ impl Engine {
             }
         };
         if let Some(handoff) = outcome {
+            self.metrics.observe(
+                "lockbroker_handoff_latency_seconds",
+                &[("tenant", &lock.tenant)],
+                queued_at.elapsed().as_secs_f64(),
+            );
             queued.armed = false;
             self.collect(id);
             return Ok(Some(handoff));
@@ -327,20 +328,7 @@ impl Engine {
         let budget = self.budget();
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            match lock.kind {
-                Kind::Semaphore => {
-                    semaphores::header(
-                        &mut tx,
-                        &lock.tenant.name,
-                        &lock.storage_key,
-                        Locking::Wait,
-                    )
-                    .await?;
-                }
-                Kind::Lock | Kind::Election => {
-                    locks::select(&mut tx, lock.row(), Locking::Wait).await?;
-                }
-            }
+            seat::header(&mut tx, lock, Locking::Wait).await?;
             let Some(row) = waiters::get(&mut tx, id).await? else {
                 tx.rollback().await?;
                 return Ok(None);
@@ -349,11 +337,11 @@ impl Engine {
             let handoff = match (row.granted_token, row.granted_expires_at) {
                 (Some(token), Some(expires_at)) => Some(Handoff {
                     token,
-                    slot: row.granted_slot,
+                    seat: Seat::from_slot(row.granted_slot),
                     expires_at,
                 }),
                 _ => {
-                    self.add_queued(&mut tx, lock, -1).await?;
+                    seat::add_queued(&mut tx, lock, -1).await?;
                     None
                 }
             };
@@ -363,45 +351,18 @@ impl Engine {
         .await
     }
 
-    /// Releases (hands on) a lease granted to a request that is gone,
-    /// trying again a few times if the database is away: otherwise the
-    /// lease would only end with its TTL.
-    pub(super) async fn give_back(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        token: u64,
-        slot: Option<u32>,
-    ) {
-        for _ in 0..GIVE_BACK_TRIES {
-            let released = match slot {
-                Some(slot) => self.release_slot_now(lock, owner, slot, token).await,
-                None => self.release_now(lock, owner, token).await.map(|_| ()),
-            };
-            match released {
-                Ok(()) | Err(EngineError::LeaseLost) => return,
-                Err(err) => {
-                    tracing::debug!(error = %err, "could not give back a departed client's lease yet");
-                    tokio::time::sleep(self.settings.db_timeout).await;
-                }
-            }
-        }
-        // The lease runs out by its TTL and goes to the next waiter then.
-        tracing::warn!(key = %lock.storage_key, "could not give back a departed client's lease");
-    }
-
     /// A waiter whose request is gone: release what was handed to it, or
     /// leave the queue (releasing a grant made meanwhile).
     async fn clean_up(&self, lock: &LockRef, id: u64, owner: &str, handed: Option<Handoff>) {
         if let Some(handoff) = handed {
             self.collect(id);
             return self
-                .give_back(lock, owner, handoff.token, handoff.slot)
+                .give_back(lock, handoff.seat, owner, handoff.token)
                 .await;
         }
         match self.leave(lock, id).await {
             Ok(Some(handoff)) => {
-                self.give_back(lock, owner, handoff.token, handoff.slot)
+                self.give_back(lock, handoff.seat, owner, handoff.token)
                     .await
             }
             Ok(None) => {}
@@ -414,30 +375,42 @@ impl Engine {
         }
     }
 
-    /// This broker's wake loop: once per tick, while it has waiters, claim
-    /// and deliver the grants other brokers made to them.
+    /// This broker's wake loop: once per tick, and at once when another
+    /// broker pushes, while it has waiters, claim and deliver the grants
+    /// other brokers made to them.
     pub async fn run_waker(self, mut stop: watch::Receiver<bool>) {
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(WAKE_TICK) => {}
+            let via = tokio::select! {
+                () = tokio::time::sleep(WAKE_TICK) => Via::Poll,
+                () = self.wake.nudge.notified() => Via::Push,
                 () = crate::shutdown::stopped(&mut stop) => return,
-            }
+            };
             if self.local.lock().expect("local waiters").is_empty() {
                 continue;
             }
-            if let Err(err) = self.wake_once().await {
+            if let Err(err) = self.wake_once(via).await {
                 tracing::debug!(error = %err, "wake check failed");
             }
         }
     }
 
-    async fn wake_once(&self) -> Result<(), EngineError> {
+    /// One pass: claims this broker's unclaimed grants and delivers them.
+    /// A pass made on a push claims first (a grant is known to be there);
+    /// a poll reads first and claims only what it found.
+    async fn wake_once(&self, via: Via) -> Result<(), EngineError> {
         let mut conn = self.conn(self.budget()).await?;
-        let mut granted = waiters::granted_for_broker(&mut conn, &self.broker).await?;
-        if granted.iter().any(|row| row.claimed == 0) {
+        let granted = if via == Via::Push {
             waiters::claim_for_broker(&mut conn, &self.broker).await?;
-            granted = waiters::granted_for_broker(&mut conn, &self.broker).await?;
-        }
+            waiters::granted_for_broker(&mut conn, &self.broker).await?
+        } else {
+            let granted = waiters::granted_for_broker(&mut conn, &self.broker).await?;
+            if granted.iter().any(|row| row.claimed == 0) {
+                waiters::claim_for_broker(&mut conn, &self.broker).await?;
+                waiters::granted_for_broker(&mut conn, &self.broker).await?
+            } else {
+                granted
+            }
+        };
         conn.done();
         for row in granted.into_iter().filter(|row| row.claimed != 0) {
             let (Some(token), Some(expires_at)) = (row.granted_token, row.granted_expires_at)
@@ -446,10 +419,10 @@ impl Engine {
             };
             let handoff = Handoff {
                 token,
-                slot: row.granted_slot,
+                seat: Seat::from_slot(row.granted_slot),
                 expires_at,
             };
-            self.hand_to_waiter(row.id, handoff);
+            self.hand_to_waiter(row.id, handoff, via);
         }
         Ok(())
     }

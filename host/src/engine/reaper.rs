@@ -2,22 +2,24 @@
 //! grants that dead brokers never delivered, and clears out waiters past
 //! their deadline or of dead brokers.
 //!
-//! Every broker runs one. Each tick it lists keys that need work with a
-//! plain read, then works on each in its own transaction that takes the
+//! Every broker runs one. Each tick it decides which keys need work: those
+//! with pending waiters but a free or expired lease (nobody handed it on),
+//! and those whose queue holds stale waiters (past their deadline by
+//! [`GRACE`], or of a gone broker) or grants a gone broker never claimed.
+//! It finds them with plain reads, then reaps each (`Engine::reap`, the
+//! same for every kind of lease) in its own transaction that takes the
 //! key's header row with `SKIP LOCKED`: several brokers' reapers never wait
 //! for each other, and never for a grant in progress.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use tokio::sync::watch;
 
-use super::{Engine, EngineError, LockRef};
-use crate::{
-    store::{
-        waiters::{self, ReapKey},
-        Kind,
-    },
-    tenant::Tenant,
+use super::{micros, Engine, EngineError, LockRef, Scope};
+use crate::store::{
+    locks, semaphores,
+    waiters::{self, Staleness},
+    KeyRow, Kind,
 };
 
 /// Keys looked at per tick.
@@ -27,18 +29,23 @@ const SWEEP_EVERY: u32 = 400;
 /// How long past its deadline a waiter is left for its own broker to take
 /// out of the queue before the reaper does (it is not eligible meanwhile).
 const GRACE: Duration = Duration::from_secs(1);
+/// How long after its lease ended a granted row nobody collected is swept.
+const UNCOLLECTED_AFTER: Duration = Duration::from_secs(60);
+/// Granted rows swept per sweep.
+const SWEEP_BATCH: u32 = 1000;
 
 impl Engine {
-    /// Runs until `stop`, once every `interval`.
+    /// Runs until `stop`, once every `interval`, on the keys of the
+    /// tenants of `scopes` (keys of other tenants are left alone).
     pub async fn run_reaper(
         self,
-        tenants: Vec<Arc<Tenant>>,
+        scopes: Vec<Scope>,
         interval: Duration,
         mut stop: watch::Receiver<bool>,
     ) {
-        let tenants: HashMap<Vec<u8>, Arc<Tenant>> = tenants
+        let tenants: HashMap<Vec<u8>, Scope> = scopes
             .into_iter()
-            .map(|t| (t.name.clone().into_bytes(), t))
+            .map(|t| (t.tenant.clone().into_bytes(), t))
             .collect();
         let mut tick = 0u32;
         let mut last_warning: Option<tokio::time::Instant> = None;
@@ -64,27 +71,31 @@ impl Engine {
 
     async fn reap_once(
         &self,
-        tenants: &HashMap<Vec<u8>, Arc<Tenant>>,
+        tenants: &HashMap<Vec<u8>, Scope>,
         sweep: bool,
     ) -> Result<(), EngineError> {
-        let (alive, grace) = (self.alive_us(), GRACE.as_micros() as u64);
+        let stale = Staleness {
+            alive_us: self.alive_us(),
+            grace_us: micros(GRACE),
+        };
         let mut conn = self.conn(self.budget()).await?;
-        let mut keys = waiters::lock_keys_to_reap(&mut conn, BATCH, alive, grace).await?;
-        keys.extend(waiters::semaphore_keys_to_reap(&mut conn, BATCH, alive, grace).await?);
+        let mut keys = locks::free_with_waiters(&mut conn, BATCH).await?;
+        keys.extend(semaphores::free_with_waiters(&mut conn, BATCH).await?);
+        keys.extend(waiters::keys_to_clean(&mut conn, stale, BATCH).await?);
         if sweep {
-            waiters::delete_uncollected(&mut conn).await?;
+            waiters::delete_uncollected(&mut conn, micros(UNCOLLECTED_AFTER), SWEEP_BATCH).await?;
         }
         conn.done();
         drop(conn);
+        keys.sort_by(|a, b| {
+            (a.kind, &a.tenant, &a.lock_key).cmp(&(b.kind, &b.tenant, &b.lock_key))
+        });
+        keys.dedup_by(|a, b| (a.kind, &a.tenant, &a.lock_key) == (b.kind, &b.tenant, &b.lock_key));
         for key in keys {
             let Some(lock) = lock_ref(tenants, &key) else {
                 continue;
             };
-            let result = match lock.kind {
-                Kind::Semaphore => self.reap_semaphore(&lock).await,
-                Kind::Lock | Kind::Election => self.reap_lock(&lock).await,
-            };
-            if let Err(err) = result {
+            if let Err(err) = self.reap(&lock).await {
                 self.metrics.inc("lockbroker_reaper_errors_total", &[]);
                 tracing::debug!(error = %err, key = %lock.storage_key, "reaping a key failed");
             }
@@ -94,8 +105,8 @@ impl Engine {
 }
 
 /// The lock a reaped row is about (its tenant must still be configured).
-fn lock_ref(tenants: &HashMap<Vec<u8>, Arc<Tenant>>, key: &ReapKey) -> Option<LockRef> {
-    let tenant = tenants.get(&key.tenant)?.clone();
+fn lock_ref(tenants: &HashMap<Vec<u8>, Scope>, key: &KeyRow) -> Option<LockRef> {
+    let tenant = tenants.get(&key.tenant)?;
     let kind = match key.kind {
         0 => Kind::Lock,
         1 => Kind::Election,
@@ -103,11 +114,6 @@ fn lock_ref(tenants: &HashMap<Vec<u8>, Arc<Tenant>>, key: &ReapKey) -> Option<Lo
         _ => return None,
     };
     let storage_key = String::from_utf8(key.lock_key.clone()).ok()?;
-    Some(LockRef {
-        tenant,
-        kind,
-        // The reaper has no client key; fairness policies get the storage key.
-        key: storage_key.clone(),
-        storage_key,
-    })
+    // The reaper has no client key; fairness policies get the storage key.
+    Some(tenant.lock(kind, storage_key.clone(), storage_key))
 }

@@ -16,12 +16,11 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use tokio::time::Instant;
 
-use super::{Budget, DbFailure, Engine, EngineError, LockRef};
-use crate::store::{
-    locks::{self, Locking},
-    pool::Conn,
-    semaphores, waiters, Failure, Kind,
+use super::{
+    seat::{self, Seat},
+    Budget, DbFailure, Engine, EngineError, LockRef,
 };
+use crate::store::{pool::Conn, waiters, Failure, Locking};
 
 /// Time to find out an outcome even when the commit used up its budget.
 const SETTLE_AT_LEAST: Duration = Duration::from_millis(500);
@@ -33,28 +32,19 @@ const SETTLE_PAUSE: Duration = Duration::from_millis(50);
 /// What a transaction's commit leaves in the database, if it happened.
 #[derive(Debug, Clone)]
 pub(super) enum Expect {
-    /// The lock row holds exactly this lease (`fresh`: a new grant, which
+    /// The seat holds exactly this lease (`fresh`: a new grant, which
     /// nobody holds if its client was told the database failed).
     Lease {
+        seat: Seat,
         owner: String,
         token: u64,
         hold_count: u32,
         expires_at: NaiveDateTime,
         fresh: bool,
     },
-    /// The lease `token` has ended: the row was freed with that token, or
-    /// has moved on to a later one.
-    Ended { token: u64 },
-    /// A semaphore slot holds exactly this lease.
-    Slot {
-        slot: u32,
-        owner: String,
-        token: u64,
-        expires_at: NaiveDateTime,
-        fresh: bool,
-    },
-    /// The slot's lease `token` has ended.
-    SlotEnded { slot: u32, token: u64 },
+    /// The seat's lease `token` has ended: the seat was freed with that
+    /// token, or has moved on to a later one.
+    Ended { seat: Seat, token: u64 },
     /// A waiter row exists.
     Waiter { id: u64 },
     /// A waiter row is gone.
@@ -132,22 +122,17 @@ impl Engine {
     /// whether it happened and, if so, give it back (in the background,
     /// for at most [`UNDO_FOR`]).
     fn undo_later(&self, lock: &LockRef, expect: Expect, session: Session) {
-        let (owner, token, slot) = match &expect {
-            Expect::Lease {
-                owner,
-                token,
-                fresh: true,
-                ..
-            } => (owner.clone(), *token, None),
-            Expect::Slot {
-                owner,
-                token,
-                slot,
-                fresh: true,
-                ..
-            } => (owner.clone(), *token, Some(*slot)),
-            _ => return,
+        let Expect::Lease {
+            seat,
+            owner,
+            token,
+            fresh: true,
+            ..
+        } = &expect
+        else {
+            return;
         };
+        let (seat, owner, token) = (*seat, owner.clone(), *token);
         let (engine, lock) = (self.clone(), lock.clone());
         tokio::spawn(async move {
             let budget = Budget {
@@ -155,7 +140,7 @@ impl Engine {
             };
             if let Ok(true) = engine.settle(&lock, &expect, &session, budget).await {
                 tracing::info!(key = %lock.storage_key, token, "a grant answered 503 had committed: giving it back");
-                engine.give_back(&lock, &owner, token, slot).await;
+                engine.give_back(&lock, seat, &owner, token).await;
             }
         });
     }
@@ -209,12 +194,13 @@ impl Engine {
         conn.begin().await?;
         let happened = match expect {
             Expect::Lease {
+                seat,
                 owner,
                 token,
                 hold_count,
                 expires_at,
                 ..
-            } => locks::select(&mut conn, lock.row(), Locking::Wait)
+            } => seat::read(&mut conn, lock, *seat)
                 .await?
                 .is_some_and(|row| {
                     row.owner.as_deref() == Some(owner.as_bytes())
@@ -222,46 +208,13 @@ impl Engine {
                         && row.hold_count == *hold_count
                         && row.expires_at == Some(*expires_at)
                 }),
-            Expect::Ended { token } => locks::select(&mut conn, lock.row(), Locking::Wait)
+            Expect::Ended { seat, token } => seat::read(&mut conn, lock, *seat)
                 .await?
                 .is_some_and(|row| row.token > *token || row.owner.is_none()),
-            Expect::Slot {
-                slot,
-                owner,
-                token,
-                expires_at,
-                ..
-            } => {
-                semaphores::slot_for_update(&mut conn, &lock.tenant.name, &lock.storage_key, *slot)
-                    .await?
-                    .is_some_and(|row| {
-                        row.owner.as_deref() == Some(owner.as_bytes())
-                            && row.token == *token
-                            && row.expires_at == Some(*expires_at)
-                    })
-            }
-            Expect::SlotEnded { slot, token } => {
-                semaphores::slot_for_update(&mut conn, &lock.tenant.name, &lock.storage_key, *slot)
-                    .await?
-                    .is_some_and(|row| row.token > *token || row.owner.is_none())
-            }
             Expect::Waiter { id } | Expect::WaiterGone { id } => {
                 // Queue changes hold the key's header row until they
                 // commit: taking it waits for one still in flight.
-                match lock.kind {
-                    Kind::Semaphore => {
-                        semaphores::header(
-                            &mut conn,
-                            &lock.tenant.name,
-                            &lock.storage_key,
-                            Locking::Wait,
-                        )
-                        .await?;
-                    }
-                    Kind::Lock | Kind::Election => {
-                        locks::select(&mut conn, lock.row(), Locking::Wait).await?;
-                    }
-                }
+                seat::header(&mut conn, lock, Locking::Wait).await?;
                 let exists = waiters::get(&mut conn, *id).await?.is_some();
                 exists == matches!(expect, Expect::Waiter { .. })
             }

@@ -1,14 +1,20 @@
 //! `/v1/admin`: tenants and their policies (admin token only).
 
-use hyper::{body::Incoming, Method, Request, StatusCode};
-use serde_json::{json, Value};
+use hyper::{body::Incoming, Method, Request};
+use lockbroker_api::{
+    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, TenantInfo, TenantList,
+};
 
 use super::{
-    json_response,
-    request::{authenticate_admin, read_body},
+    ok,
+    openapi::{
+        BadRequest, Forbidden, InvalidKey, MethodNotAllowed, NotFound, PolicyError, TenantKeyPath,
+        TenantPath, TooLarge, Unauthenticated, Unavailable, WasmComponent,
+    },
+    request::{authenticate_admin, name_lock, read_body},
     ApiError, Response,
 };
-use crate::{app::App, tenant::Tenant};
+use crate::{app::App, store::Kind, tenant::Tenant};
 
 /// Routes `/v1/admin/...` after the admin token is checked.
 pub async fn handle(
@@ -18,23 +24,59 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     authenticate_admin(app, req.headers())?;
     match (req.method(), tail) {
-        (&Method::GET, ["tenants"]) => Ok(tenants(app)),
-        (_, ["tenants"]) => Err(ApiError::method_not_allowed()),
+        (&Method::GET, ["tenants"]) => Ok(ok(&tenants(app))),
+        (_, ["tenants"]) => Err(ApiError::method_not_allowed("GET")),
         (&Method::PUT, ["tenants", name, "policy"]) => {
             let name = (*name).to_owned();
-            upload_policy(app, req, &name).await
+            Ok(ok(&upload_policy(app, req, &name).await?))
         }
-        (_, ["tenants", _, "policy"]) => Err(ApiError::method_not_allowed()),
+        (_, ["tenants", _, "policy"]) => Err(ApiError::method_not_allowed("PUT")),
+        (&Method::POST, ["tenants", name, "locks", key, "release"]) => {
+            Ok(ok(&force_release(app, name, key).await?))
+        }
+        (_, ["tenants", _, "locks", _, "release"]) => Err(ApiError::method_not_allowed("POST")),
         _ => Err(ApiError::not_found("no such admin path")),
     }
 }
 
-/// `PUT /v1/admin/tenants/{tenant}/policy`: validate, then swap in.
+/// Replace a tenant's policy
+///
+/// Validates the WebAssembly component (the `lockbroker:policy@0.1.0`
+/// world, then a self-check call of each export) and swaps it in without a
+/// restart. Requests already in flight finish with the old policy.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/tenants/{tenant}/policy",
+    operation_id = "putPolicy",
+    tag = "admin",
+    params(TenantPath),
+    request_body(content = WasmComponent, content_type = "application/wasm",
+        description = "The policy component's bytes."),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new policy is in force; `policy.sha256` is its digest.",
+            body = TenantInfo),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 405, response = MethodNotAllowed),
+        (status = 413, response = TooLarge),
+        (status = 422, description = "`invalid_policy`: the component is invalid, imports \
+anything, traps in its self-check, or exports the wrong interface; the reason is the message. \
+The old policy stays in force (and the reason shows as `last_error` in `GET \
+/v1/admin/tenants`). An upload for a tenant with a `policy` file also replaces that file, so it \
+survives a restart.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "invalid_policy",
+                "message": "the component does not export lockbroker:policy/naming@0.1.0"}})),
+    )
+)]
 async fn upload_policy(
     app: &App,
     req: Request<Incoming>,
     name: &str,
-) -> Result<Response, ApiError> {
+) -> Result<TenantInfo, ApiError> {
     let tenant = app
         .tenants
         .get(name)
@@ -49,29 +91,94 @@ async fn upload_policy(
     app.reloader
         .upload(&tenant, bytes.to_vec())
         .await
-        .map_err(|err| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy", err.0))?;
-    Ok(json_response(StatusCode::OK, &tenant_json(&tenant)))
+        .map_err(|err| ApiError::new(ErrorCode::InvalidPolicy, err.0))?;
+    Ok(tenant_info(&tenant))
 }
 
-fn tenants(app: &App) -> Response {
-    let list: Vec<Value> = app.tenants.iter().map(|t| tenant_json(t)).collect();
-    json_response(StatusCode::OK, &json!({ "tenants": list }))
+/// Force-release a stuck lock
+///
+/// Ends the live lease of a tenant's lock, whoever holds it (every hold of
+/// a re-entered lock). The key goes through the tenant's naming policy as
+/// in the tenant's own calls. A queued waiter gets the lock at once, by the
+/// same handoff a release makes; otherwise it is free. The next grant's
+/// token is greater than the ended one, so the old holder's writes are
+/// fenced off; its renew and release get `lease_lost`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/tenants/{tenant}/locks/{key}/release",
+    operation_id = "forceReleaseLock",
+    tag = "admin",
+    params(TenantKeyPath),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The lease was ended: its holder and token.",
+            body = ForceReleaseResponse),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 404, description = "`not_found`: no such tenant, or nobody holds the lock.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "not_found", "message": "nobody holds the lock"}})),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseResponse, ApiError> {
+    let tenant = app
+        .tenants
+        .get(name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+    let lock = name_lock(tenant, Kind::Lock, key).await?;
+    let forced = app.engine(&lock.tenant).force_release(&lock).await?;
+    Ok(ForceReleaseResponse {
+        tenant: lock.tenant,
+        key: lock.key,
+        storage_key: lock.storage_key,
+        owner: forced.owner,
+        token: forced.token,
+        handed_off: forced.handed_off,
+    })
+}
+
+/// List tenants
+///
+/// Every tenant with the policy in force and the last policy load error,
+/// if any.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/tenants",
+    operation_id = "listTenants",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The tenants.", body = TenantList),
+        (status = 401, response = Unauthenticated),
+        (status = 403, response = Forbidden),
+        (status = 405, response = MethodNotAllowed),
+    )
+)]
+fn tenants(app: &App) -> TenantList {
+    TenantList {
+        tenants: app.tenants.iter().map(|t| tenant_info(t)).collect(),
+    }
 }
 
 /// A tenant and the policy in force, as the admin API shows it.
-pub fn tenant_json(tenant: &Tenant) -> Value {
+pub fn tenant_info(tenant: &Tenant) -> TenantInfo {
     let loaded = tenant.policy.current();
-    json!({
-        "name": tenant.name,
-        "max_ttl_ms": tenant.max_ttl_ms,
-        "max_waiters": tenant.max_waiters,
-        "policy": {
-            "file": tenant.policy_file,
-            "name": loaded.descriptor.name,
-            "version": loaded.descriptor.version,
-            "sha256": loaded.sha256,
-            "loaded_at": loaded.loaded_at,
+    TenantInfo {
+        name: tenant.name.clone(),
+        max_ttl_ms: tenant.max_ttl_ms,
+        max_waiters: tenant.max_waiters,
+        policy: PolicyInfo {
+            file: tenant.policy_file.clone(),
+            name: loaded.descriptor.name.clone(),
+            version: loaded.descriptor.version.clone(),
+            sha256: loaded.sha256.clone(),
+            loaded_at: loaded.loaded_at.clone(),
         },
-        "last_error": tenant.policy.last_error(),
-    })
+        last_error: tenant.policy.last_error(),
+    }
 }

@@ -1,8 +1,9 @@
 //! The one place where failures become HTTP statuses and JSON errors:
-//! `{"error": {"code": "...", "message": "..."}}`.
+//! `{"error": {"code": "...", "message": "..."}}` ([`ErrorBody`]; each
+//! [`ErrorCode`] carries its status).
 
 use hyper::{header, StatusCode};
-use serde_json::json;
+use lockbroker_api::{ErrorBody, ErrorCode, ErrorDetail};
 
 use super::{json_response, Response};
 use crate::{
@@ -10,75 +11,125 @@ use crate::{
     policy::{NamingError, PolicyFault},
 };
 
+/// The retry hint while a tenant's first policy loads: a large component
+/// compiles in seconds.
+const LOADING_RETRY_AFTER_MS: u64 = 1000;
+
 /// An error answer. Build one with the constructors; map library errors
 /// with `From`.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub retry_after_ms: Option<u64>,
+    /// For 405: the methods the path takes (the `Allow` header).
+    pub allow: Option<&'static str>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
-            status,
             code,
             message: message.into(),
             retry_after_ms: None,
+            allow: None,
         }
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        ApiError::new(ErrorCode::BadRequest, message)
     }
 
     pub fn unauthenticated(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+        ApiError::new(ErrorCode::Unauthenticated, message)
     }
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+        ApiError::new(ErrorCode::Forbidden, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+        ApiError::new(ErrorCode::NotFound, message)
     }
 
-    pub fn method_not_allowed() -> ApiError {
-        ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "this method is not allowed on this path",
-        )
+    /// 405 for a path that takes only `allow` (`"GET"`, `"POST"`, ...).
+    pub fn method_not_allowed(allow: &'static str) -> ApiError {
+        ApiError {
+            allow: Some(allow),
+            ..ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "this method is not allowed on this path",
+            )
+        }
     }
 
     pub fn too_large(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+        ApiError::new(ErrorCode::TooLarge, message)
     }
 
     pub fn invalid_key(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_key", message)
+        ApiError::new(ErrorCode::InvalidKey, message)
     }
 
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        ApiError::new(ErrorCode::Unavailable, message)
+    }
+
+    pub fn uri_too_long(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::UriTooLong, message)
+    }
+
+    pub fn headers_too_large(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::HeadersTooLarge, message)
+    }
+
+    /// The error for a request that hyper refused before it reached the
+    /// router (it answers these itself; `parse_errors` swaps in this body).
+    pub fn from_parse_status(status: StatusCode) -> Option<ApiError> {
+        match status {
+            StatusCode::BAD_REQUEST => Some(ApiError::bad_request(
+                "malformed HTTP request (request line or headers)",
+            )),
+            StatusCode::URI_TOO_LONG => Some(ApiError::uri_too_long(
+                "the request target is longer than the server accepts",
+            )),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => Some(ApiError::headers_too_large(
+                "the request head is larger than the server accepts, or has too many headers",
+            )),
+            _ => None,
+        }
+    }
+
+    /// The JSON document of this error.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message.clone(),
+                retry_after_ms: self.retry_after_ms,
+            },
+        }
+    }
+
+    /// The HTTP status of this error, from its code.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.http_status()).expect("every code has a valid status")
     }
 
     /// The response for this error.
     pub fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(ms) = self.retry_after_ms {
-            error["retry_after_ms"] = ms.into();
-        }
-        let mut response = json_response(self.status, &json!({ "error": error }));
+        let mut response = json_response(self.status(), &self.body());
         if let Some(ms) = self.retry_after_ms {
             let secs = ms.div_ceil(1000).max(1);
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 secs.to_string().parse().expect("digits"),
             );
+        }
+        if let Some(allow) = self.allow {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static(allow));
         }
         response
     }
@@ -90,34 +141,33 @@ impl From<EngineError> for ApiError {
             EngineError::LockHeld { retry_after_ms } => ApiError {
                 retry_after_ms: Some(retry_after_ms),
                 ..ApiError::new(
-                    StatusCode::CONFLICT,
-                    "lock_held",
+                    ErrorCode::LockHeld,
                     "the lock is held by another owner",
                 )
             },
             EngineError::SemaphoreFull { retry_after_ms } => ApiError {
                 retry_after_ms: Some(retry_after_ms),
                 ..ApiError::new(
-                    StatusCode::CONFLICT,
-                    "semaphore_full",
+                    ErrorCode::SemaphoreFull,
                     "every permit of the semaphore is taken",
                 )
             },
             EngineError::PermitsMismatch { permits } => ApiError::new(
-                StatusCode::CONFLICT,
-                "permits_mismatch",
+                ErrorCode::PermitsMismatch,
                 format!("the semaphore exists with {permits} permits"),
             ),
             EngineError::LeaseLost => ApiError::new(
-                StatusCode::CONFLICT,
-                "lease_lost",
+                ErrorCode::LeaseLost,
                 "this owner and token do not hold the current lease (expired, re-granted, released or never held)",
             ),
             EngineError::TooManyWaiters => ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_waiters",
+                ErrorCode::TooManyWaiters,
                 "the tenant has max_waiters requests waiting already",
             ),
+            EngineError::NotHeld => ApiError::not_found("nobody holds the lock"),
+            EngineError::DuplicateKey { key, storage_key } => ApiError::bad_request(format!(
+                "keys must name distinct locks: {key:?} names {storage_key:?} like another key"
+            )),
             EngineError::ShuttingDown => ApiError::unavailable("the broker is shutting down; nothing was granted"),
             EngineError::Unavailable(err) => {
                 tracing::warn!(error = %err, "database unavailable");
@@ -136,6 +186,12 @@ impl From<NamingError> for ApiError {
         match err {
             NamingError::Rejected(reason) => ApiError::invalid_key(reason),
             NamingError::Fault(fault) => fault.into(),
+            NamingError::Loading => ApiError {
+                retry_after_ms: Some(LOADING_RETRY_AFTER_MS),
+                ..ApiError::unavailable(
+                    "the tenant's policy is still loading (the broker has just started); nothing was granted",
+                )
+            },
         }
     }
 }
@@ -143,8 +199,7 @@ impl From<NamingError> for ApiError {
 impl From<PolicyFault> for ApiError {
     fn from(fault: PolicyFault) -> ApiError {
         ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "policy_error",
+            ErrorCode::PolicyError,
             format!("the tenant's naming policy failed: {fault}"),
         )
     }

@@ -1,207 +1,282 @@
 //! `/v1/locks/{key}`: acquire, release, renew, status.
 
 use bytes::Bytes;
-use hyper::{Method, StatusCode};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use hyper::Method;
+use lockbroker_api::{
+    AcquireRequest, ErrorBody, Lease, LockStatus, ReleaseRequest, ReleaseResponse, RenewRequest,
+    ValidateRequest, Validity,
+};
 
 use super::{
-    json_response,
-    request::{check_len, check_range, parse_json},
-    router::Command,
+    lease::{check_holder, lease, rfc3339, Terms},
+    ok,
+    openapi::{
+        BadRequest, InvalidKey, KeyPath, MethodNotAllowed, PolicyError, TooLarge, TooManyWaiters,
+        Unauthenticated, Unavailable,
+    },
+    request::parse_json,
+    router::{route_action, Command},
     ApiError, Response,
 };
 use crate::{
     app::App,
-    engine::{Grant, LockRef},
+    engine::{Engine, LockRef},
     store::Kind,
     tenant::Tenant,
 };
 
-/// Longest `owner`, in bytes.
-pub const MAX_OWNER_BYTES: usize = 128;
-/// Default lease length when `ttl_ms` is not given.
-pub const DEFAULT_TTL_MS: u64 = 30_000;
-/// Shortest lease.
-pub const MIN_TTL_MS: u64 = 100;
-/// Longest wait.
-pub const MAX_WAIT_MS: u64 = 300_000;
-
-#[derive(Debug, Deserialize)]
-struct AcquireBody {
-    owner: String,
-    ttl_ms: Option<u64>,
-    #[serde(default)]
-    wait_ms: u64,
-    #[serde(default)]
-    priority: i32,
-}
-
-#[derive(Debug, Deserialize)]
-struct ReleaseBody {
-    owner: String,
-    token: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct RenewBody {
-    owner: String,
-    token: u64,
-    ttl_ms: Option<u64>,
-}
-
 /// One lock request, parsed and checked.
 #[derive(Debug)]
 pub enum LockCommand {
-    Acquire {
-        owner: String,
-        ttl_ms: u64,
-        wait_ms: u64,
-        priority: i32,
-    },
-    Release {
-        owner: String,
-        token: u64,
-    },
-    Renew {
-        owner: String,
-        token: u64,
-        ttl_ms: u64,
-    },
+    Acquire(Terms),
+    Release(ReleaseRequest),
+    Renew { terms: Terms, token: u64 },
+    Validate(ValidateRequest),
     Status,
-}
-
-/// Which action a method and path tail name, before the body is read: `GET`
-/// on the key itself is `status`, `POST` on `{key}/{action}` one of
-/// `actions`, `GET` on `{key}/{action}` one of `get_actions`.
-///
-/// # Errors
-/// 404 for an unknown action, 405 for a wrong method.
-pub fn route_action(
-    method: &Method,
-    tail: &[&str],
-    actions: &[&'static str],
-    get_actions: &[&'static str],
-) -> Result<&'static str, ApiError> {
-    let (action, expected) = match tail {
-        [] => ("status", Method::GET),
-        [name] => match actions.iter().find(|a| *a == name) {
-            Some(action) => (*action, Method::POST),
-            None => match get_actions.iter().find(|a| *a == name) {
-                Some(action) => (*action, Method::GET),
-                None => return Err(ApiError::not_found("no such action")),
-            },
-        },
-        _ => return Err(ApiError::not_found("no such action")),
-    };
-    if *method != expected {
-        return Err(ApiError::method_not_allowed());
-    }
-    Ok(action)
-}
-
-/// A lease length: the default (capped by the tenant's maximum) or checked.
-pub fn ttl(tenant: &Tenant, ttl_ms: Option<u64>) -> Result<u64, ApiError> {
-    match ttl_ms {
-        None => Ok(DEFAULT_TTL_MS.min(tenant.max_ttl_ms)),
-        Some(ms) => check_range("ttl_ms", ms, MIN_TTL_MS, tenant.max_ttl_ms),
-    }
 }
 
 impl Command for LockCommand {
     const KIND: Kind = Kind::Lock;
 
     fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError> {
-        route_action(method, tail, &["acquire", "release", "renew"], &[])
+        route_action(
+            method,
+            tail,
+            &["acquire", "release", "renew", "validate"],
+            &[],
+        )
     }
 
     fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<LockCommand, ApiError> {
         Ok(match action {
             "acquire" => {
-                let b: AcquireBody = parse_json(body)?;
-                check_len("owner", &b.owner, MAX_OWNER_BYTES)?;
-                LockCommand::Acquire {
-                    ttl_ms: ttl(tenant, b.ttl_ms)?,
-                    wait_ms: check_range("wait_ms", b.wait_ms, 0, MAX_WAIT_MS)?,
-                    priority: b.priority,
-                    owner: b.owner,
-                }
+                LockCommand::Acquire(Terms::check(&parse_json::<AcquireRequest>(body)?, tenant)?)
             }
             "release" => {
-                let b: ReleaseBody = parse_json(body)?;
-                check_len("owner", &b.owner, MAX_OWNER_BYTES)?;
-                LockCommand::Release {
-                    owner: b.owner,
-                    token: b.token,
-                }
+                let request: ReleaseRequest = parse_json(body)?;
+                check_holder("owner", &request.owner)?;
+                LockCommand::Release(request)
             }
             "renew" => {
-                let b: RenewBody = parse_json(body)?;
-                check_len("owner", &b.owner, MAX_OWNER_BYTES)?;
+                let request: RenewRequest = parse_json(body)?;
                 LockCommand::Renew {
-                    ttl_ms: ttl(tenant, b.ttl_ms)?,
-                    owner: b.owner,
-                    token: b.token,
+                    terms: Terms::check(&request, tenant)?,
+                    token: request.token,
                 }
             }
+            "validate" => LockCommand::Validate(parse_json(body)?),
             _ => LockCommand::Status,
         })
     }
 
     async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
         let (engine, lock) = (app.engine(&lock.tenant), &lock);
-        let body = match self {
-            LockCommand::Acquire {
-                owner,
-                ttl_ms,
-                wait_ms,
-                priority,
-            } => grant_json(
-                lock,
-                &engine
-                    .acquire(lock, &owner, ttl_ms, wait_ms, priority)
-                    .await?,
-            ),
-            LockCommand::Renew {
-                owner,
-                token,
-                ttl_ms,
-            } => grant_json(lock, &engine.renew(lock, &owner, token, ttl_ms).await?),
-            LockCommand::Release { owner, token } => {
-                let released = engine.release(lock, &owner, token).await?;
-                json!({"released": released.released, "hold_count": released.hold_count})
-            }
-            LockCommand::Status => {
-                let state = engine.inspect(lock).await?;
-                json!({
-                    "key": lock.key,
-                    "storage_key": lock.storage_key,
-                    "held": state.held,
-                    "owner": state.owner,
-                    "token": state.token,
-                    "expires_at": state.expires_at.map(rfc3339),
-                    "waiters": state.waiters,
-                })
-            }
-        };
-        Ok(json_response(StatusCode::OK, &body))
+        Ok(match self {
+            LockCommand::Acquire(terms) => ok(&acquire(engine, lock, terms).await?),
+            LockCommand::Release(request) => ok(&release(engine, lock, request).await?),
+            LockCommand::Renew { terms, token } => ok(&renew(engine, lock, terms, token).await?),
+            LockCommand::Validate(request) => ok(&validate(engine, lock, request).await?),
+            LockCommand::Status => ok(&status(engine, lock).await?),
+        })
     }
 }
 
-fn grant_json(lock: &LockRef, grant: &Grant) -> Value {
-    json!({
-        "key": lock.key,
-        "storage_key": lock.storage_key,
-        "owner": grant.owner,
-        "token": grant.token,
-        "hold_count": grant.hold_count,
-        "ttl_ms": grant.ttl_ms,
-        "expires_at": rfc3339(grant.expires_at),
+/// Acquire a lock
+///
+/// Grants the lock to `owner`, or re-enters it: an owner that already holds
+/// the lock gets the same token, `hold_count` + 1 and a renewed lease. A new
+/// grant gets a fencing token greater than every earlier one of the key.
+/// With `wait_ms` > 0 the request waits in the queue the tenant's fairness
+/// policy orders.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{key}/acquire",
+    operation_id = "acquireLock",
+    tag = "locks",
+    params(KeyPath),
+    request_body = AcquireRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "Granted or re-entered.", body = Lease),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 409, headers(("Retry-After" = u64, description = "Seconds before trying again: \
+`retry_after_ms` rounded up, at least 1.")),
+            description = "`lock_held`: another owner holds the lock and `wait_ms` \
+ran out. `retry_after_ms` (and the `Retry-After` header) come from the tenant's backoff policy.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "lock_held",
+                "message": "the lock is held by another owner", "retry_after_ms": 120}})),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 429, response = TooManyWaiters),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn acquire(engine: &Engine, lock: &LockRef, terms: Terms) -> Result<Lease, ApiError> {
+    let grant = engine
+        .acquire(
+            lock,
+            &terms.holder,
+            terms.ttl_ms,
+            terms.wait_ms,
+            terms.priority,
+        )
+        .await?;
+    Ok(lease(lock, grant))
+}
+
+/// Release a lock
+///
+/// Drops one hold. The lock is free once `hold_count` reaches 0 (`released`
+/// true), and is handed to the next waiter if any.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{key}/release",
+    operation_id = "releaseLock",
+    tag = "locks",
+    params(KeyPath),
+    request_body = ReleaseRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "One hold dropped.", body = ReleaseResponse),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 409, description = "`lease_lost`: the token is not the current grant for that \
+owner (expired and re-granted, released, or never held). Nothing changes.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
+not hold the current lease (expired, re-granted, released or never held)"}})),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn release(
+    engine: &Engine,
+    lock: &LockRef,
+    request: ReleaseRequest,
+) -> Result<ReleaseResponse, ApiError> {
+    let released = engine.release(lock, &request.owner, request.token).await?;
+    Ok(ReleaseResponse {
+        released: released.released,
+        hold_count: released.hold_count,
     })
 }
 
-/// A database time (UTC) as `2026-11-21T10:00:00.000Z`.
-pub fn rfc3339(t: chrono::NaiveDateTime) -> String {
-    t.and_utc()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+/// Renew a lock
+///
+/// Extends the lease to `ttl_ms` from now (database clock). The token and
+/// `hold_count` stay. Once the lease has expired the renewal is refused,
+/// even if nobody took the lock since.
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{key}/renew",
+    operation_id = "renewLock",
+    tag = "locks",
+    params(KeyPath),
+    request_body = RenewRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "Renewed: the new `expires_at`.", body = Lease),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 409, description = "`lease_lost`: the lease expired (by the database clock) \
+or the token is not the owner's current grant.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
+not hold the current lease (expired, re-granted, released or never held)"}})),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn renew(
+    engine: &Engine,
+    lock: &LockRef,
+    terms: Terms,
+    token: u64,
+) -> Result<Lease, ApiError> {
+    let grant = engine
+        .renew(lock, &terms.holder, token, terms.ttl_ms)
+        .await?;
+    Ok(lease(lock, grant))
+}
+
+/// Show a lock
+///
+/// The lock's holder, as judged by the database clock, and its waiters.
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{key}",
+    operation_id = "getLock",
+    tag = "locks",
+    params(KeyPath),
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "The lock now.", body = LockStatus),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn status(engine: &Engine, lock: &LockRef) -> Result<LockStatus, ApiError> {
+    let state = engine.inspect(lock).await?;
+    Ok(LockStatus {
+        key: lock.key.clone(),
+        storage_key: lock.storage_key.clone(),
+        held: state.held,
+        owner: state.owner,
+        token: state.token,
+        expires_at: state.expires_at.map(rfc3339),
+        waiters: state.waiters,
+    })
+}
+
+/// Validate a fencing token
+///
+/// Whether `token` is the lock's live grant now (its lease unexpired by the
+/// database clock): a sequencer check before a protected write, as in
+/// Chubby. The answer can be stale by the time it arrives; a store that
+/// must refuse a stale holder for sure compares tokens itself, or, in the
+/// same MySQL server, calls `lockbroker_token_valid(tenant, storage_key,
+/// token)` inside its write's transaction (see the README).
+#[utoipa::path(
+    post,
+    path = "/v1/locks/{key}/validate",
+    operation_id = "validateLock",
+    tag = "locks",
+    params(KeyPath),
+    request_body = ValidateRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "`valid`, and the live token (null when not held).",
+            body = Validity),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn validate(
+    engine: &Engine,
+    lock: &LockRef,
+    request: ValidateRequest,
+) -> Result<Validity, ApiError> {
+    let validity = engine.validate(lock, request.token).await?;
+    Ok(Validity {
+        valid: validity.valid,
+        token: validity.current,
+    })
 }

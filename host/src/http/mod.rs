@@ -5,16 +5,33 @@
 //! - `router`: path and method to handler.
 //! - `request`: the shared pipeline steps (auth, body limits, JSON, key).
 //! - `locks`, `semaphores`, `elections`: the tenant resources (`sse` is
-//!   the event stream of `observe`); `admin`: tenants and policies;
-//!   `ops`: health, readiness, metrics, OpenAPI.
+//!   the event stream of `observe`); `multilock`: several lock keys at
+//!   once; `admin`: tenants, policies and force-release;
+//!   `ops`: health, readiness, metrics, OpenAPI; `internal`: calls
+//!   between brokers (push wake-ups), on their own secret.
+//! - `lease`: the lease request checks and answers the three resources
+//!   share.
 //! - `error`: every failure's status and JSON shape, in one place.
+//! - `openapi`: the OpenAPI document, generated from the handlers'
+//!   annotations and the `lockbroker_api` types.
+//! - `limits`: the request head's size limits (414, 431), checked before
+//!   routing; `parse_errors`: JSON bodies for what hyper refuses itself.
+//! - `request_id` and `access`: each request's id, log line and metrics.
 
+mod access;
 mod admin;
 mod elections;
 mod error;
+mod internal;
+mod lease;
+mod limits;
 mod locks;
+mod multilock;
+mod openapi;
 mod ops;
+mod parse_errors;
 mod request;
+mod request_id;
 mod router;
 mod semaphores;
 mod sse;
@@ -46,15 +63,21 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-/// A JSON response.
-pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
-    let mut response = hyper::Response::new(full(value.to_string()));
+/// A JSON response: one of the `lockbroker_api` types.
+pub fn json_response<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+    let body = serde_json::to_vec(value).expect("API types always serialize");
+    let mut response = hyper::Response::new(full(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// A 200 answer with a JSON body.
+pub fn ok<T: serde::Serialize>(body: &T) -> Response {
+    json_response(StatusCode::OK, body)
 }
 
 /// Serves `app` on `listener` until `stop` turns true, then stops accepting
@@ -65,7 +88,12 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiv
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(app.config.header_read_timeout_ms))
-        .keep_alive(true);
+        .keep_alive(true)
+        // Heads up to our own limits reach the router, which answers JSON.
+        .max_buf_size(limits::READ_BUFFER_BYTES)
+        // One buffer per response head: `parse_errors` recognises hyper's
+        // own error answers as one write.
+        .writev(false);
     loop {
         let (stream, _peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -81,14 +109,20 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiv
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let metrics = app.metrics.clone();
         let service = service_fn(move |req| {
             let app = app.clone();
             async move { Ok::<_, Infallible>(router::handle(&app, req).await) }
         });
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let (io, rewritten) = parse_errors::JsonParseErrors::new(stream);
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
             if let Err(err) = conn.await {
                 tracing::debug!(error = %err, "connection ended with an error");
+            }
+            // A request hyper refused itself is logged and counted here.
+            if let Some((status, id)) = rewritten.lock().expect("rewritten").take() {
+                access::refused(&metrics, status, id);
             }
         });
     }

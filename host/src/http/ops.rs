@@ -1,40 +1,124 @@
 //! Operations endpoints: liveness, readiness, metrics, the OpenAPI document.
 
-use hyper::{header, StatusCode};
-use serde_json::json;
+use hyper::{header, HeaderMap};
+use lockbroker_api::Status;
 
-use super::{full, json_response, ApiError, Response};
-use crate::app::App;
+use super::{full, ok, openapi::Unavailable, ApiError, Response};
+use crate::{app::App, metrics, tenant};
 
-/// The OpenAPI 3.1 description of this API.
-const OPENAPI: &str = include_str!("../openapi.json");
-
+/// Liveness
+///
 /// The process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "Up.", body = Status,
+        example = json!({"status": "ok"})))
+)]
 pub fn healthz() -> Response {
-    json_response(StatusCode::OK, &json!({"status": "ok"}))
+    ok(&Status {
+        status: "ok".into(),
+    })
 }
 
-/// Every database answers and every policy is loaded.
+/// Readiness
+///
+/// Every database answers and every tenant's policy is loaded.
 ///
 /// # Errors
 /// 503 saying what is not ready.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "Ready.", body = Status, example = json!({"status": "ready"})),
+        (status = 503, response = Unavailable),
+    )
+)]
 pub async fn readyz(app: &App) -> Result<Response, ApiError> {
     app.ready().await.map_err(ApiError::unavailable)?;
-    Ok(json_response(StatusCode::OK, &json!({"status": "ready"})))
+    Ok(ok(&Status {
+        status: "ready".into(),
+    }))
 }
 
-/// Prometheus text format.
-pub fn metrics(app: &App) -> Response {
+/// Every metric, in the OpenMetrics text format (which Prometheus
+/// scrapes). Label values name tenants, so with `metrics_token` set the
+/// request must carry it as a bearer token. (Its OpenAPI description is in
+/// `openapi.rs`.)
+///
+/// # Errors
+/// 401 when `metrics_token` is set and the request does not carry it.
+pub fn metrics(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
+    if let Some(expected) = &app.config.metrics_token {
+        let presented = bearer(headers).ok_or_else(|| {
+            ApiError::unauthenticated("missing Authorization: Bearer <metrics token>")
+        })?;
+        if !tenant::matches(&tenant::digest(presented), &tenant::digest(expected)) {
+            return Err(ApiError::unauthenticated("unknown metrics token"));
+        }
+    }
+    refresh(app);
     let mut response = hyper::Response::new(full(app.metrics.render()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+        header::HeaderValue::from_static(metrics::CONTENT_TYPE),
     );
-    response
+    Ok(response)
 }
 
+/// Sets the gauges that are read rather than counted: connections of
+/// each database pool, waiters queued on this broker.
+fn refresh(app: &App) {
+    let mut waiters = 0;
+    for engine in &app.engines {
+        waiters += engine.local_waiters();
+        for pool in engine.db().pools() {
+            let (in_use, idle) = (pool.in_use(), pool.idle());
+            for (state, n) in [("in_use", in_use), ("idle", idle)] {
+                app.metrics.set_gauge(
+                    "lockbroker_db_pool_connections",
+                    &[("server", pool.name()), ("state", state)],
+                    i64::try_from(n).unwrap_or(i64::MAX),
+                );
+            }
+        }
+    }
+    app.metrics.set_gauge(
+        "lockbroker_waiters",
+        &[],
+        i64::try_from(waiters).unwrap_or(i64::MAX),
+    );
+}
+
+/// The bearer token of a request, if it has one.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// This document
+///
+/// The OpenAPI 3.1 description of this API, generated from the broker's
+/// own types.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "OpenAPI 3.1 (JSON).",
+        content_type = "application/json", body = Object))
+)]
 pub fn openapi() -> Response {
-    let mut response = hyper::Response::new(full(OPENAPI));
+    let mut response = hyper::Response::new(full(super::openapi::document()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),

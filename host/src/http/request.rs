@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::{body::Incoming, header, HeaderMap, Request};
+use lockbroker_api::MAX_RAW_KEY_BYTES;
 use percent_encoding::percent_decode_str;
 use serde::de::DeserializeOwned;
 
@@ -17,15 +18,11 @@ use crate::{
     tenant::{self, Tenant},
 };
 
-/// Largest request body, in bytes (API.md).
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// Largest client key the broker hands to a naming policy, in bytes.
-const MAX_RAW_KEY_BYTES: usize = 1024;
 /// Time a client has to send its body once the headers are in.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The bearer token of a request, if it has one.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -92,7 +89,7 @@ pub async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
     }
 }
 
-/// Parses a JSON body into `T`.
+/// Parses a JSON body into `T` (one of the `lockbroker_api` requests).
 ///
 /// # Errors
 /// 400 with serde's description (which names the field and position).
@@ -132,13 +129,24 @@ pub async fn name_lock(
     segment: &str,
 ) -> Result<LockRef, ApiError> {
     let key = decode_key(segment)?;
+    name_key(&tenant, kind, key).await
+}
+
+/// Asks the tenant's naming policy for the storage key of `key`, a key
+/// sent in a body (not percent-encoded).
+///
+/// # Errors
+/// 422 when the key is absurdly long or the policy rejects it; 500
+/// `policy_error` when the policy fails (fail closed).
+pub async fn name_key(tenant: &Arc<Tenant>, kind: Kind, key: String) -> Result<LockRef, ApiError> {
+    if key.len() > MAX_RAW_KEY_BYTES {
+        return Err(ApiError::invalid_key(format!(
+            "the key is {} bytes; at most {MAX_RAW_KEY_BYTES} are accepted",
+            key.len()
+        )));
+    }
     let storage_key = tenant.policy.storage_key(&key).await?;
-    Ok(LockRef {
-        tenant,
-        kind,
-        key,
-        storage_key,
-    })
+    Ok(LockRef::new(tenant, kind, key, storage_key))
 }
 
 /// Checks that a string field has 1 to `max` bytes.
@@ -170,6 +178,8 @@ pub fn check_range(field: &str, value: u64, min: u64, max: u64) -> Result<u64, A
 
 #[cfg(test)]
 mod tests {
+    use lockbroker_api::ErrorCode;
+
     use super::*;
 
     #[test]
@@ -190,10 +200,10 @@ mod tests {
         assert_eq!(decode_key("a%2Fb").unwrap(), "a/b");
         assert_eq!(decode_key("%E2%9C%93").unwrap(), "✓");
         assert_eq!(decode_key("Job%20").unwrap(), "Job ");
-        assert_eq!(decode_key("%FF").unwrap_err().code, "invalid_key");
+        assert_eq!(decode_key("%FF").unwrap_err().code, ErrorCode::InvalidKey);
         assert_eq!(
             decode_key(&"k".repeat(2000)).unwrap_err().code,
-            "invalid_key"
+            ErrorCode::InvalidKey
         );
     }
 
@@ -204,8 +214,14 @@ mod tests {
         struct Body {
             owner: String,
         }
-        assert_eq!(parse_json::<Body>(b"").unwrap_err().code, "bad_request");
-        assert_eq!(parse_json::<Body>(b"{").unwrap_err().code, "bad_request");
+        assert_eq!(
+            parse_json::<Body>(b"").unwrap_err().code,
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            parse_json::<Body>(b"{").unwrap_err().code,
+            ErrorCode::BadRequest
+        );
         let err = parse_json::<Body>(b"{}").unwrap_err();
         assert!(err.message.contains("owner"), "{}", err.message);
         assert!(parse_json::<Body>(br#"{"owner":"a"}"#).is_ok());

@@ -7,11 +7,14 @@ use bytes::Bytes;
 use hyper::{body::Incoming, Method, Request};
 
 use super::{
+    access::{Access, Seen},
     admin,
     elections::ElectionCommand,
+    internal, limits,
     locks::LockCommand,
-    ops,
-    request::{authenticate, name_lock, read_body, MAX_BODY_BYTES},
+    multilock, ops,
+    request::{authenticate, name_lock, read_body},
+    request_id::RequestId,
     semaphores::SemaphoreCommand,
     ApiError, Response,
 };
@@ -36,42 +39,94 @@ pub trait Command: Sized {
 }
 
 /// Answers one request. Never fails: errors become JSON error responses.
+/// Every answer carries the request's `x-request-id` and is logged and
+/// counted once (`access`).
 pub async fn handle(app: &App, req: Request<Incoming>) -> Response {
+    let mut access = Access::begin(RequestId::of(req.headers()), req.method().clone());
+    let (route, result) = match limits::check(req.uri(), req.headers()) {
+        Ok(()) => route(app, req, &mut access.seen).await,
+        Err(err) => ("unparsed", Err(err)),
+    };
+    access.finish(&app.metrics, route, result)
+}
+
+/// The route's name (a metric label) and its answer.
+async fn route(
+    app: &App,
+    req: Request<Incoming>,
+    seen: &mut Seen,
+) -> (&'static str, Result<Response, ApiError>) {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).split('/').collect();
-    let (route, result) = match segments.as_slice() {
+    match segments.as_slice() {
         ["healthz"] => ("healthz", get_only(&req).map(|()| ops::healthz())),
         ["readyz"] => ("readyz", ready(app, &req).await),
-        ["metrics"] => ("metrics", get_only(&req).map(|()| ops::metrics(app))),
+        ["metrics"] => (
+            "metrics",
+            get_only(&req).and_then(|()| ops::metrics(app, req.headers())),
+        ),
         ["openapi.json"] => ("openapi", get_only(&req).map(|()| ops::openapi())),
-        ["v1", "locks", key, tail @ ..] => {
-            ("locks", call::<LockCommand>(app, req, key, tail).await)
-        }
+        ["v1", "locks", key, tail @ ..] => (
+            "locks",
+            call::<LockCommand>(app, req, key, tail, seen).await,
+        ),
         ["v1", "semaphores", key, tail @ ..] => (
             "semaphores",
-            call::<SemaphoreCommand>(app, req, key, tail).await,
+            call::<SemaphoreCommand>(app, req, key, tail, seen).await,
         ),
         ["v1", "elections", key, tail @ ..] => (
             "elections",
-            call::<ElectionCommand>(app, req, key, tail).await,
+            call::<ElectionCommand>(app, req, key, tail, seen).await,
         ),
+        ["v1", "multilock", tail @ ..] => {
+            ("multilock", multilock::handle(app, req, tail, seen).await)
+        }
         ["v1", "admin", tail @ ..] => ("admin", admin::handle(app, req, tail).await),
+        ["internal", "v1", tail @ ..] => ("internal", internal::handle(app, req, tail, seen).await),
         _ => ("unknown", Err(ApiError::not_found("no such path"))),
-    };
-    let response = result.unwrap_or_else(ApiError::into_response);
-    app.metrics.inc(
-        "lockbroker_http_requests_total",
-        &[("route", route), ("status", response.status().as_str())],
-    );
-    response
+    }
 }
 
 fn get_only(req: &Request<Incoming>) -> Result<(), ApiError> {
     if req.method() == Method::GET {
         Ok(())
     } else {
-        Err(ApiError::method_not_allowed())
+        Err(ApiError::method_not_allowed("GET"))
     }
+}
+
+/// Which action a method and path tail name, before the body is read: `GET`
+/// on the key itself is `status`, `POST` on `{key}/{action}` one of
+/// `actions`, `GET` on `{key}/{action}` one of `get_actions`.
+///
+/// # Errors
+/// 404 for an unknown action, 405 (with `Allow`) for a wrong method.
+pub fn route_action(
+    method: &Method,
+    tail: &[&str],
+    actions: &[&'static str],
+    get_actions: &[&'static str],
+) -> Result<&'static str, ApiError> {
+    let (action, expected) = match tail {
+        [] => ("status", Method::GET),
+        [name] => match actions.iter().find(|a| *a == name) {
+            Some(action) => (*action, Method::POST),
+            None => match get_actions.iter().find(|a| *a == name) {
+                Some(action) => (*action, Method::GET),
+                None => return Err(ApiError::not_found("no such action")),
+            },
+        },
+        _ => return Err(ApiError::not_found("no such action")),
+    };
+    if *method != expected {
+        let allow = if expected == Method::GET {
+            "GET"
+        } else {
+            "POST"
+        };
+        return Err(ApiError::method_not_allowed(allow));
+    }
+    Ok(action)
 }
 
 async fn ready(app: &App, req: &Request<Incoming>) -> Result<Response, ApiError> {
@@ -79,17 +134,22 @@ async fn ready(app: &App, req: &Request<Incoming>) -> Result<Response, ApiError>
     ops::readyz(app).await
 }
 
-/// The tenant pipeline, the same for every resource.
+/// The tenant pipeline, the same for every resource; what it learns on
+/// the way goes into `seen`, for the request's log line and metrics.
 async fn call<C: Command>(
     app: &App,
     req: Request<Incoming>,
     key: &str,
     tail: &[&str],
+    seen: &mut Seen,
 ) -> Result<Response, ApiError> {
+    seen.key(key);
     let action = C::route(req.method(), tail)?;
+    seen.action = action;
     let tenant = authenticate(app, req.headers())?;
+    seen.tenant = Some(tenant.name.clone());
     let body = if req.method() == Method::POST {
-        read_body(req, MAX_BODY_BYTES).await?
+        read_body(req, lockbroker_api::MAX_BODY_BYTES).await?
     } else {
         Bytes::new()
     };

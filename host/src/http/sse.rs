@@ -12,6 +12,7 @@ use hyper::{
     body::{Body as HttpBody, Frame},
     header, StatusCode,
 };
+use lockbroker_api::ElectionEvent;
 use tokio::sync::mpsc;
 
 use super::Response;
@@ -51,7 +52,17 @@ pub fn stream() -> (mpsc::Sender<Bytes>, Response) {
     (tx, response)
 }
 
-/// One event in the wire format.
-pub fn event(name: &str, data: &serde_json::Value) -> Bytes {
-    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+/// One event in the wire format: its name on the `event:` line, its data
+/// as one line of JSON (serde_json escapes newlines inside strings).
+pub fn event(event: &ElectionEvent) -> Bytes {
+    let data = match event {
+        ElectionEvent::Leader(status) => serde_json::to_string(status),
+    }
+    .expect("API types always serialize");
+    Bytes::from(format!("event: {}\ndata: {data}\n\n", event.name()))
+}
+
+/// A comment line: keeps an idle stream (and proxies on the way) open.
+pub fn keep_alive() -> Bytes {
+    Bytes::from_static(b": keep-alive\n\n")
 }

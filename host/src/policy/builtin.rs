@@ -1,15 +1,15 @@
 //! The built-in policy: what a tenant without a plugin gets, and what a
-//! failing fairness or backoff plugin falls back to. `plugins/default` is
-//! the same behaviour compiled to WebAssembly; keep the two in step.
+//! failing fairness or backoff plugin falls back to. The rules themselves
+//! are `lockbroker-policy-rules` (`plugins/rules`), which the policy SDK
+//! and so `plugins/default` use too: this file only adapts them to the
+//! broker's types.
+
+use lockbroker_policy_rules as rules;
 
 use super::{Contention, Decision, Descriptor, Policy, PolicyFault, Waiter};
 
 /// Longest client key the built-in naming accepts, in bytes.
-pub const MAX_KEY_BYTES: usize = 255;
-/// First backoff ceiling, in milliseconds.
-const BASE_MS: u64 = 10;
-/// Largest backoff ceiling, in milliseconds.
-const CAP_MS: u64 = 1000;
+pub use rules::MAX_KEY_BYTES;
 
 /// Identity naming, FIFO, exponential backoff with full jitter.
 #[derive(Debug, Default, Clone, Copy)]
@@ -18,36 +18,19 @@ pub struct Builtin;
 /// The built-in naming rule: the key itself, unless it is empty, longer
 /// than 255 bytes or contains a control character.
 pub fn storage_key(key: &str) -> Result<String, String> {
-    if key.is_empty() {
-        return Err("key must not be empty".into());
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "key is {} bytes long; at most {MAX_KEY_BYTES} bytes are allowed",
-            key.len()
-        ));
-    }
-    if let Some((at, c)) = key.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(format!(
-            "key contains a control character (U+{:04X}) at byte {at}",
-            u32::from(c)
-        ));
-    }
-    Ok(key.to_owned())
+    rules::storage_key(key)
 }
 
 /// Oldest first.
-pub fn pick_next(_waiters: &[Waiter]) -> u32 {
-    0
+pub fn pick_next(waiters: &[Waiter]) -> u32 {
+    rules::pick_next(waiters)
 }
 
 /// Full jitter: a uniform delay in `[1, ceiling]` where the ceiling doubles
 /// from 10 ms with every failed try, up to 1 s. It never gives up: the
 /// client's `wait_ms` is the budget, enforced by the broker.
 pub fn next_delay(contention: &Contention) -> Decision {
-    let doublings = contention.attempt.max(1).saturating_sub(1).min(20);
-    let ceiling = CAP_MS.min(BASE_MS.saturating_mul(1 << doublings));
-    Decision::RetryAfter(1 + contention.seed % ceiling)
+    Decision::RetryAfter(rules::delay_ms(contention.attempt, contention.seed))
 }
 
 impl Policy for Builtin {
@@ -109,7 +92,7 @@ mod tests {
         assert_eq!(next_delay(&contention(1, 9)), Decision::RetryAfter(10));
         assert_eq!(next_delay(&contention(2, 19)), Decision::RetryAfter(20));
         assert_eq!(next_delay(&contention(0, 9)), Decision::RetryAfter(10));
-        assert!(ceiling(40) <= CAP_MS);
+        assert!(ceiling(40) <= rules::MAX_DELAY_MS);
         assert_eq!(
             next_delay(&contention(u32::MAX, 999)),
             Decision::RetryAfter(1000)

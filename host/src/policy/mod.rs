@@ -18,8 +18,9 @@ pub use builtin::{Builtin, MAX_KEY_BYTES};
 
 use crate::metrics::Metrics;
 
-/// Longest storage key a policy may return, in bytes (the column's size).
-pub const MAX_STORAGE_KEY_BYTES: usize = 512;
+/// Longest storage key a policy may return, in bytes (the column's size;
+/// one constant for the broker, the API document and the plugins).
+pub use lockbroker_api::MAX_STORAGE_KEY_BYTES;
 
 /// What a policy says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +105,11 @@ pub enum NamingError {
     /// The policy failed: the request fails closed (500).
     #[error(transparent)]
     Fault(#[from] PolicyFault),
+    /// The tenant's first policy is still being compiled (the broker has
+    /// just started): the request fails closed, but retrying soon helps
+    /// (503), unlike a policy that failed.
+    #[error("the tenant's policy is still loading")]
+    Loading,
 }
 
 /// A policy in force, with where it came from.
@@ -118,6 +124,12 @@ pub struct Loaded {
     /// A stand-in for a policy file that never loaded (its tenant fails
     /// closed until one does).
     pub stand_in: bool,
+    /// A stand-in while the tenant's first policy is compiled at start:
+    /// naming answers [`NamingError::Loading`] (also a `stand_in`).
+    pub loading: bool,
+    /// Whether the compiled component came from the disk cache (no
+    /// compiling); false for the built-in policy.
+    pub from_cache: bool,
 }
 
 impl Loaded {
@@ -130,6 +142,8 @@ impl Loaded {
             sha256: None,
             loaded_at: now_rfc3339(),
             stand_in: false,
+            loading: false,
+            from_cache: false,
         }
     }
 }
@@ -170,9 +184,14 @@ impl TenantPolicy {
     }
 
     /// Whether a real policy is in force (not the stand-in for a file that
-    /// never loaded).
+    /// never loaded or is still loading).
     pub fn is_loaded(&self) -> bool {
         !self.current().stand_in
+    }
+
+    /// Whether the tenant's first policy is still being loaded.
+    pub fn is_loading(&self) -> bool {
+        self.current().loading
     }
 
     /// The last load error, if the last load failed.
@@ -185,9 +204,17 @@ impl TenantPolicy {
     /// # Errors
     /// [`NamingError::Rejected`] with the policy's reason, or
     /// [`NamingError::Fault`] when the policy failed or returned a storage
-    /// key that is empty or longer than [`MAX_STORAGE_KEY_BYTES`].
+    /// key that is empty or longer than [`MAX_STORAGE_KEY_BYTES`], or
+    /// [`NamingError::Loading`] while the first policy is being loaded.
     pub async fn storage_key(&self, key: &str) -> Result<String, NamingError> {
         let loaded = self.current();
+        if loaded.loading {
+            return Err(NamingError::Loading);
+        }
+        self.metrics.inc(
+            "lockbroker_policy_calls_total",
+            &[("tenant", &self.tenant), ("export", "naming")],
+        );
         let (tenant, key_owned) = (self.tenant.clone(), key.to_owned());
         let answer = call(&loaded, move |p| p.storage_key(&tenant, &key_owned)).await;
         let answer = answer.and_then(|named| match named {
@@ -217,6 +244,10 @@ impl TenantPolicy {
     /// Index of the waiter to grant next; the oldest if the policy fails.
     pub async fn pick_next(&self, key: &str, waiters: Vec<Waiter>) -> usize {
         let loaded = self.current();
+        self.metrics.inc(
+            "lockbroker_policy_calls_total",
+            &[("tenant", &self.tenant), ("export", "fairness")],
+        );
         let len = waiters.len();
         let key = key.to_owned();
         let answer = call(&loaded, move |p| p.pick_next(&key, &waiters)).await;
@@ -237,6 +268,10 @@ impl TenantPolicy {
     /// Delay before the next try; the built-in backoff if the policy fails.
     pub async fn next_delay(&self, contention: Contention) -> Decision {
         let loaded = self.current();
+        self.metrics.inc(
+            "lockbroker_policy_calls_total",
+            &[("tenant", &self.tenant), ("export", "backoff")],
+        );
         let fallback = builtin::next_delay(&contention);
         match call(&loaded, move |p| p.next_delay(&contention)).await {
             Ok(decision) => decision,
@@ -254,6 +289,13 @@ impl TenantPolicy {
             "lockbroker_policy_failures_total",
             &[("tenant", &self.tenant), ("export", export)],
         );
+        // Naming fails closed; fairness and backoff fall back to the built-in.
+        if export != "naming" {
+            self.metrics.inc(
+                "lockbroker_policy_fallbacks_total",
+                &[("tenant", &self.tenant), ("export", export)],
+            );
+        }
     }
 }
 
@@ -314,6 +356,8 @@ mod tests {
             },
             sha256: Some("abc".into()),
             stand_in: false,
+            loading: false,
+            from_cache: false,
             loaded_at: now_rfc3339(),
         };
         (TenantPolicy::new("t", loaded, metrics.clone()), metrics)
@@ -346,6 +390,33 @@ mod tests {
         let text = metrics.render();
         assert!(text.contains("export=\"fairness\"} 1"), "{text}");
         assert!(text.contains("export=\"backoff\"} 1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_policy_still_loading_fails_naming_closed_and_falls_back() {
+        let metrics = Arc::new(Metrics::default());
+        let policy = TenantPolicy::new("t", reload::loading(), metrics.clone());
+        assert!(policy.is_loading() && !policy.is_loaded());
+        let err = policy.storage_key("job").await.unwrap_err();
+        assert!(matches!(err, NamingError::Loading), "{err:?}");
+        let waiters = vec![Waiter::default(), Waiter::default()];
+        assert_eq!(policy.pick_next("k", waiters).await, 0);
+        let contention = Contention {
+            attempt: 3,
+            seed: 77,
+            ..Contention::default()
+        };
+        assert_eq!(
+            policy.next_delay(contention.clone()).await,
+            builtin::next_delay(&contention)
+        );
+        // Expected while starting: no failure counted.
+        assert!(!metrics
+            .render()
+            .contains("lockbroker_policy_failures_total{"));
+        policy.swap(Loaded::builtin());
+        assert!(!policy.is_loading() && policy.is_loaded());
+        assert_eq!(policy.storage_key("job").await.unwrap(), "job");
     }
 
     #[tokio::test]

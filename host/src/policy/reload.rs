@@ -5,31 +5,66 @@
 //! swapped in atomically ([`TenantPolicy::swap`]); requests in flight keep
 //! the version they started with. A version that fails to load leaves the
 //! old one in force and its error visible in `GET /v1/admin/tenants`.
+//! A large component (a componentize-js or -py one takes seconds to
+//! compile) is compiled on the blocking pool while the old version serves;
+//! the compiled artifact is cached on disk, so a restart or a return to a
+//! version seen before takes milliseconds. A load served from that cache
+//! is counted in `lockbroker_policy_cache_hits_total` and logged.
+//!
+//!
+//! Loads of different tenants run at once (at most [`LOADS_AT_ONCE`]
+//! compiling), at start and on reload: a component that takes many seconds
+//! to compile holds up neither the other tenants' first loads nor their
+//! reloads. Loads of one tenant take turns (reloads, uploads), so the
+//! version written last is the one that ends up in force. At start a
+//! tenant with a policy file has a stand-in until its file has loaded: its
+//! requests get 503 (naming fails closed; see [`NamingError::Loading`]).
 //!
 //! The directory is polled (every [`POLL`]), which needs no platform
 //! notification API and sees a change within a second; files are compared
 //! by size, mtime and inode, then by sha256 before anything is recompiled.
+//!
+//! [`NamingError::Loading`]: super::NamingError::Loading
 
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
     time::{Duration, SystemTime},
 };
 
-use tokio::sync::watch;
+use tokio::{
+    sync::{watch, Semaphore},
+    task::JoinSet,
+};
 
 use super::{
-    wasm::{LoadError, WasmHost},
-    Descriptor, Loaded, Policy, PolicyFault,
+    wasm::{Limits, LoadError, LoadOptions, WasmHost},
+    Builtin, Descriptor, Loaded, Policy, PolicyFault,
 };
-use crate::{metrics::Metrics, tenant::Tenant};
+use crate::{
+    config::{Config, TenantConfig},
+    metrics::Metrics,
+    tenant::Tenant,
+};
 
 /// How often `policy_dir` is looked at.
 pub const POLL: Duration = Duration::from_millis(200);
 
 /// The name a tenant's policy shows while its file has never loaded.
 pub const NOT_LOADED: &str = "not-loaded";
+
+/// The name a tenant's policy shows while its first load is under way.
+pub const LOADING: &str = "loading";
+
+/// How many components compile at once, at least. Compiling is CPU-bound
+/// (and wasmtime spreads one compile over the cores), so more at once
+/// gains nothing; but a few at once keep one big component from holding
+/// up every other tenant. The bound is the larger of this and the cores.
+pub const LOADS_AT_ONCE: usize = 4;
 
 /// What identifies a version of a file without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,40 +113,141 @@ fn not_loaded_descriptor() -> Descriptor {
     }
 }
 
+/// The stand-in for a tenant whose file never loaded (naming fails closed
+/// with `err`).
+fn not_loaded(err: &LoadError) -> Loaded {
+    Loaded {
+        policy: Arc::new(NotLoaded(err.0.clone())),
+        descriptor: not_loaded_descriptor(),
+        sha256: None,
+        loaded_at: super::now_rfc3339(),
+        stand_in: true,
+        loading: false,
+        from_cache: false,
+    }
+}
+
+/// Stands in for a tenant's policy while its first load is under way:
+/// naming is refused before it is asked ([`Loaded::loading`]); fairness
+/// and backoff (for waiters queued through other brokers) are the
+/// built-in ones, which is no fault of the policy.
+struct Loading;
+
+impl Policy for Loading {
+    fn describe(&self) -> Result<Descriptor, PolicyFault> {
+        Ok(Descriptor {
+            name: LOADING.into(),
+            version: String::new(),
+        })
+    }
+    fn storage_key(&self, _: &str, _: &str) -> Result<Result<String, String>, PolicyFault> {
+        Err(PolicyFault::BadAnswer("the policy is still loading".into()))
+    }
+    fn pick_next(&self, key: &str, waiters: &[super::Waiter]) -> Result<u32, PolicyFault> {
+        Builtin.pick_next(key, waiters)
+    }
+    fn next_delay(&self, contention: &super::Contention) -> Result<super::Decision, PolicyFault> {
+        Builtin.next_delay(contention)
+    }
+}
+
+/// What a tenant with a policy file starts with, until [`Reloader::load_all`]
+/// has loaded (or failed to load) the file.
+pub fn loading() -> Loaded {
+    let policy = Loading;
+    Loaded {
+        descriptor: policy.describe().expect("the stand-in describes itself"),
+        policy: Arc::new(policy),
+        sha256: None,
+        loaded_at: super::now_rfc3339(),
+        stand_in: true,
+        loading: true,
+        from_cache: false,
+    }
+}
+
+/// One tenant's turn at loading: its loads run one at a time, and at most
+/// one reload waits for its turn (it reads the file only once it has it,
+/// so it sees every change made while it waited).
+#[derive(Default)]
+struct Turn {
+    lock: tokio::sync::Mutex<()>,
+    queued: AtomicBool,
+}
+
 /// Loads and reloads tenants' policy files.
 pub struct Reloader {
     host: Arc<WasmHost>,
     dir: PathBuf,
     metrics: Arc<Metrics>,
+    /// Each tenant's load options (its limits), by tenant name.
+    options: HashMap<String, LoadOptions>,
+    /// Each tenant's turn, by tenant name.
+    turns: Mutex<HashMap<String, Arc<Turn>>>,
+    /// Compiles under way, at most the bound of [`LOADS_AT_ONCE`].
+    slots: Arc<Semaphore>,
 }
 
 impl Reloader {
-    pub fn new(host: Arc<WasmHost>, dir: PathBuf, metrics: Arc<Metrics>) -> Reloader {
-        Reloader { host, dir, metrics }
+    /// A reloader for the tenants of `config`, each with its own limits.
+    pub fn new(host: Arc<WasmHost>, config: &Config, metrics: Arc<Metrics>) -> Reloader {
+        let options = config
+            .tenants
+            .iter()
+            .map(|t| (t.name.clone(), load_options(config, t)))
+            .collect();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Reloader {
+            host,
+            dir: config.policy_dir.clone(),
+            metrics,
+            options,
+            turns: Mutex::default(),
+            slots: Arc::new(Semaphore::new(LOADS_AT_ONCE.max(cores))),
+        }
     }
 
-    /// The policy a tenant starts with: the built-in one, its file's, or
-    /// (when the file does not load) a stand-in that fails closed, with the
-    /// error recorded.
-    pub async fn initial(&self, file: Option<&str>) -> Result<Loaded, (Loaded, LoadError)> {
-        let Some(file) = file else {
-            return Ok(Loaded::builtin());
-        };
-        let path = self.dir.join(file);
+    fn turn(&self, tenant: &str) -> Arc<Turn> {
+        self.turns
+            .lock()
+            .expect("turns lock")
+            .entry(tenant.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    fn options(&self, tenant: &str) -> LoadOptions {
+        self.options
+            .get(tenant)
+            .cloned()
+            .unwrap_or_else(|| LoadOptions {
+                tenant: tenant.to_owned(),
+                ..self.host.default_options()
+            })
+    }
+
+    /// Compiles and self-checks `bytes` for `tenant` on the blocking pool
+    /// once a slot is free, counting a load served from the compile cache.
+    async fn load(&self, tenant: &str, bytes: Vec<u8>) -> Result<(Loaded, Vec<u8>), LoadError> {
         let host = self.host.clone();
-        match blocking(move || host.load_file(&path)).await {
-            Ok(loaded) => Ok(loaded),
-            Err(err) => {
-                let stand_in = Loaded {
-                    policy: Arc::new(NotLoaded(err.0.clone())),
-                    descriptor: not_loaded_descriptor(),
-                    sha256: None,
-                    loaded_at: super::now_rfc3339(),
-                    stand_in: true,
-                };
-                Err((stand_in, err))
-            }
+        let options = self.options(tenant);
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| LoadError("the broker is stopping".into()))?;
+        let loaded = blocking(move || {
+            // Held until the compile ends, also if the caller stops waiting.
+            let _slot = slot;
+            host.load_with(&bytes, &options).map(|l| (l, bytes))
+        })
+        .await?;
+        if loaded.0.from_cache {
+            self.metrics
+                .inc("lockbroker_policy_cache_hits_total", &[("tenant", tenant)]);
         }
+        Ok(loaded)
     }
 
     /// Validates `bytes` and, if they pass, puts them in force for `tenant`.
@@ -121,12 +257,11 @@ impl Reloader {
     /// # Errors
     /// Why the component was refused; the old policy stays in force.
     pub async fn upload(&self, tenant: &Tenant, bytes: Vec<u8>) -> Result<Arc<Loaded>, LoadError> {
-        let host = self.host.clone();
-        let (loaded, bytes) = blocking(move || host.load(&bytes).map(|l| (l, bytes)))
-            .await
-            .inspect_err(|err| {
-                self.failed(tenant, err);
-            })?;
+        let turn = self.turn(&tenant.name);
+        let _turn = turn.lock.lock().await;
+        let (loaded, bytes) = self.load(&tenant.name, bytes).await.inspect_err(|err| {
+            self.failed(tenant, err);
+        })?;
         if let Some(file) = &tenant.policy_file {
             let path = self.dir.join(file);
             if let Err(err) = write_atomically(&path, &bytes) {
@@ -144,6 +279,7 @@ impl Reloader {
             policy = %loaded.descriptor.name,
             version = %loaded.descriptor.version,
             sha256 = loaded.sha256.as_deref().unwrap_or("builtin"),
+            from_cache = loaded.from_cache,
             "policy in force"
         );
         self.metrics.inc(
@@ -154,17 +290,33 @@ impl Reloader {
         tenant.policy.current()
     }
 
+    /// Records a failed load. The policy in force stays, unless it is the
+    /// stand-in of a first load: then the tenant fails closed until a
+    /// version loads.
     fn failed(&self, tenant: &Tenant, err: &LoadError) {
-        tracing::warn!(tenant = %tenant.name, error = %err, "policy not loaded; the previous one stays in force");
         self.metrics.inc(
             "lockbroker_policy_loads_total",
             &[("tenant", &tenant.name), ("result", "error")],
         );
+        if tenant.policy.is_loading() {
+            tracing::error!(tenant = %tenant.name, error = %err, "policy not loaded: the tenant's requests fail closed until it loads");
+            tenant.policy.swap(not_loaded(err));
+        } else {
+            tracing::warn!(tenant = %tenant.name, error = %err, "policy not loaded; the previous one stays in force");
+        }
         tenant.policy.set_error(err.0.clone());
     }
 
-    /// Reloads a tenant's file if its content differs from the policy in force.
+    /// Reloads a tenant's file if its content differs from the policy in
+    /// force, in the tenant's turn.
     async fn reload(&self, tenant: &Tenant, path: &Path) {
+        let turn = self.turn(&tenant.name);
+        let _turn = turn.lock.lock().await;
+        self.reload_now(tenant, path).await;
+    }
+
+    /// [`Reloader::reload`] once the caller has the tenant's turn.
+    async fn reload_now(&self, tenant: &Tenant, path: &Path) {
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,
             Err(err) => {
@@ -176,21 +328,19 @@ impl Reloader {
         if tenant.policy.current().sha256.as_deref() == Some(sha.as_str()) {
             return;
         }
-        let host = self.host.clone();
-        match blocking(move || host.load(&bytes)).await {
-            Ok(loaded) => {
+        match self.load(&tenant.name, bytes).await {
+            Ok((loaded, _)) => {
                 self.put_in_force(tenant, loaded);
             }
             Err(err) => self.failed(tenant, &err),
         }
     }
 
-    /// Watches the tenants' files until `stop`, reloading what changes.
-    pub async fn watch(
-        self: Arc<Self>,
-        tenants: Vec<Arc<Tenant>>,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    /// Loads every tenant's policy file, all at once (compiles bounded by
+    /// [`LOADS_AT_ONCE`]), each put in force as soon as it is ready; returns
+    /// when each has loaded or failed, with the watcher of those files.
+    /// Tenants without a file keep the built-in policy.
+    pub async fn load_all(self: &Arc<Self>, tenants: Vec<Arc<Tenant>>) -> Watcher {
         let files: Vec<(Arc<Tenant>, PathBuf)> = tenants
             .into_iter()
             .filter_map(|t| {
@@ -198,18 +348,73 @@ impl Reloader {
                 Some((t, path))
             })
             .collect();
-        if files.is_empty() {
+        // Before reading: a change made while they load is seen later.
+        let seen = files.iter().map(|(_, p)| (p.clone(), stamp(p))).collect();
+        let mut loads = JoinSet::new();
+        for (tenant, path) in &files {
+            let (this, tenant, path) = (self.clone(), tenant.clone(), path.clone());
+            loads.spawn(async move { this.reload(&tenant, &path).await });
+        }
+        while let Some(done) = loads.join_next().await {
+            if let Err(err) = done {
+                tracing::error!(error = %err, "a policy load task failed");
+            }
+        }
+        Watcher {
+            reloader: self.clone(),
+            files,
+            seen,
+        }
+    }
+
+    /// Reloads `tenant` from `path` in a task of `tasks`, unless a reload
+    /// of it already waits for its turn (that one will read the change).
+    fn schedule(self: &Arc<Self>, tasks: &mut JoinSet<()>, tenant: &Arc<Tenant>, path: &Path) {
+        let turn = self.turn(&tenant.name);
+        if turn.queued.swap(true, Ordering::SeqCst) {
             return;
         }
-        let mut seen: HashMap<PathBuf, Option<Stamp>> =
-            files.iter().map(|(_, p)| (p.clone(), stamp(p))).collect();
+        let (this, tenant, path) = (self.clone(), tenant.clone(), path.to_owned());
+        tasks.spawn(async move {
+            let _turn = turn.lock.lock().await;
+            // From here on, a change is either read below or schedules anew.
+            turn.queued.store(false, Ordering::SeqCst);
+            this.reload_now(&tenant, &path).await;
+        });
+    }
+}
+
+/// Watches the tenants' policy files after their first load
+/// ([`Reloader::load_all`]).
+pub struct Watcher {
+    reloader: Arc<Reloader>,
+    files: Vec<(Arc<Tenant>, PathBuf)>,
+    /// Each file's stamp when last looked at.
+    seen: HashMap<PathBuf, Option<Stamp>>,
+}
+
+impl Watcher {
+    /// Reloads what changes until `stop`, each tenant in a task of its own:
+    /// a slow compile delays no other tenant's reload. Reloads under way
+    /// when it stops are abandoned (the policy in force stays).
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        if self.files.is_empty() {
+            return;
+        }
+        let mut reloads = JoinSet::new();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(POLL) => {}
                 () = crate::shutdown::stopped(&mut stop) => return,
             }
+            while let Some(done) = reloads.try_join_next() {
+                if let Err(err) = done {
+                    tracing::error!(error = %err, "a policy reload task failed");
+                }
+            }
+            // By path first: tenants may share a file.
             let mut changed = Vec::new();
-            for (path, last) in &mut seen {
+            for (path, last) in &mut self.seen {
                 let now = stamp(path);
                 if now != *last {
                     *last = now;
@@ -218,10 +423,21 @@ impl Reloader {
                     }
                 }
             }
-            for (tenant, path) in files.iter().filter(|(_, p)| changed.contains(p)) {
-                self.reload(tenant, path).await;
+            for (tenant, path) in self.files.iter().filter(|(_, p)| changed.contains(p)) {
+                self.reloader.schedule(&mut reloads, tenant, path);
             }
         }
+    }
+}
+
+/// A tenant's load options: its own limits, else the top-level ones.
+pub fn load_options(config: &Config, tenant: &TenantConfig) -> LoadOptions {
+    LoadOptions {
+        tenant: tenant.name.clone(),
+        limits: Limits {
+            deadline: config.tenant_policy_deadline(tenant),
+            memory_bytes: config.tenant_policy_memory_bytes(tenant),
+        },
     }
 }
 

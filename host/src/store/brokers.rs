@@ -3,21 +3,78 @@
 
 use super::pool::Conn;
 
-/// Says `name` is alive now, writing through `server`.
-pub async fn heartbeat(conn: &mut Conn, name: &str, server: &str) -> sqlx::Result<()> {
+/// Where a broker takes push wake-ups: its advertised internal URL and
+/// the bearer token it accepts there.
+#[derive(Debug, Clone, Copy)]
+pub struct Contact<'a> {
+    pub url: &'a str,
+    pub secret: &'a str,
+}
+
+/// Says `name` is alive now, writing through `server`, reachable at
+/// `contact` (`None`: it takes no push wake-ups).
+pub async fn heartbeat(
+    conn: &mut Conn,
+    name: &str,
+    server: &str,
+    contact: Option<Contact<'_>>,
+) -> sqlx::Result<()> {
     conn.run(|c| {
         sqlx::query(
             r#"
-INSERT INTO brokers (name, started_at, heartbeat_at, server) VALUES (?, NOW(6), NOW(6), ?)
-ON DUPLICATE KEY UPDATE heartbeat_at = NOW(6), server = VALUES(server)
+INSERT INTO brokers (name, started_at, heartbeat_at, server, url, secret)
+VALUES (?, NOW(6), NOW(6), ?, ?, ?)
+ON DUPLICATE KEY UPDATE heartbeat_at = NOW(6), server = VALUES(server),
+  url = VALUES(url), secret = VALUES(secret)
 "#,
         )
         .bind(name)
         .bind(server)
+        .bind(contact.map(|c| c.url))
+        .bind(contact.map(|c| c.secret))
         .execute(c)
     })
     .await?;
     Ok(())
+}
+
+/// A live broker and where it takes push wake-ups (`None`: it does not).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PeerRow {
+    pub name: Vec<u8>,
+    pub url: Option<Vec<u8>>,
+    pub secret: Option<Vec<u8>>,
+}
+
+/// The brokers heard from within `alive_us` microseconds, this one
+/// included.
+pub async fn peers(conn: &mut Conn, alive_us: u64) -> sqlx::Result<Vec<PeerRow>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
+SELECT name, url, secret FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
+"#,
+        )
+        .bind(alive_us)
+        .fetch_all(c)
+    })
+    .await
+}
+
+/// Broker `name`, if it is heard from within `alive_us` microseconds.
+pub async fn peer(conn: &mut Conn, name: &[u8], alive_us: u64) -> sqlx::Result<Option<PeerRow>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
+SELECT name, url, secret FROM brokers
+WHERE name = ? AND heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
+"#,
+        )
+        .bind(name)
+        .bind(alive_us)
+        .fetch_optional(c)
+    })
+    .await
 }
 
 /// Removes a broker that says it is gone.
@@ -31,13 +88,15 @@ pub async fn remove(conn: &mut Conn, name: &str) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// Removes brokers gone for over a day (their waiters are long gone).
-pub async fn forget_departed(conn: &mut Conn) -> sqlx::Result<u64> {
+/// Removes up to `limit` brokers not heard from for `after_s` seconds.
+pub async fn forget_departed(conn: &mut Conn, after_s: u64, limit: u32) -> sqlx::Result<u64> {
     let done = conn
         .run(|c| {
             sqlx::query(
-                "DELETE FROM brokers WHERE heartbeat_at < NOW(6) - INTERVAL 1 DAY LIMIT 100",
+                "DELETE FROM brokers WHERE heartbeat_at < NOW(6) - INTERVAL ? SECOND LIMIT ?",
             )
+            .bind(after_s)
+            .bind(limit)
             .execute(c)
         })
         .await?;

@@ -141,6 +141,11 @@ impl Db {
         }
     }
 
+    /// The pool of each server, in failover order (for metrics).
+    pub fn pools(&self) -> &[Pool] {
+        &self.servers
+    }
+
     /// `host:port` of the server in use.
     pub fn current(&self) -> &str {
         self.servers[self.current.load(Ordering::Acquire)].name()
@@ -213,10 +218,18 @@ async fn prepare_one(url: &str, pool: &Pool) -> anyhow::Result<()> {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut conn = pool.acquire(deadline).await?;
-    MIGRATOR
-        .run(&mut *conn)
-        .await
-        .context("cannot run the migrations")?;
+    if let Err(err) = MIGRATOR.run(&mut *conn).await {
+        // Error 1419: creating `lockbroker_token_valid` on a server that
+        // logs binaries needs SUPER (or log_bin_trust_function_creators).
+        let hint = if err.to_string().contains("1419") {
+            ": creating the function lockbroker_token_valid needs SUPER on a server with binary \
+             logging; run `lockbroker migrate` once as a user with SUPER, or set \
+             log_bin_trust_function_creators = 1 (README, \"Multi-locks, fencing and force-release\")"
+        } else {
+            ""
+        };
+        return Err(anyhow::Error::new(err).context(format!("cannot run the migrations{hint}")));
+    }
     conn.done();
     Ok(())
 }

@@ -4,9 +4,10 @@
 use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlQueryResult;
 
-use super::{pool::Conn, RowKey};
+use super::{lease_free, lease_live, pool::Conn, KeyRow, Kind, Locking, RowKey};
 
-/// A lock row as read inside a grant transaction, with the database's clock.
+/// A lock row as read inside a grant transaction, with the database's clock
+/// (the engine judges whether the lease is live by `now`).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LockRow {
     pub owner: Option<Vec<u8>>,
@@ -17,52 +18,6 @@ pub struct LockRow {
     pub queued: u32,
     /// `NOW(6)` when the row was read: expiry is judged by this clock only.
     pub now: NaiveDateTime,
-}
-
-impl LockRow {
-    /// The current holder, if the lease has not expired by the database clock.
-    pub fn live_owner(&self) -> Option<&[u8]> {
-        match (&self.owner, self.expires_at) {
-            (Some(owner), Some(expires_at)) if expires_at > self.now => Some(owner),
-            _ => None,
-        }
-    }
-
-    /// Milliseconds left on a live lease, 0 otherwise.
-    pub fn remaining_ms(&self) -> u64 {
-        match (self.live_owner(), self.expires_at) {
-            (Some(_), Some(expires_at)) => {
-                u64::try_from((expires_at - self.now).num_milliseconds()).unwrap_or(0)
-            }
-            _ => 0,
-        }
-    }
-}
-
-/// How a read of a lock row locks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Locking {
-    /// A plain consistent read.
-    None,
-    /// `FOR UPDATE`: waits (briefly) for other transactions.
-    Wait,
-    /// `FOR UPDATE NOWAIT`: fails at once (1205 / 3572) if the row is busy.
-    NoWait,
-    /// `FOR UPDATE SKIP LOCKED`: `None` if the row is busy, as if missing;
-    /// how reapers of several brokers stay out of each other's way.
-    SkipLocked,
-}
-
-impl Locking {
-    /// The clause that ends a `SELECT` locked this way.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Locking::None => "",
-            Locking::Wait => "FOR UPDATE",
-            Locking::NoWait => "FOR UPDATE NOWAIT",
-            Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
-        }
-    }
 }
 
 /// Reads a key's row with the database clock, locking it as asked.
@@ -174,31 +129,59 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
     .await
 }
 
-/// Frees a key in one autocommit statement when that is all a release has
-/// to do: `owner` holds it live with `token`, once, and nobody waits.
-/// Returns whether it did; otherwise the caller takes the full path.
-pub async fn free_if_sole_holder(
+/// Frees a key in one autocommit statement if its row holds `owner`'s
+/// live lease with `token`, held `holds` times, and no waiter is queued;
+/// whether it did. (The engine uses it for the common release, which then
+/// needs no handoff.)
+pub async fn free_if_alone(
     conn: &mut Conn,
     k: RowKey<'_>,
     owner: &str,
     token: u64,
+    holds: u32,
 ) -> sqlx::Result<bool> {
+    let sql = format!(
+        r#"
+UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL
+WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
+  AND l.owner = ? AND l.token = ? AND l.hold_count = ? AND l.queued = 0 AND {live}
+"#,
+        live = lease_live("l")
+    );
     let done = conn
         .run(|c| {
-            sqlx::query(
-                r#"
-UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
-WHERE tenant = ? AND kind = ? AND lock_key = ?
-  AND owner = ? AND token = ? AND hold_count = 1 AND queued = 0 AND expires_at > NOW(6)
-"#,
-            )
-            .bind(k.tenant)
-            .bind(k.kind as u8)
-            .bind(k.key)
-            .bind(owner)
-            .bind(token)
-            .execute(c)
+            sqlx::query(&sql)
+                .bind(k.tenant)
+                .bind(k.kind as u8)
+                .bind(k.key)
+                .bind(owner)
+                .bind(token)
+                .bind(holds)
+                .execute(c)
         })
         .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Keys of locks and elections that have pending waiters but a free or
+/// expired lease (nobody handed it on), up to `limit`.
+pub async fn free_with_waiters(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<KeyRow>> {
+    // Driven from the (small) queue, not from every lock row.
+    let sql = format!(
+        r#"
+SELECT DISTINCT w.tenant, CAST(w.kind AS SIGNED) AS kind, w.lock_key FROM waiters w
+JOIN locks l ON l.tenant = w.tenant AND l.kind = w.kind AND l.lock_key = w.lock_key
+WHERE w.kind IN (?, ?) AND w.granted_token IS NULL AND {free}
+LIMIT ?
+"#,
+        free = lease_free("l")
+    );
+    conn.run(|c| {
+        sqlx::query_as(&sql)
+            .bind(Kind::Lock as u8)
+            .bind(Kind::Election as u8)
+            .bind(limit)
+            .fetch_all(c)
+    })
+    .await
 }

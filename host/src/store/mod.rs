@@ -2,7 +2,13 @@
 //! of one database with failover; [`keepalive`] on their sockets),
 //! migrations, and one small function per
 //! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`).
-//! Nothing here decides who gets a lock; the engine does.
+//!
+//! Nothing here decides who gets a lock, which waiter goes next or what to
+//! clean up; the engine does, and passes its thresholds in. Rows come back
+//! as plain data with the database clock (`now`), for the engine to judge.
+//! The few conditions a statement must test atomically (a lease live by
+//! `NOW(6)`, a waiter no longer eligible) are each written once, below and
+//! in `waiters`.
 
 pub mod brokers;
 pub mod db;
@@ -30,6 +36,52 @@ pub struct RowKey<'a> {
     pub tenant: &'a str,
     pub kind: Kind,
     pub key: &'a str,
+}
+
+/// How a read of a row locks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locking {
+    /// A plain consistent read.
+    None,
+    /// `FOR UPDATE`: waits (briefly) for other transactions.
+    Wait,
+    /// `FOR UPDATE NOWAIT`: fails at once (1205 / 3572) if the row is busy.
+    NoWait,
+    /// `FOR UPDATE SKIP LOCKED`: `None` if the row is busy, as if missing;
+    /// how reapers of several brokers stay out of each other's way.
+    SkipLocked,
+}
+
+impl Locking {
+    /// The clause that ends a `SELECT` locked this way.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Locking::None => "",
+            Locking::Wait => "FOR UPDATE",
+            Locking::NoWait => "FOR UPDATE NOWAIT",
+            Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
+
+/// SQL: the lease of the row aliased `alias` is live by the database clock
+/// (the one definition of "held" inside statements; the engine judges rows
+/// it has read by the `now` read with them).
+fn lease_live(alias: &str) -> String {
+    format!("({alias}.owner IS NOT NULL AND {alias}.expires_at > NOW(6))")
+}
+
+/// SQL: the lease of the row aliased `alias` is free or has expired.
+fn lease_free(alias: &str) -> String {
+    format!("({alias}.owner IS NULL OR {alias}.expires_at <= NOW(6))")
+}
+
+/// A key found by a scan (the reaper's): tenant, kind and storage key.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeyRow {
+    pub tenant: Vec<u8>,
+    pub kind: i64,
+    pub lock_key: Vec<u8>,
 }
 
 /// Migrations in `migrations/`, embedded at build time.

@@ -60,6 +60,8 @@ struct Inner {
     name: String,
     options: MySqlConnectOptions,
     setup: Setup,
+    /// Connections allowed at once (`slots`' size), for metrics.
+    max: usize,
     slots: Arc<Semaphore>,
     idle: Mutex<Vec<Idle>>,
     /// When a connection of this pool last failed: connections that sat
@@ -115,6 +117,7 @@ impl Pool {
             name,
             options,
             setup,
+            max: max as usize,
             slots: Arc::new(Semaphore::new(max as usize)),
             idle: Mutex::new(Vec::new()),
             failed_at: Mutex::new(None),
@@ -125,6 +128,16 @@ impl Pool {
     /// `host:port` of the server.
     pub fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// Connections handed out now (or being opened for a user).
+    pub fn in_use(&self) -> usize {
+        self.0.max.saturating_sub(self.0.slots.available_permits())
+    }
+
+    /// Connections kept open for the next user.
+    pub fn idle(&self) -> usize {
+        self.0.idle.lock().expect("pool lock").len()
     }
 
     /// A connection, by `deadline`: an idle one that is not suspect, or a

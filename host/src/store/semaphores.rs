@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlQueryResult;
 
-use super::{locks::Locking, pool::Conn};
+use super::{lease_free, lease_live, pool::Conn, KeyRow, Kind, Locking};
 
 /// A semaphore's size and queue.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -12,7 +12,8 @@ pub struct Header {
     pub queued: u32,
 }
 
-/// One slot, read with the database clock.
+/// One slot, read with the database clock (the engine judges whether its
+/// lease is live by `now`).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct SlotRow {
     pub slot: u32,
@@ -20,16 +21,6 @@ pub struct SlotRow {
     pub token: u64,
     pub expires_at: Option<NaiveDateTime>,
     pub now: NaiveDateTime,
-}
-
-impl SlotRow {
-    /// The holder, if the slot's lease has not expired by the database clock.
-    pub fn live_owner(&self) -> Option<&[u8]> {
-        match (&self.owner, self.expires_at) {
-            (Some(owner), Some(expires_at)) if expires_at > self.now => Some(owner),
-            _ => None,
-        }
-    }
 }
 
 /// The header, locked as asked (see [`Locking`]).
@@ -82,18 +73,20 @@ pub async fn claim_free_slot(
     tenant: &str,
     key: &str,
 ) -> sqlx::Result<Option<SlotRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
-SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
-WHERE tenant = ? AND sem_key = ? AND (owner IS NULL OR expires_at <= NOW(6))
+    let sql = format!(
+        r#"
+SELECT x.slot, x.owner, x.token, x.expires_at, NOW(6) AS now FROM semaphore_slots x
+WHERE x.tenant = ? AND x.sem_key = ? AND {free}
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 "#,
-        )
-        .bind(tenant)
-        .bind(key)
-        .fetch_optional(c)
+        free = lease_free("x")
+    );
+    conn.run(|c| {
+        sqlx::query_as(&sql)
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(c)
     })
     .await
 }
@@ -107,19 +100,21 @@ pub async fn slot_of_owner(
     key: &str,
     owner: &str,
 ) -> sqlx::Result<Option<u32>> {
-    let row: Option<(u32,)> = conn
-        .run(|c| {
-            sqlx::query_as(
-                r#"
-SELECT slot FROM semaphore_slots
-WHERE tenant = ? AND sem_key = ? AND owner = ? AND expires_at > NOW(6)
+    let sql = format!(
+        r#"
+SELECT x.slot FROM semaphore_slots x
+WHERE x.tenant = ? AND x.sem_key = ? AND x.owner = ? AND {live}
 LIMIT 1
 "#,
-            )
-            .bind(tenant)
-            .bind(key)
-            .bind(owner)
-            .fetch_optional(c)
+        live = lease_live("x")
+    );
+    let row: Option<(u32,)> = conn
+        .run(|c| {
+            sqlx::query_as(&sql)
+                .bind(tenant)
+                .bind(key)
+                .bind(owner)
+                .fetch_optional(c)
         })
         .await?;
     Ok(row.map(|(slot,)| slot))
@@ -164,28 +159,48 @@ WHERE tenant = ? AND sem_key = ? ORDER BY slot
     .await
 }
 
-/// Writes a slot's lease (`owner` `None` frees it; the token stays).
+/// Writes a slot's lease.
 pub async fn write_slot(
     conn: &mut Conn,
     tenant: &str,
     key: &str,
     slot: u32,
-    lease: Option<(&str, u64, NaiveDateTime)>,
+    owner: &str,
+    token: u64,
+    expires_at: NaiveDateTime,
 ) -> sqlx::Result<MySqlQueryResult> {
-    let (owner, token, expires_at) = match lease {
-        Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
-        None => (None, None, None),
-    };
     conn.run(|c| {
         sqlx::query(
             r#"
-UPDATE semaphore_slots SET owner = ?, token = COALESCE(?, token), expires_at = ?
+UPDATE semaphore_slots SET owner = ?, token = ?, expires_at = ?
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
         )
         .bind(owner)
         .bind(token)
         .bind(expires_at)
+        .bind(tenant)
+        .bind(key)
+        .bind(slot)
+        .execute(c)
+    })
+    .await
+}
+
+/// Frees a slot. The token stays: the next grant continues from it.
+pub async fn free_slot(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    slot: u32,
+) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query(
+            r#"
+UPDATE semaphore_slots SET owner = NULL, expires_at = NULL
+WHERE tenant = ? AND sem_key = ? AND slot = ?
+"#,
+        )
         .bind(tenant)
         .bind(key)
         .bind(slot)
@@ -210,10 +225,10 @@ pub async fn add_queued(
     .execute(c)).await
 }
 
-/// Frees `owner`'s live slot with `token` in one statement when nobody
-/// waits for the semaphore (the header is only share-locked, so releases do
-/// not queue behind each other). Returns whether it did.
-pub async fn free_if_nobody_waits(
+/// Frees `owner`'s live slot with `token` in one statement if no waiter is
+/// queued for the semaphore (the header is only share-locked, so such
+/// releases do not queue behind each other); whether it did.
+pub async fn free_if_alone(
     conn: &mut Conn,
     tenant: &str,
     key: &str,
@@ -221,24 +236,47 @@ pub async fn free_if_nobody_waits(
     owner: &str,
     token: u64,
 ) -> sqlx::Result<bool> {
-    let done = conn
-        .run(|c| {
-            sqlx::query(
-                r#"
+    let sql = format!(
+        r#"
 UPDATE semaphore_slots s
 JOIN semaphores h ON h.tenant = s.tenant AND h.sem_key = s.sem_key
 SET s.owner = NULL, s.expires_at = NULL
 WHERE s.tenant = ? AND s.sem_key = ? AND s.slot = ?
-  AND s.owner = ? AND s.token = ? AND s.expires_at > NOW(6) AND h.queued = 0
+  AND s.owner = ? AND s.token = ? AND {live} AND h.queued = 0
 "#,
-            )
-            .bind(tenant)
-            .bind(key)
-            .bind(slot)
-            .bind(owner)
-            .bind(token)
-            .execute(c)
+        live = lease_live("s")
+    );
+    let done = conn
+        .run(|c| {
+            sqlx::query(&sql)
+                .bind(tenant)
+                .bind(key)
+                .bind(slot)
+                .bind(owner)
+                .bind(token)
+                .execute(c)
         })
         .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Semaphores that have pending waiters and a free or expired slot (nobody
+/// handed it on), up to `limit`.
+pub async fn free_with_waiters(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<KeyRow>> {
+    let sql = format!(
+        r#"
+SELECT DISTINCT h.tenant, CAST(? AS SIGNED) AS kind, h.sem_key AS lock_key FROM semaphores h
+JOIN semaphore_slots x ON x.tenant = h.tenant AND x.sem_key = h.sem_key
+WHERE h.queued > 0 AND {free}
+LIMIT ?
+"#,
+        free = lease_free("x")
+    );
+    conn.run(|c| {
+        sqlx::query_as(&sql)
+            .bind(Kind::Semaphore as u8)
+            .bind(limit)
+            .fetch_all(c)
+    })
+    .await
 }

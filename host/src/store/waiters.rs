@@ -2,21 +2,90 @@
 //! delete of a pending waiter happens while its key's header row is locked
 //! by the caller (see the migration), so these queries need no locks.
 //!
-//! A pending waiter is *eligible* while its deadline has not passed and its
-//! broker heartbeated within `alive_us` microseconds (the caller's
-//! threshold): only eligible waiters are handed a lease or counted.
-//! A granted row is *claimed* once its broker has taken the grant for its
-//! client; an unclaimed grant of a broker that is no longer alive was never
-//! delivered, and may be taken back.
+//! Two conditions, each written once here and given their thresholds by
+//! the engine ([`Staleness`]), which decides when each applies:
+//!
+//! - a pending waiter is *stale* once its deadline has passed (by a grace
+//!   the caller chooses) or its broker has not heartbeated within a window:
+//!   the engine never hands a lease to a stale waiter nor counts it, and
+//!   clears stale waiters out ([`STALE`]);
+//! - a granted row is *claimed* once its broker has taken the grant for its
+//!   client; an unclaimed grant of a broker that is no longer alive was
+//!   never delivered, and may be taken back ([`UNDELIVERED`]).
 
 use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlQueryResult;
 
-use super::{pool::Conn, Kind, RowKey};
+use super::{pool::Conn, KeyRow, RowKey};
 
-/// SQL: the waiter row `w` belongs to a broker seen alive within `?` µs.
-const BROKER_ALIVE: &str =
-    "w.broker IN (SELECT name FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND)";
+/// SQL: the waiter row `w` belongs to a broker heard from within `?` µs.
+macro_rules! broker_alive {
+    () => {
+        "w.broker IN (SELECT name FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND)"
+    };
+}
+
+/// SQL: the waiter row `w` can still take a lease: its deadline is less
+/// than `?` µs ago and its broker is alive (`?` µs).
+macro_rules! eligible {
+    () => {
+        concat!(
+            "(w.deadline > NOW(6) - INTERVAL ? MICROSECOND AND ",
+            broker_alive!(),
+            ")"
+        )
+    };
+}
+
+/// SQL: the pending waiter row `w` is not stale (see [`STALE`]); written
+/// positively, so that the broker check is a semi-join. Binds
+/// [`Staleness::bind`].
+pub const ELIGIBLE: &str = eligible!();
+
+/// SQL: the waiter row `w` is pending and stale: not [`ELIGIBLE`]. Binds
+/// [`Staleness::bind`].
+pub const STALE: &str = concat!("(w.granted_token IS NULL AND NOT ", eligible!(), ")");
+
+/// SQL: the waiter row `w` holds a grant that its broker, gone (`?` µs),
+/// never claimed.
+pub const UNDELIVERED: &str = concat!(
+    "(w.granted_token IS NOT NULL AND w.claimed = 0 AND NOT ",
+    broker_alive!(),
+    ")"
+);
+
+/// The thresholds of [`ELIGIBLE`] and [`STALE`], chosen by the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Staleness {
+    /// A broker not heard from for this long (µs) is gone.
+    pub alive_us: u64,
+    /// A waiter is stale this long (µs) after its deadline.
+    pub grace_us: u64,
+}
+
+impl Staleness {
+    /// Binds the thresholds in the order [`ELIGIBLE`] and [`STALE`] take them.
+    fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
+        query.bind_u64(self.grace_us).bind_u64(self.alive_us)
+    }
+}
+
+/// Binding a `u64` to either kind of sqlx query.
+trait Bind<'q> {
+    fn bind_u64(self, value: u64) -> Self;
+}
+
+impl<'q> Bind<'q> for sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    fn bind_u64(self, value: u64) -> Self {
+        self.bind(value)
+    }
+}
+
+impl<'q, O> Bind<'q> for sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments> {
+    fn bind_u64(self, value: u64) -> Self {
+        self.bind(value)
+    }
+}
 
 /// A pending waiter, as a handoff sees it.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -93,13 +162,13 @@ pub enum Order {
     MostUrgent,
 }
 
-/// Up to `limit` eligible pending waiters of a key, in `order`.
+/// Up to `limit` pending waiters of a key that are not stale, in `order`.
 pub async fn pending(
     conn: &mut Conn,
     k: RowKey<'_>,
     order: Order,
     limit: u32,
-    alive_us: u64,
+    stale: Staleness,
 ) -> sqlx::Result<Vec<WaiterRow>> {
     let order_by = match order {
         Order::Oldest => "w.id",
@@ -111,40 +180,35 @@ SELECT w.id, w.owner, w.priority, w.ttl_ms, w.broker, w.attempts,
        CAST(UNIX_TIMESTAMP(w.enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms
 FROM waiters w
 WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND w.granted_token IS NULL
-  AND w.deadline > NOW(6) AND {BROKER_ALIVE}
+  AND {ELIGIBLE}
 ORDER BY {order_by} LIMIT ?
 "#
     );
     conn.run(|c| {
-        sqlx::query_as(&sql)
+        let query = sqlx::query_as(&sql)
             .bind(k.tenant)
             .bind(k.kind as u8)
-            .bind(k.key)
-            .bind(alive_us)
-            .bind(limit)
-            .fetch_all(c)
+            .bind(k.key);
+        stale.bind(query).bind(limit).fetch_all(c)
     })
     .await
 }
 
-/// Removes a key's pending waiters that are not eligible (deadline passed,
-/// or broker not alive); how many.
-pub async fn purge_ineligible(conn: &mut Conn, k: RowKey<'_>, alive_us: u64) -> sqlx::Result<u64> {
+/// Removes a key's stale pending waiters; how many.
+pub async fn delete_stale(conn: &mut Conn, k: RowKey<'_>, stale: Staleness) -> sqlx::Result<u64> {
     let sql = format!(
         r#"
 DELETE w FROM waiters w
-WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND w.granted_token IS NULL
-  AND (w.deadline <= NOW(6) OR NOT {BROKER_ALIVE})
+WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND {STALE}
 "#
     );
     let done = conn
         .run(|c| {
-            sqlx::query(&sql)
+            let query = sqlx::query(&sql)
                 .bind(k.tenant)
                 .bind(k.kind as u8)
-                .bind(k.key)
-                .bind(alive_us)
-                .execute(c)
+                .bind(k.key);
+            stale.bind(query).execute(c)
         })
         .await?;
     Ok(done.rows_affected())
@@ -251,106 +315,54 @@ WHERE broker = ? AND granted_token IS NOT NULL
     .await
 }
 
-/// Eligible pending waiters of a tenant, across keys and brokers.
-pub async fn pending_for_tenant(conn: &mut Conn, tenant: &str, alive_us: u64) -> sqlx::Result<u64> {
+/// Pending waiters of a tenant that are not stale, across keys and brokers.
+pub async fn pending_for_tenant(
+    conn: &mut Conn,
+    tenant: &str,
+    stale: Staleness,
+) -> sqlx::Result<u64> {
     let sql = format!(
         r#"
 SELECT COUNT(*) FROM waiters w
-WHERE w.tenant = ? AND w.granted_token IS NULL AND w.deadline > NOW(6) AND {BROKER_ALIVE}
+WHERE w.tenant = ? AND w.granted_token IS NULL AND {ELIGIBLE}
 "#
     );
     let (n,): (i64,) = conn
         .run(|c| {
-            sqlx::query_as(&sql)
-                .bind(tenant)
-                .bind(alive_us)
-                .fetch_one(c)
+            let query = sqlx::query_as(&sql).bind(tenant);
+            stale.bind(query).fetch_one(c)
         })
         .await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// A key the reaper should look at.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ReapKey {
-    pub tenant: Vec<u8>,
-    pub kind: i64,
-    pub lock_key: Vec<u8>,
-}
-
-/// What makes a key worth reaping, besides a free lease with waiters.
-/// `?`s: alive µs, grace µs, alive µs.
-const NEEDS_CLEANING: &str = r#"
-(w.granted_token IS NULL
-     AND (w.deadline < NOW(6) - INTERVAL ? MICROSECOND
-          OR w.broker NOT IN (SELECT name FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND)))
- OR (w.granted_token IS NOT NULL AND w.claimed = 0
-     AND w.broker NOT IN (SELECT name FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND))
-"#;
-
-/// Locks and elections with pending waiters whose lease is free or has
-/// expired, with pending waiters past their deadline by `grace_us` or of
-/// dead brokers, or with unclaimed grants of dead brokers.
-pub async fn lock_keys_to_reap(
+/// Keys (of every kind) with stale pending waiters or with grants that
+/// gone brokers never claimed, up to `limit`.
+pub async fn keys_to_clean(
     conn: &mut Conn,
+    stale: Staleness,
     limit: u32,
-    alive_us: u64,
-    grace_us: u64,
-) -> sqlx::Result<Vec<ReapKey>> {
+) -> sqlx::Result<Vec<KeyRow>> {
     let sql = format!(
         r#"
 SELECT DISTINCT w.tenant, CAST(w.kind AS SIGNED) AS kind, w.lock_key FROM waiters w
-JOIN locks l ON l.tenant = w.tenant AND l.kind = w.kind AND l.lock_key = w.lock_key
-WHERE w.kind IN (0, 1)
-  AND ((w.granted_token IS NULL AND (l.owner IS NULL OR l.expires_at <= NOW(6)))
-       OR {NEEDS_CLEANING})
+WHERE {STALE} OR {UNDELIVERED}
 LIMIT ?
 "#
     );
     conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(grace_us)
-            .bind(alive_us)
-            .bind(alive_us)
+        let query = sqlx::query_as(&sql);
+        stale
+            .bind(query)
+            .bind(stale.alive_us)
             .bind(limit)
             .fetch_all(c)
     })
     .await
 }
 
-/// Semaphores with pending waiters and a free or expired slot, or with
-/// waiters to clean as for locks.
-pub async fn semaphore_keys_to_reap(
-    conn: &mut Conn,
-    limit: u32,
-    alive_us: u64,
-    grace_us: u64,
-) -> sqlx::Result<Vec<ReapKey>> {
-    let sql = format!(
-        r#"
-SELECT DISTINCT s.tenant, CAST({kind} AS SIGNED) AS kind, s.sem_key AS lock_key FROM semaphores s
-JOIN semaphore_slots x ON x.tenant = s.tenant AND x.sem_key = s.sem_key
-WHERE s.queued > 0 AND (x.owner IS NULL OR x.expires_at <= NOW(6))
-UNION
-SELECT DISTINCT w.tenant, CAST(w.kind AS SIGNED) AS kind, w.lock_key FROM waiters w
-WHERE w.kind = {kind} AND ({NEEDS_CLEANING})
-LIMIT ?
-"#,
-        kind = Kind::Semaphore as u8
-    );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(grace_us)
-            .bind(alive_us)
-            .bind(alive_us)
-            .bind(limit)
-            .fetch_all(c)
-    })
-    .await
-}
-
-/// Unclaimed grants of a key to waiters of brokers not seen alive within
-/// `alive_us`.
+/// A key's grants that gone brokers (not heard from within `alive_us`)
+/// never claimed.
 pub async fn undelivered(
     conn: &mut Conn,
     k: RowKey<'_>,
@@ -359,8 +371,7 @@ pub async fn undelivered(
     let sql = format!(
         r#"
 SELECT w.id, w.owner, w.granted_token, w.granted_slot FROM waiters w
-WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ?
-  AND w.granted_token IS NOT NULL AND w.claimed = 0 AND NOT {BROKER_ALIVE}
+WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND {UNDELIVERED}
 "#
     );
     conn.run(|c| {
@@ -387,17 +398,20 @@ pub async fn revoke(conn: &mut Conn, id: u64) -> sqlx::Result<bool> {
     Ok(done.rows_affected() == 1)
 }
 
-/// Removes granted rows nobody collected long after their lease ended.
-pub async fn delete_uncollected(conn: &mut Conn) -> sqlx::Result<u64> {
+/// Removes up to `limit` granted rows whose lease ended more than
+/// `after_us` ago (nobody collected them).
+pub async fn delete_uncollected(conn: &mut Conn, after_us: u64, limit: u32) -> sqlx::Result<u64> {
     let done = conn
         .run(|c| {
             sqlx::query(
                 r#"
 DELETE FROM waiters
-WHERE granted_token IS NOT NULL AND granted_expires_at < NOW(6) - INTERVAL 1 MINUTE
-LIMIT 1000
+WHERE granted_token IS NOT NULL AND granted_expires_at < NOW(6) - INTERVAL ? MICROSECOND
+LIMIT ?
 "#,
             )
+            .bind(after_us)
+            .bind(limit)
             .execute(c)
         })
         .await?;

@@ -34,12 +34,14 @@ pub fn backoff_triggered(seed: u64) -> bool {
     seed != 0
 }
 
-/// Generates a whole misbehaving fixture but its misbehaviour: the
-/// [`policy!`](crate::policy!) glue with, in each export, a call to
-/// `misbehave` (a `fn() -> !` of the calling crate) when the call is
-/// triggered (see [the module](self)) and the default rule otherwise; plus
-/// the unit test `tests::behaves_on_the_self_check`. Call it once, at the
-/// crate root; `describe` says `name` and [`VERSION`].
+/// Generates a whole misbehaving fixture but its misbehaviour: a policy
+/// `Fixture` on the SDK whose methods call `misbehave` (a `fn() -> !` of
+/// the calling crate) when the call is triggered (see [the module](self))
+/// and the default rule otherwise, its `export_policy!`, and the unit test
+/// `tests::behaves_on_the_self_check`. Call it once, at the crate root;
+/// `describe` says `name` and [`VERSION`].
+///
+/// `wit:` is still accepted, and ignored: the SDK carries the WIT.
 ///
 /// ```no_run
 /// fn misbehave() -> ! {
@@ -47,7 +49,6 @@ pub fn backoff_triggered(seed: u64) -> bool {
 /// }
 ///
 /// policy_common::fixture! {
-///     wit: "../../wit",
 ///     name: "example",
 ///     misbehave: misbehave,
 /// }
@@ -56,45 +57,60 @@ pub fn backoff_triggered(seed: u64) -> bool {
 #[macro_export]
 macro_rules! fixture {
     (wit: $wit:literal, name: $name:literal, misbehave: $misbehave:path $(,)?) => {
-        $crate::policy! {
-            wit: $wit,
-            name: $name,
-            version: $crate::fixture::VERSION,
-            naming: |_tenant, key| {
-                if $crate::fixture::naming_triggered(&key) {
+        $crate::fixture! { name: $name, misbehave: $misbehave }
+    };
+    (name: $name:literal, misbehave: $misbehave:path $(,)?) => {
+        /// The default policy, misbehaving when triggered.
+        pub struct Fixture;
+
+        impl $crate::__sdk::Policy for Fixture {
+            const NAME: &'static str = $name;
+            const VERSION: &'static str = $crate::fixture::VERSION;
+
+            fn storage_key(
+                _tenant: &str,
+                key: &str,
+            ) -> ::core::result::Result<::std::string::String, ::std::string::String> {
+                if $crate::fixture::naming_triggered(key) {
                     $misbehave()
                 }
-                $crate::storage_key(&key)
-            },
-            fairness: |_key, waiters| {
+                $crate::__sdk::defaults::storage_key(key)
+            }
+
+            fn pick_next(_key: &str, waiters: &[$crate::__sdk::Waiter]) -> u32 {
                 if $crate::fixture::fairness_triggered(waiters.iter().map(|w| w.owner.as_str())) {
                     $misbehave()
                 }
-                $crate::pick_next(&waiters)
-            },
-            backoff: |contention| {
+                $crate::__sdk::defaults::pick_next(waiters)
+            }
+
+            fn next_delay(contention: &$crate::__sdk::Contention) -> $crate::__sdk::Decision {
                 if $crate::fixture::backoff_triggered(contention.seed) {
                     $misbehave()
                 }
-                exports::lockbroker::policy::backoff::Decision::RetryAfter($crate::delay_ms(
-                    contention.attempt,
-                    contention.seed,
-                ))
-            },
+                $crate::__sdk::defaults::next_delay(contention)
+            }
         }
+
+        $crate::__sdk::export_policy!(Fixture);
 
         #[cfg(test)]
         mod tests {
-            use super::exports::lockbroker::policy::backoff::{self, Contention, Decision};
-            use super::exports::lockbroker::policy::fairness::{self, Waiter};
-            use super::exports::lockbroker::policy::{meta, naming};
-            use super::Policy;
+            use super::Fixture;
+            use $crate::__sdk::bindings::exports::lockbroker::policy::{
+                backoff, fairness, meta, naming,
+            };
+            use $crate::__sdk::{Contention, Decision, Exports, Waiter};
 
+            type Exported = Exports<Fixture>;
+
+            /// The broker's self-check calls, untriggered, answered as the
+            /// default policy answers them.
             #[test]
             fn behaves_on_the_self_check() {
-                assert_eq!(<Policy as meta::Guest>::describe().name, $name);
+                assert_eq!(<Exported as meta::Guest>::describe().name, $name);
                 assert_eq!(
-                    <Policy as naming::Guest>::storage_key(
+                    <Exported as naming::Guest>::storage_key(
                         "self-check".into(),
                         "self-check".into()
                     ),
@@ -108,7 +124,7 @@ macro_rules! fixture {
                     attempts: 0,
                 };
                 assert_eq!(
-                    <Policy as fairness::Guest>::pick_next("self-check".into(), vec![waiter]),
+                    <Exported as fairness::Guest>::pick_next("self-check".into(), vec![waiter]),
                     0
                 );
                 let contention = Contention {
@@ -119,10 +135,10 @@ macro_rules! fixture {
                     lease_remaining_ms: 0,
                     seed: 0,
                 };
-                assert!(matches!(
-                    <Policy as backoff::Guest>::next_delay(contention),
+                assert_eq!(
+                    <Exported as backoff::Guest>::next_delay(contention),
                     Decision::RetryAfter(1)
-                ));
+                );
             }
         }
     };
@@ -132,17 +148,11 @@ macro_rules! fixture {
 mod tests {
     use super::*;
 
-    // Moved from fixture-common.
     #[test]
     fn self_check_inputs_do_not_trigger() {
         assert!(!naming_triggered("self-check"));
         assert!(!fairness_triggered(["self-check"]));
         assert!(!backoff_triggered(0));
-        assert_eq!(
-            crate::storage_key("self-check").as_deref(),
-            Ok("self-check")
-        );
-        assert_eq!(crate::delay_ms(1, 0), 1);
     }
 
     #[test]

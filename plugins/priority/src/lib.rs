@@ -1,21 +1,25 @@
 //! A lockbroker policy that grants a freed lock to the waiter with the
 //! highest `priority`, the oldest first among equals. Naming and backoff are
-//! the default policy's (from `policy-common`): the key unchanged (empty
-//! keys, keys over 255 bytes and keys with control characters rejected), and
+//! the SDK's defaults, the built-in rules: the key unchanged (empty keys,
+//! keys over 255 bytes and keys with control characters rejected), and
 //! exponential backoff with full jitter from 10 ms up to 1 s, never giving
 //! up.
 
-policy_common::policy! {
-    wit: "../../wit",
-    name: NAME,
-    version: VERSION,
-    fairness: |_key, waiters| pick_next(&waiters),
+use lockbroker_policy::{export_policy, Policy, Waiter};
+
+/// Highest priority first.
+pub struct Priority;
+
+impl Policy for Priority {
+    const NAME: &'static str = "priority";
+    const VERSION: &'static str = "0.1.0";
+
+    fn pick_next(_key: &str, waiters: &[Waiter]) -> u32 {
+        pick_next(waiters)
+    }
 }
 
-use exports::lockbroker::policy::fairness::Waiter;
-
-pub const NAME: &str = "priority";
-pub const VERSION: &str = "0.1.0";
+export_policy!(Priority);
 
 /// The index of the waiter with the highest priority; among waiters of equal
 /// priority, the lowest index (the oldest, as the broker lists them oldest
@@ -35,8 +39,12 @@ pub fn pick_next(waiters: &[Waiter]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use exports::lockbroker::policy::backoff::{self, Contention, Decision};
-    use exports::lockbroker::policy::{fairness, meta, naming};
+    use lockbroker_policy::bindings::exports::lockbroker::policy::{
+        backoff, fairness, meta, naming,
+    };
+    use lockbroker_policy::{Contention, Decision, Exports};
+
+    type Exported = Exports<Priority>;
 
     fn waiters(priorities: &[i32]) -> Vec<Waiter> {
         priorities
@@ -71,14 +79,14 @@ mod tests {
 
     #[test]
     fn pick_through_the_export() {
-        let picked = <Policy as fairness::Guest>::pick_next("k".into(), waiters(&[0, 2, 1]));
+        let picked = <Exported as fairness::Guest>::pick_next("k".into(), waiters(&[0, 2, 1]));
         assert_eq!(picked, 1);
     }
 
     #[test]
     fn naming_and_backoff_are_the_defaults() {
         let storage_key =
-            |key: &str| <Policy as naming::Guest>::storage_key("acme".into(), key.into());
+            |key: &str| <Exported as naming::Guest>::storage_key("acme".into(), key.into());
         assert_eq!(storage_key("Orders/42").as_deref(), Ok("Orders/42"));
         assert!(storage_key("").is_err());
         assert!(storage_key(&"x".repeat(256)).is_err());
@@ -92,7 +100,7 @@ mod tests {
                 lease_remaining_ms: 900,
                 seed,
             };
-            match <Policy as backoff::Guest>::next_delay(contention) {
+            match <Exported as backoff::Guest>::next_delay(contention) {
                 Decision::RetryAfter(ms) => ms,
                 Decision::GiveUp => panic!("gave up"),
             }
@@ -104,6 +112,6 @@ mod tests {
 
     #[test]
     fn describes_itself() {
-        assert_eq!(<Policy as meta::Guest>::describe().name, "priority");
+        assert_eq!(<Exported as meta::Guest>::describe().name, "priority");
     }
 }

@@ -5,22 +5,29 @@
 //! bytes, starts with `[a-z0-9]` and uses nothing but `[a-z0-9._/-]`. The
 //! storage key is `{tenant}/{lowercased key}`. Fairness (FIFO) and backoff
 //! (exponential with full jitter, 10 ms to 1 s, never giving up) are the
-//! default policy's.
+//! SDK's defaults, the built-in rules.
 
-policy_common::policy! {
-    wit: "../../wit",
-    name: NAME,
-    version: VERSION,
-    naming: |tenant, key| storage_key(&tenant, &key),
+use lockbroker_policy::{export_policy, Policy};
+
+/// Lowercased, restricted keys under the tenant's prefix.
+pub struct TeamPrefix;
+
+impl Policy for TeamPrefix {
+    const NAME: &'static str = "team-prefix";
+    const VERSION: &'static str = "0.1.0";
+
+    fn storage_key(tenant: &str, key: &str) -> Result<String, String> {
+        storage_key(tenant, key)
+    }
 }
 
-pub const NAME: &str = "team-prefix";
-pub const VERSION: &str = "0.1.0";
+export_policy!(TeamPrefix);
 
 /// The longest key accepted, in bytes, after lowercasing.
 pub const MAX_KEY_BYTES: usize = 200;
-/// The longest storage key the broker accepts, in bytes.
-pub const MAX_STORAGE_KEY_BYTES: usize = 255;
+/// The longest storage key the broker accepts, in bytes: the broker's own
+/// constant, so that the two cannot disagree.
+pub use lockbroker_api::MAX_STORAGE_KEY_BYTES;
 
 fn is_first_char(c: char) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit()
@@ -85,8 +92,10 @@ pub fn storage_key(tenant: &str, key: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use exports::lockbroker::policy::backoff::{self, Contention, Decision};
-    use exports::lockbroker::policy::{fairness, meta};
+    use lockbroker_policy::bindings::exports::lockbroker::policy::{backoff, fairness, meta};
+    use lockbroker_policy::{Contention, Decision, Exports};
+
+    type Exported = Exports<TeamPrefix>;
 
     #[test]
     fn prefixes_with_the_tenant_and_lowercases() {
@@ -172,17 +181,18 @@ mod tests {
 
     #[test]
     fn storage_key_fits_the_broker_limit() {
-        let tenant = "t".repeat(60);
-        let key = "k".repeat(194);
-        assert_eq!(storage_key(&tenant, &key).map(|s| s.len()), Ok(255));
+        assert_eq!(MAX_STORAGE_KEY_BYTES, 512);
+        let tenant = "t".repeat(312);
+        let key = "k".repeat(199);
+        assert_eq!(storage_key(&tenant, &key).map(|s| s.len()), Ok(512));
         let reason = storage_key(&tenant, &format!("{key}k")).unwrap_err();
-        assert!(reason.contains("255"), "{reason}");
+        assert!(reason.contains("512"), "{reason}");
     }
 
     #[test]
     fn fifo_and_default_backoff() {
         assert_eq!(
-            <Policy as fairness::Guest>::pick_next("k".into(), Vec::new()),
+            <Exported as fairness::Guest>::pick_next("k".into(), Vec::new()),
             0
         );
         for (attempt, seed, delay) in [(1, 0, 1), (4, 79, 80), (40, 123_456, 457)] {
@@ -194,7 +204,7 @@ mod tests {
                 lease_remaining_ms: 0,
                 seed,
             };
-            let decision = <Policy as backoff::Guest>::next_delay(contention);
+            let decision = <Exported as backoff::Guest>::next_delay(contention);
             assert!(
                 matches!(decision, Decision::RetryAfter(ms) if ms == delay),
                 "{attempt} {seed}"
@@ -204,6 +214,6 @@ mod tests {
 
     #[test]
     fn describes_itself() {
-        assert_eq!(<Policy as meta::Guest>::describe().name, "team-prefix");
+        assert_eq!(<Exported as meta::Guest>::describe().name, "team-prefix");
     }
 }

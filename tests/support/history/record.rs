@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker::client::{Client, ClientError, Reply};
+use lockbroker_api::{Lease, ReleaseResponse};
+
+use crate::{Client, ClientError, Reply};
 
 use super::{History, Op, Outcome, Request};
 
@@ -76,7 +78,7 @@ impl Recorder {
     {
         let sent = Instant::now();
         let outcome = match tokio::time::timeout(limit, send()).await {
-            Ok(Ok(reply)) => outcome_of(&reply),
+            Ok(Ok(reply)) => outcome_of(request, &reply),
             Ok(Err(ClientError::Timeout(_))) | Err(_) => Outcome::Timeout,
             Ok(Err(e)) => Outcome::Failed(e.to_string()),
         };
@@ -92,14 +94,26 @@ impl Recorder {
     }
 }
 
-fn outcome_of(reply: &Reply) -> Outcome {
-    let body = &reply.body;
+/// The answer as the checks need it: a 2xx body read as what `request`
+/// answers with (a [`Lease`] or a [`ReleaseResponse`]); an error body has
+/// none of those fields.
+fn outcome_of(request: Request, reply: &Reply) -> Outcome {
+    let (token, hold_count, released) = match request {
+        Request::Acquire { .. } | Request::Renew { .. } => reply
+            .try_parse::<Lease>()
+            .map_or((None, None, None), |lease| {
+                (Some(lease.token), Some(lease.hold_count), None)
+            }),
+        Request::Release { .. } => reply
+            .try_parse::<ReleaseResponse>()
+            .map_or((None, None, None), |r| {
+                (None, Some(r.hold_count), Some(r.released))
+            }),
+    };
     Outcome::Reply {
         status: reply.status,
-        token: body["token"].as_u64(),
-        hold_count: body["hold_count"]
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok()),
-        released: body["released"].as_bool(),
+        token,
+        hold_count,
+        released,
     }
 }

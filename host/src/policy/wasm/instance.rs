@@ -5,13 +5,26 @@
 //! deadline, calls, and puts it back. An instance whose call trapped,
 //! timed out or overran its memory is dropped, never reused: wasmtime
 //! refuses to enter it again, and its state is suspect anyway.
+//!
+//! A component that imports WASI gets a fresh, empty WASI in each store
+//! (see `wasi`); one that imports nothing carries no WASI state at all.
+//!
+//! A policy that was slow lately runs its calls off the async workers
+//! (`blocks`). Slow is judged in two steps, because on a busy machine a
+//! thread descheduled mid-call makes a 0.5 µs call look slow by any clock,
+//! and isolating a fast policy for that costs every one of its calls a
+//! thread hand-off (`block_in_place`) for [`ISOLATE_FOR`]: a call that took
+//! half its deadline in epoch ticks makes the policy a suspect, and a
+//! suspect's calls are also timed in thread CPU time (a system call, about
+//! 1.2 µs here, so not for every call); one that used half its deadline of
+//! CPU, or any call cut off at its deadline, isolates it.
 
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
-        Mutex, OnceLock,
+        Arc, Mutex,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
@@ -21,31 +34,49 @@ use super::{
         exports::lockbroker::policy::{backoff, fairness},
         Policy as Bindings, PolicyPre,
     },
-    Limits,
+    wasi::{self, WasiState},
+    Limits, LoadOptions, Ticks,
 };
 use crate::policy::{Contention, Decision, Descriptor, Policy, PolicyFault, Waiter};
 
+/// Instances (core modules and components) one store may create: a
+/// componentize-py guest is a dozen modules linked together.
+const MAX_INSTANCES: usize = 64;
 /// Idle instances kept per policy: more concurrent calls than this make
 /// short-lived extra instances.
 const MAX_IDLE: usize = 16;
-/// A call that takes this share of its deadline (or is cut off at it) marks
-/// the policy slow. Wall time: a thread descheduled for that long mid-call
-/// marks a fast policy too, which only costs it a thread hand-off per call
-/// for a while.
+/// A call that takes this share of its deadline makes the policy a
+/// suspect (in epoch ticks) or slow (in thread CPU time, or cut off).
 const SLOW_SHARE_OF_DEADLINE: u32 = 2;
-/// How long a slow policy's calls run off the async workers.
+/// How long a slow policy's calls run off the async workers, and how long
+/// a suspect's calls are timed in CPU time.
 const ISOLATE_FOR: Duration = Duration::from_secs(10);
 
-/// Milliseconds since the first call in this process: a cheap clock for
-/// the slow mark.
-fn clock_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(START.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
+/// CPU time this thread has used. A system call (not in the vDSO): only
+/// for the calls of a suspect.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        // Not measurable: count the call as having used no CPU, so it is
+        // judged by its ticks alone (and a timeout still isolates).
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }
 
-/// What each store carries: only its resource limits.
+/// What each store carries: its resource limits and, for a component that
+/// imports WASI, that WASI (boxed: a pointer's overhead for the others).
 pub struct StoreState {
     limits: StoreLimits,
+    pub(super) wasi: Option<Box<WasiState>>,
 }
 
 struct Instance {
@@ -58,19 +89,55 @@ pub struct WasmPolicy {
     engine: Engine,
     pre: PolicyPre<StoreState>,
     limits: Limits,
+    /// For the log line that says the policy was isolated.
+    tenant: Arc<str>,
+    /// Where WASI output goes; `None` for a component without WASI.
+    wasi: Option<wasi::Output>,
     idle: Mutex<Vec<Instance>>,
-    /// Until when (by [`clock_ms`]) calls should run off the async workers.
+    /// The host's epoch ticks: the clock of the two marks below.
+    ticks: Ticks,
+    /// Until when (in ticks) calls are also timed in thread CPU time.
+    suspect_until: AtomicU64,
+    /// Until when (in ticks) calls should run off the async workers.
     slow_until: AtomicU64,
 }
 
 impl WasmPolicy {
-    pub(super) fn new(engine: Engine, pre: PolicyPre<StoreState>, limits: Limits) -> WasmPolicy {
+    pub(super) fn new(
+        engine: Engine,
+        pre: PolicyPre<StoreState>,
+        options: &LoadOptions,
+        wasi: Option<wasi::Output>,
+        ticks: Ticks,
+    ) -> WasmPolicy {
         WasmPolicy {
             engine,
             pre,
-            limits,
+            limits: options.limits,
+            tenant: Arc::from(options.tenant.as_str()),
+            wasi,
             idle: Mutex::new(Vec::new()),
+            ticks,
+            suspect_until: AtomicU64::new(0),
             slow_until: AtomicU64::new(0),
+        }
+    }
+
+    /// Ticks from now until the end of a mark set now.
+    fn mark_end(&self) -> u64 {
+        self.ticks.now().saturating_add(ticks(ISOLATE_FOR))
+    }
+
+    /// Sends the policy's calls off the async workers for [`ISOLATE_FOR`].
+    fn isolate(&self, why: &str) {
+        let was = self.slow_until.swap(self.mark_end(), Ordering::Relaxed);
+        if was <= self.ticks.now() {
+            tracing::warn!(
+                tenant = %self.tenant,
+                why,
+                "policy calls run off the async workers for {} s",
+                ISOLATE_FOR.as_secs()
+            );
         }
     }
 
@@ -78,12 +145,16 @@ impl WasmPolicy {
         let limits = StoreLimitsBuilder::new()
             .memory_size(self.limits.memory_bytes)
             .table_elements(100_000)
-            .instances(16)
+            .instances(MAX_INSTANCES)
             .trap_on_grow_failure(true)
             .build();
-        let mut store = Store::new(&self.engine, StoreState { limits });
+        let wasi = self.wasi.as_ref().map(|out| Box::new(wasi::context(out)));
+        let mut store = Store::new(&self.engine, StoreState { limits, wasi });
         store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(self.deadline_ticks());
+        // Instantiating runs the guest's start code (an interpreter boots
+        // here), once per pooled instance: bounded, but not by the budget
+        // of one call, or large guests could never start.
+        store.set_epoch_deadline(self.deadline_ticks().max(ticks(INSTANTIATE_BUDGET)));
         let bindings = self.pre.instantiate(&mut store).map_err(fault)?;
         Ok(Instance { store, bindings })
     }
@@ -91,27 +162,22 @@ impl WasmPolicy {
     /// Epoch ticks a call may run: the deadline, plus one for the tick
     /// that may come right after the call starts.
     fn deadline_ticks(&self) -> u64 {
-        let tick = super::EPOCH_TICK.as_millis().max(1);
-        u64::try_from(self.limits.deadline.as_millis() / tick).unwrap_or(u64::MAX) + 1
+        ticks(self.limits.deadline) + 1
+    }
+
+    /// Ticks that make a call suspect: more than half the deadline has
+    /// passed once this many ticks came during it (the first may come
+    /// right after the call starts).
+    fn slow_ticks(&self) -> u64 {
+        ticks(self.limits.deadline / SLOW_SHARE_OF_DEADLINE) + 1
     }
 
     /// Runs `f` on an idle (or new) instance within the limits, and marks
-    /// the policy slow if the call was.
+    /// the policy suspect or slow if the call was (see the module's docs).
+    /// Making a new instance is not timed: it happens once per pooled
+    /// instance, and counting it would mark every policy slow on its first
+    /// call on a busy machine.
     fn with_instance<T>(
-        &self,
-        f: impl FnOnce(&mut Store<StoreState>, &Bindings) -> wasmtime::Result<T>,
-    ) -> Result<T, PolicyFault> {
-        let started = Instant::now();
-        let result = self.call_instance(f);
-        let slow = started.elapsed() >= self.limits.deadline / SLOW_SHARE_OF_DEADLINE;
-        if slow || matches!(result, Err(PolicyFault::Timeout)) {
-            let until = clock_ms().saturating_add(ISOLATE_FOR.as_millis() as u64);
-            self.slow_until.store(until, Ordering::Relaxed);
-        }
-        result
-    }
-
-    fn call_instance<T>(
         &self,
         f: impl FnOnce(&mut Store<StoreState>, &Bindings) -> wasmtime::Result<T>,
     ) -> Result<T, PolicyFault> {
@@ -121,7 +187,20 @@ impl WasmPolicy {
             None => self.instantiate()?,
         };
         instance.store.set_epoch_deadline(self.deadline_ticks());
-        let result = f(&mut instance.store, &instance.bindings).map_err(fault)?;
+        let started = self.ticks.now();
+        let cpu_started =
+            (self.suspect_until.load(Ordering::Relaxed) > started).then(thread_cpu_time);
+        let result = f(&mut instance.store, &instance.bindings).map_err(fault);
+        let took = self.ticks.now().saturating_sub(started);
+        let cut_off = matches!(result, Err(PolicyFault::Timeout));
+        let slow_by_ticks = took >= self.slow_ticks();
+        let cpu = || cpu_started.map(|t0| thread_cpu_time().saturating_sub(t0));
+        match judge(cut_off, slow_by_ticks, cpu, self.limits.deadline) {
+            Mark::None => {}
+            Mark::Suspect => self.suspect_until.store(self.mark_end(), Ordering::Relaxed),
+            Mark::Isolate(why) => self.isolate(why),
+        }
+        let result = result?;
         let mut idle = self.idle.lock().expect("instance pool");
         if idle.len() < MAX_IDLE {
             idle.push(instance);
@@ -131,19 +210,87 @@ impl WasmPolicy {
 
     /// Calls every export once with harmless arguments; the descriptor if
     /// all answer.
+    ///
+    /// A call cut off at its deadline is tried again (up to
+    /// [`SELF_CHECK_TRIES`] times): on a busy machine the thread may be
+    /// descheduled past a few milliseconds once, and refusing a policy for
+    /// that would fail the tenant closed; a policy that is always too slow
+    /// still fails.
     pub(super) fn self_check(&self) -> Result<Descriptor, PolicyFault> {
-        let descriptor = self.describe()?;
-        let _named = self.storage_key("self-check", "self-check")?;
+        let descriptor = retry_timeouts(|| self.describe())?;
+        let _named = retry_timeouts(|| self.storage_key("self-check", "self-check"))?;
         let waiter = Waiter {
             owner: "self-check".into(),
             ..Waiter::default()
         };
-        self.pick_next("self-check", &[waiter])?;
-        self.next_delay(&Contention {
-            attempt: 1,
-            ..Contention::default()
+        retry_timeouts(|| self.pick_next("self-check", std::slice::from_ref(&waiter)))?;
+        retry_timeouts(|| {
+            self.next_delay(&Contention {
+                attempt: 1,
+                ..Contention::default()
+            })
         })?;
+        // The first calls ran on fresh instances of a just-compiled policy,
+        // on a machine busy compiling: they say nothing of its speed, so
+        // they do not move it off the caller's thread.
+        self.slow_until.store(0, Ordering::Relaxed);
         Ok(descriptor)
+    }
+}
+
+/// What one call makes of its policy.
+#[derive(Debug, PartialEq, Eq)]
+enum Mark {
+    None,
+    /// Time its next calls in CPU time too.
+    Suspect,
+    /// Move its calls off the async workers, for this reason.
+    Isolate(&'static str),
+}
+
+/// The slow mark's rule: a call cut off at its deadline isolates; one slow
+/// by the ticks isolates if it was timed in CPU time (a suspect's) and used
+/// half its deadline of it, and otherwise only makes the policy a suspect
+/// (a thread descheduled mid-call looks the same by any clock). `cpu` is
+/// read only when it matters.
+fn judge(
+    cut_off: bool,
+    slow_by_ticks: bool,
+    cpu: impl FnOnce() -> Option<Duration>,
+    deadline: Duration,
+) -> Mark {
+    if cut_off {
+        return Mark::Isolate("a call was cut off at its deadline");
+    }
+    if !slow_by_ticks {
+        return Mark::None;
+    }
+    match cpu() {
+        Some(used) if used >= deadline / SLOW_SHARE_OF_DEADLINE => {
+            Mark::Isolate("a call used half its deadline of CPU time")
+        }
+        _ => Mark::Suspect,
+    }
+}
+
+/// Attempts a self-check call gets when it is cut off at its deadline.
+const SELF_CHECK_TRIES: usize = 3;
+/// Time the guest's start code may take when an instance is made.
+const INSTANTIATE_BUDGET: Duration = Duration::from_millis(500);
+
+/// Epoch ticks in `d`.
+fn ticks(d: Duration) -> u64 {
+    let tick = super::EPOCH_TICK.as_millis().max(1);
+    u64::try_from(d.as_millis() / tick).unwrap_or(u64::MAX)
+}
+
+fn retry_timeouts<T>(mut call: impl FnMut() -> Result<T, PolicyFault>) -> Result<T, PolicyFault> {
+    let mut tries = 1;
+    loop {
+        match call() {
+            Err(PolicyFault::Timeout) if tries < SELF_CHECK_TRIES => tries += 1,
+            other => return other,
+        }
     }
 }
 
@@ -215,8 +362,69 @@ impl Policy for WasmPolicy {
     /// A well-behaved policy answers in well under a microsecond: calling
     /// it in place costs less than moving the call to another thread. One
     /// that was slow lately (or was cut off at its deadline) runs off the
-    /// async workers for a while, so it cannot stall other requests.
+    /// async workers for a while, so it cannot stall other requests. One
+    /// with WASI always runs off them: wasmtime-wasi's synchronous host
+    /// calls `block_on`, which panics on an async worker (see `wasi`).
     fn blocks(&self) -> bool {
-        clock_ms() < self.slow_until.load(Ordering::Relaxed)
+        self.wasi.is_some() || self.slow_until.load(Ordering::Relaxed) > self.ticks.now()
+    }
+}
+
+#[cfg(test)]
+mod slow_mark_tests {
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_millis(5);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_call_cut_off_isolates_at_once() {
+        assert!(matches!(
+            judge(true, false, || None, DEADLINE),
+            Mark::Isolate(_)
+        ));
+        assert!(matches!(
+            judge(true, true, || Some(ms(0)), DEADLINE),
+            Mark::Isolate(_)
+        ));
+    }
+
+    #[test]
+    fn a_call_slow_only_by_the_clock_makes_a_suspect() {
+        // Not yet timed in CPU time, or timed and found fast: descheduled.
+        assert_eq!(judge(false, true, || None, DEADLINE), Mark::Suspect);
+        assert_eq!(judge(false, true, || Some(ms(1)), DEADLINE), Mark::Suspect);
+    }
+
+    #[test]
+    fn a_suspect_that_burns_half_its_deadline_of_cpu_is_isolated() {
+        assert!(matches!(
+            judge(false, true, || Some(ms(3)), DEADLINE),
+            Mark::Isolate(_)
+        ));
+    }
+
+    #[test]
+    fn a_fast_call_reads_no_cpu_time_and_marks_nothing() {
+        let cpu = || -> Option<Duration> { panic!("CPU time read for a fast call") };
+        assert_eq!(judge(false, false, cpu, DEADLINE), Mark::None);
+    }
+
+    #[test]
+    fn thread_cpu_time_advances_with_work() {
+        let t0 = thread_cpu_time();
+        let started = std::time::Instant::now();
+        let mut turns = 0u64;
+        // Bounded: stops after 2 ms of CPU or 200 ms of wall time.
+        while thread_cpu_time().saturating_sub(t0) < ms(2) && started.elapsed() < ms(200) {
+            turns = std::hint::black_box(turns + 1);
+        }
+        assert!(
+            thread_cpu_time() > t0,
+            "no CPU time counted after {turns} turns"
+        );
     }
 }

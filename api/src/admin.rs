@@ -1,0 +1,84 @@
+//! `/v1/admin`: tenants and the policies in force.
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/admin/tenants`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TenantList {
+    /// Every configured tenant.
+    pub tenants: Vec<TenantInfo>,
+}
+
+/// A tenant and the policy in force (also the answer to a policy upload).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"name": "default", "max_ttl_ms": 3600000, "max_waiters": 10000,
+        "last_error": null, "policy": {"file": null, "name": "builtin", "version": "0.1.0",
+        "sha256": null, "loaded_at": "2026-11-21T09:58:12.345Z"}})))
+)]
+pub struct TenantInfo {
+    /// The tenant's name.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9-]{1,64}$"))]
+    pub name: String,
+    /// Longest lease the tenant may ask for, in milliseconds.
+    #[cfg_attr(feature = "openapi", schema(minimum = 100))]
+    pub max_ttl_ms: u64,
+    /// Most requests the tenant may have waiting at once.
+    pub max_waiters: u64,
+    /// The policy in force.
+    pub policy: PolicyInfo,
+    /// Why the last load of the tenant's policy failed (the previous policy
+    /// stays in force); null when it succeeded.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub last_error: Option<String>,
+}
+
+/// A tenant's policy in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PolicyInfo {
+    /// The component's file in `policy_dir`; null for the built-in policy.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub file: Option<String>,
+    /// The name the policy gives itself (`meta.describe`); `builtin` for the
+    /// built-in policy.
+    pub name: String,
+    /// The policy's own version.
+    pub version: String,
+    /// sha256 of the component, lowercase hex; null for the built-in policy.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, pattern = "^[0-9a-f]{64}$")
+    )]
+    pub sha256: Option<String>,
+    /// When the policy in force was loaded, UTC with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub loaded_at: String,
+}
+
+/// `POST /v1/admin/tenants/{tenant}/locks/{key}/release`: the lease that
+/// was ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"tenant": "team-a", "key": "job-1", "storage_key": "job-1",
+        "owner": "worker-7", "token": 42, "handed_off": false})))
+)]
+pub struct ForceReleaseResponse {
+    /// The tenant.
+    pub tenant: String,
+    /// The key as sent.
+    pub key: String,
+    /// The storage key the tenant's naming policy mapped it to.
+    pub storage_key: String,
+    /// The holder whose lease was ended.
+    pub owner: String,
+    /// The token of the ended lease; the next grant's token is greater.
+    pub token: u64,
+    /// True when the key went straight to a queued waiter.
+    pub handed_off: bool,
+}

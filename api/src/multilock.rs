@@ -1,0 +1,171 @@
+//! Multi-locks: several lock keys granted all or none in one transaction,
+//! each with its own fencing token. The keys are ordinary locks: a
+//! multi-lock and single-key acquires of the same key exclude each other.
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/multilock/acquire`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"keys": ["account-1", "account-2"], "owner": "transfer-9",
+        "ttl_ms": 30000, "wait_ms": 5000})))
+)]
+pub struct MultiLockAcquireRequest {
+    /// The lock keys (as a client names them; each goes through the
+    /// tenant's naming policy): 1 to 64, no two naming the same storage
+    /// key (400).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 64))]
+    pub keys: Vec<String>,
+    /// The holder of every key: 1 to 128 bytes, compared byte for byte. An
+    /// owner that already holds one of the keys re-enters it (same token,
+    /// `hold_count` + 1), as a single-key acquire would.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    pub owner: String,
+    /// Lease length of every key, in milliseconds: 100 to the tenant's
+    /// `max_ttl_ms`. Absent or null: 30000 (or `max_ttl_ms` if smaller).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::num::opt_u64"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
+    pub ttl_ms: Option<u64>,
+    /// 0: one all-or-nothing try. More: wait up to this many milliseconds
+    /// (at most 300000), queued on the first busy key, never holding part
+    /// of the set. Absent or null: 0.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::num::opt_u64"
+    )]
+    #[cfg_attr(feature = "openapi", schema(maximum = 300000, default = 0))]
+    pub wait_ms: Option<u64>,
+}
+
+/// One key of a multi-lock and the token its holder got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeldKey {
+    /// The key as the client sent it.
+    pub key: String,
+    /// The key's fencing token, from the acquire's answer.
+    #[serde(deserialize_with = "crate::num::u64")]
+    pub token: u64,
+}
+
+/// `POST /v1/multilock/renew`: every key's lease extended, all or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"owner": "transfer-9", "ttl_ms": 30000,
+        "locks": [{"key": "account-1", "token": 7}, {"key": "account-2", "token": 3}]})))
+)]
+pub struct MultiLockRenewRequest {
+    /// The holder (1 to 128 bytes).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    pub owner: String,
+    /// New lease length from now (database clock) for every key: 100 to
+    /// the tenant's `max_ttl_ms`. Absent or null: 30000 (or `max_ttl_ms`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::num::opt_u64"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
+    pub ttl_ms: Option<u64>,
+    /// The keys and their tokens (1 to 64).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 64))]
+    pub locks: Vec<HeldKey>,
+}
+
+/// `POST /v1/multilock/release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"owner": "transfer-9",
+        "locks": [{"key": "account-1", "token": 7}, {"key": "account-2", "token": 3}]})))
+)]
+pub struct MultiLockReleaseRequest {
+    /// The holder (1 to 128 bytes).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    pub owner: String,
+    /// The keys and their tokens (1 to 64).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 64))]
+    pub locks: Vec<HeldKey>,
+}
+
+/// One key of a granted (or renewed) multi-lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MultiLockEntry {
+    /// The key as the client sent it.
+    pub key: String,
+    /// The storage key the tenant's naming policy mapped it to; the keys
+    /// were taken in this order (byte order).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 512))]
+    pub storage_key: String,
+    /// This key's fencing token: strictly increasing per key across every
+    /// grant, single-key or multi-lock.
+    pub token: u64,
+    /// 1 for a new grant; more when the owner held the key already.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub hold_count: u32,
+    /// End of this key's lease by the database clock, UTC with
+    /// milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub expires_at: String,
+}
+
+/// A granted or renewed multi-lock: every key, in storage-key order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"owner": "transfer-9", "ttl_ms": 30000, "locks": [
+        {"key": "account-1", "storage_key": "account-1", "token": 7, "hold_count": 1,
+         "expires_at": "2026-11-21T10:00:00.000Z"},
+        {"key": "account-2", "storage_key": "account-2", "token": 3, "hold_count": 1,
+         "expires_at": "2026-11-21T10:00:00.000Z"}]})))
+)]
+pub struct MultiLockLease {
+    /// The holder.
+    pub owner: String,
+    /// Lease length granted to every key, in milliseconds.
+    pub ttl_ms: u64,
+    /// Every key with its token, in storage-key order.
+    pub locks: Vec<MultiLockEntry>,
+}
+
+/// What a multi-lock release did to one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MultiLockReleased {
+    /// The key as the client sent it.
+    pub key: String,
+    /// True when the key is free (or handed to its next waiter).
+    pub released: bool,
+    /// Holds the owner still has (re-entered keys).
+    pub hold_count: u32,
+    /// True when that token no longer held the key (expired, re-granted
+    /// or force-released): nothing changed for it, and the holder's work
+    /// under it may have overlapped with another holder's.
+    pub lost: bool,
+}
+
+/// `POST /v1/multilock/release`: one entry per key, in storage-key order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"locks": [
+        {"key": "account-1", "released": true, "hold_count": 0, "lost": false},
+        {"key": "account-2", "released": true, "hold_count": 0, "lost": false}]})))
+)]
+pub struct MultiLockReleaseResponse {
+    /// Every key of the request.
+    pub locks: Vec<MultiLockReleased>,
+}

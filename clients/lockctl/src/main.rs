@@ -1,0 +1,317 @@
+//! `lockctl`: the command-line client, on `lockbroker-client`.
+//!
+//! `acquire|release|renew|status|validate` print the broker's JSON answer
+//! (`status` also of a semaphore or an election); `run KEY -- CMD...` holds
+//! the lock while CMD runs, `multi KEY... -- CMD...` several locks, all or
+//! none (`run.rs`); `force-release TENANT KEY` ends a stuck lease (admin); `watch ELECTION` prints changes of leader
+//! (`watch.rs`); `policy upload|status` uses the admin API (`policy.rs`).
+//! What is printed and the exit codes are in `output.rs`: 0 success (or
+//! CMD's own status for `run`), 1 the broker refused, 2 usage, 3 the broker
+//! could not be reached, 75 `run` could not get the lock in time, 76 `run`
+//! lost the lease while CMD ran (CMD was stopped).
+
+mod output;
+mod policy;
+mod run;
+mod watch;
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use lockbroker_client::{
+    api::{AcquireRequest, ReleaseRequest, RenewRequest},
+    Client, Result,
+};
+use serde::Serialize;
+
+use output::{Output, EXIT_USAGE};
+
+#[derive(Parser)]
+#[command(version, about = "Take, hold and release lockbroker locks")]
+struct Cli {
+    /// Broker URL (http:// or https://).
+    #[arg(long, env = "LOCKBROKER_URL", default_value = "http://127.0.0.1:7420")]
+    url: String,
+    /// The tenant's API key.
+    #[arg(long, env = "LOCKBROKER_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// The admin token, for `policy`.
+    #[arg(long, env = "LOCKBROKER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Machine-readable output: one JSON document per result on stdout,
+    /// lockctl's own errors included (`watch`: one per line; `run`: its
+    /// events as JSON lines on stderr).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Owner {
+    /// Who holds the lock; defaults to $LOCKBROKER_OWNER or the host name.
+    #[arg(long, env = "LOCKBROKER_OWNER")]
+    owner: Option<String>,
+}
+
+impl Owner {
+    fn get(self) -> String {
+        self.owner.unwrap_or_else(lockbroker_client::host_name)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Take a lock and print the lease (with its token).
+    Acquire {
+        key: String,
+        #[command(flatten)]
+        owner: Owner,
+        #[arg(long, default_value_t = 30_000)]
+        ttl_ms: u64,
+        /// How long to wait for the lock; 0 tries once.
+        #[arg(long, default_value_t = 0)]
+        wait_ms: u64,
+    },
+    /// Release a lease.
+    Release {
+        key: String,
+        #[command(flatten)]
+        owner: Owner,
+        #[arg(long)]
+        token: u64,
+    },
+    /// Extend a lease.
+    Renew {
+        key: String,
+        #[command(flatten)]
+        owner: Owner,
+        #[arg(long)]
+        token: u64,
+        #[arg(long, default_value_t = 30_000)]
+        ttl_ms: u64,
+    },
+    /// Show who holds a lock, a semaphore's holders, or an election's leader.
+    #[command(group(ArgGroup::new("what").required(true).args(["key", "semaphore", "election"])))]
+    Status {
+        /// The lock.
+        key: Option<String>,
+        /// A semaphore instead: its size, holders and waiters.
+        #[arg(long, value_name = "NAME")]
+        semaphore: Option<String>,
+        /// An election instead: its leader and term.
+        #[arg(long, value_name = "NAME")]
+        election: Option<String>,
+    },
+    /// Hold the lock while CMD runs, renewing it every third of the TTL, and
+    /// exit with CMD's status. If the lease is lost, CMD is stopped and
+    /// lockctl exits with 76.
+    Run {
+        key: String,
+        /// Defaults to $LOCKBROKER_OWNER or host:pid.
+        #[arg(long, env = "LOCKBROKER_OWNER")]
+        owner: Option<String>,
+        #[arg(long, default_value_t = 30_000)]
+        ttl_ms: u64,
+        /// How long to wait for the lock before giving up with 75.
+        #[arg(long, default_value_t = 300_000)]
+        wait_ms: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Hold several locks, taken all or none, while CMD runs (as `run`).
+    Multi {
+        /// The lock keys (1 to 64).
+        #[arg(required = true)]
+        keys: Vec<String>,
+        /// Defaults to $LOCKBROKER_OWNER or host:pid.
+        #[arg(long, env = "LOCKBROKER_OWNER")]
+        owner: Option<String>,
+        #[arg(long, default_value_t = 30_000)]
+        ttl_ms: u64,
+        /// How long to wait for every lock before giving up with 75.
+        #[arg(long, default_value_t = 300_000)]
+        wait_ms: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Whether TOKEN is the lock's live grant now: prints the broker's
+    /// answer; exits 0 when valid, 4 when not.
+    Validate { key: String, token: u64 },
+    /// End the live lease of TENANT's lock KEY, whoever holds it (admin
+    /// token); prints the lease that was ended.
+    ForceRelease { tenant: String, key: String },
+    /// Print the election's leader now and each change of leader after.
+    Watch {
+        election: String,
+        /// Exit (0) after printing this many events (the first is the
+        /// leadership now).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// A tenant's policy (admin token: --admin-token or $LOCKBROKER_ADMIN_TOKEN).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Upload a policy component (.wasm) and swap it in.
+    Upload {
+        file: PathBuf,
+        /// The tenant whose policy it becomes.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// The policy in force (name, version, sha256, load time, last error)
+    /// of one tenant, or of every tenant.
+    Status {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Output {
+        json_flag: cli.json,
+    };
+    let admin = matches!(
+        cli.command,
+        Command::Policy(_) | Command::ForceRelease { .. }
+    );
+    let key = match (admin, &cli.admin_token) {
+        (true, Some(token)) => Some(token.clone()),
+        (true, None) => {
+            eprintln!(
+                "lockctl: policy and force-release need the admin token (--admin-token or LOCKBROKER_ADMIN_TOKEN)"
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+        (false, _) => cli.api_key.clone(),
+    };
+    let mut builder = Client::builder(&cli.url);
+    if let Some(key) = key {
+        builder = builder.api_key(key);
+    }
+    let client = match builder.build() {
+        Ok(client) => client,
+        Err(err) => return out.fail("usage", &err, false),
+    };
+    match cli.command {
+        Command::Acquire {
+            key,
+            owner,
+            ttl_ms,
+            wait_ms,
+        } => {
+            let request = AcquireRequest {
+                ttl_ms: Some(ttl_ms),
+                wait_ms: Some(wait_ms),
+                ..AcquireRequest::new(owner.get())
+            };
+            print(out, client.locks().acquire(&key, &request).await)
+        }
+        Command::Release { key, owner, token } => {
+            let request = ReleaseRequest {
+                owner: owner.get(),
+                token,
+            };
+            print(out, client.locks().release(&key, &request).await)
+        }
+        Command::Renew {
+            key,
+            owner,
+            token,
+            ttl_ms,
+        } => {
+            let request = RenewRequest {
+                owner: owner.get(),
+                token,
+                ttl_ms: Some(ttl_ms),
+            };
+            print(out, client.locks().renew(&key, &request).await)
+        }
+        Command::Status {
+            key,
+            semaphore,
+            election,
+        } => match (key, semaphore, election) {
+            (Some(key), _, _) => print(out, client.locks().status(&key).await),
+            (_, Some(name), _) => print(out, client.semaphores().status(&name).await),
+            (_, _, Some(name)) => print(out, client.elections().status(&name).await),
+            (None, None, None) => unreachable!("clap requires one of them"),
+        },
+        Command::Run {
+            key,
+            owner,
+            ttl_ms,
+            wait_ms,
+            command,
+        } => {
+            let owner = owner.unwrap_or_else(|| {
+                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
+            });
+            let args = run::RunArgs {
+                key,
+                owner,
+                ttl: Duration::from_millis(ttl_ms),
+                wait: Duration::from_millis(wait_ms),
+                command,
+            };
+            run::run(&client, out, args).await
+        }
+        Command::Multi {
+            keys,
+            owner,
+            ttl_ms,
+            wait_ms,
+            command,
+        } => {
+            let owner = owner.unwrap_or_else(|| {
+                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
+            });
+            let args = run::MultiArgs {
+                keys,
+                owner,
+                ttl: Duration::from_millis(ttl_ms),
+                wait: Duration::from_millis(wait_ms),
+                command,
+            };
+            run::run_multi(&client, out, args).await
+        }
+        Command::Validate { key, token } => match client.locks().validate(&key, token).await {
+            Ok(validity) => {
+                out.json(&validity);
+                if validity.valid {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(output::EXIT_INVALID)
+                }
+            }
+            Err(err) => out.fail("request failed", &err, true),
+        },
+        Command::ForceRelease { tenant, key } => {
+            print(out, client.admin().force_release(&tenant, &key).await)
+        }
+        Command::Watch { election, count } => watch::watch(&client, out, &election, count).await,
+        Command::Policy(PolicyCommand::Upload { file, tenant }) => {
+            policy::upload(&client, out, &file, &tenant).await
+        }
+        Command::Policy(PolicyCommand::Status { tenant }) => {
+            policy::status(&client, out, tenant.as_deref()).await
+        }
+    }
+}
+
+/// A lease command's result: its JSON on stdout, or the failure.
+fn print(out: Output, result: Result<impl Serialize>) -> ExitCode {
+    match result {
+        Ok(value) => {
+            out.json(&value);
+            ExitCode::SUCCESS
+        }
+        Err(err) => out.fail("request failed", &err, true),
+    }
+}

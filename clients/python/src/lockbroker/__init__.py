@@ -1,0 +1,102 @@
+"""Python client for lockbroker: locks, semaphores and leader election over its HTTP API.
+
+A Python script guards its work with one ``with`` statement::
+
+    from lockbroker import Client
+
+    client = Client()  # $LOCKBROKER_URL, $LOCKBROKER_API_KEY
+    with client.lock("nightly", ttl=30, wait=10) as lease:
+        run_job(fencing_token=lease.token)
+
+Standard library only. The package, one module per concern:
+
+- ``client``: :class:`Client`, every call of the API;
+- ``handles``: :class:`Lease`, :class:`Permit`, :class:`Leader`: held
+  leases that renew themselves and release on ``with`` exit;
+- ``renewal``: the renewal thread and when a lease counts as lost;
+- ``transport``: HTTP, key encoding, errors and retries;
+- ``models``: the typed answers; ``errors``: the exceptions; ``sse``: the
+  event stream of ``observe``.
+"""
+
+from .client import MAX_WAIT, Client, default_owner
+from .errors import (
+    BadRequest,
+    Busy,
+    Forbidden,
+    InvalidKey,
+    LeaseLost,
+    LockbrokerError,
+    LockHeld,
+    NotFound,
+    NotOwner,
+    PermitsMismatch,
+    PolicyError,
+    SemaphoreFull,
+    TooLarge,
+    TooManyWaiters,
+    Unauthenticated,
+    Unavailable,
+    Unreachable,
+)
+from .handles import Held, Leader, Lease, MultiLease, Permit
+from .models import (
+    ForceReleased,
+    Leadership,
+    LockGrant,
+    LockStatus,
+    MultiLockEntry,
+    MultiLockGrant,
+    MultiLockReleased,
+    Released,
+    SemaphoreGrant,
+    SemaphoreHolder,
+    SemaphoreStatus,
+    Term,
+    Validity,
+)
+from .transport import quote_key
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_WAIT",
+    "BadRequest",
+    "Busy",
+    "Client",
+    "Forbidden",
+    "ForceReleased",
+    "Held",
+    "InvalidKey",
+    "Leader",
+    "Leadership",
+    "Lease",
+    "LeaseLost",
+    "LockGrant",
+    "LockHeld",
+    "LockStatus",
+    "LockbrokerError",
+    "MultiLease",
+    "MultiLockEntry",
+    "MultiLockGrant",
+    "MultiLockReleased",
+    "NotFound",
+    "NotOwner",
+    "Permit",
+    "PermitsMismatch",
+    "PolicyError",
+    "Released",
+    "SemaphoreFull",
+    "SemaphoreGrant",
+    "SemaphoreHolder",
+    "SemaphoreStatus",
+    "Term",
+    "TooLarge",
+    "TooManyWaiters",
+    "Unauthenticated",
+    "Unavailable",
+    "Unreachable",
+    "Validity",
+    "default_owner",
+    "quote_key",
+]

@@ -1,0 +1,150 @@
+"""The broker's error answers as Python exceptions.
+
+Every error the broker sends is JSON ``{"error": {"code", "message",
+"retry_after_ms"?}}``; the ``code`` decides the exception class, so callers
+catch what they can act on (``LockHeld``: try later; ``LeaseLost``: your
+critical section may have overlapped someone else's) without parsing text.
+Unknown codes still raise :class:`LockbrokerError`, so a newer broker never
+breaks an older client.
+"""
+
+from typing import Dict, Optional, Type
+
+
+class LockbrokerError(Exception):
+    """Any failure of a broker call.
+
+    Attributes:
+        status: the HTTP status (``None`` when the broker was not reached).
+        code: the broker's error code (``"lock_held"``, ``"lease_lost"``...).
+        message: the broker's explanation, for people.
+        retry_after_ms: the tenant's backoff hint, when the broker gave one.
+    """
+
+    def __init__(
+        self,
+        status: Optional[int],
+        code: str,
+        message: str,
+        retry_after_ms: Optional[int] = None,
+    ) -> None:
+        super().__init__(f"{code} ({status}): {message}" if status else f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after_ms = retry_after_ms
+
+
+class BadRequest(LockbrokerError):
+    """400 ``bad_request``: malformed JSON, a missing field, a value out of range."""
+
+
+class InvalidKey(BadRequest):
+    """422 ``invalid_key``: the tenant's naming policy rejected the key."""
+
+
+class TooLarge(BadRequest):
+    """413 ``too_large``: the request body is over the broker's limit."""
+
+
+class Unauthenticated(LockbrokerError):
+    """401 ``unauthenticated``: no API key, or one the broker does not know."""
+
+
+class Forbidden(LockbrokerError):
+    """403 ``forbidden``: the key is valid but not allowed here (a tenant key on the admin API)."""
+
+
+class NotFound(LockbrokerError):
+    """404 ``not_found``: no such path (a broker without this feature)."""
+
+
+class Busy(LockbrokerError):
+    """409, the resource is taken by others: wait or try again later.
+
+    ``retry_after_ms`` says when, by the tenant's backoff policy.
+    """
+
+
+class LockHeld(Busy):
+    """409 ``lock_held``: another owner holds the lock (or the election)."""
+
+
+class SemaphoreFull(Busy):
+    """409 ``semaphore_full``: every permit of the semaphore is taken."""
+
+
+class PermitsMismatch(LockbrokerError):
+    """409 ``permits_mismatch``: the semaphore exists with another size."""
+
+
+class LeaseLost(LockbrokerError):
+    """409 ``lease_lost``: this owner and token do not hold the lease.
+
+    It expired (judged by the database clock), was released or re-granted,
+    or was never held. Work done under it may have overlapped another
+    holder's.
+    """
+
+
+NotOwner = LeaseLost
+"""Another name for :class:`LeaseLost`: the broker answers both cases with one code."""
+
+
+class TooManyWaiters(LockbrokerError):
+    """429 ``too_many_waiters``: the tenant has its maximum of queued requests."""
+
+
+class PolicyError(LockbrokerError):
+    """500 ``policy_error``: the tenant's policy failed; the request was refused (fail closed)."""
+
+
+class Unavailable(LockbrokerError):
+    """503 ``unavailable`` (the broker's database is down), after the client's retries.
+
+    Nothing was granted that the database did not commit.
+    """
+
+
+class Unreachable(Unavailable):
+    """The broker could not be reached (connection refused, reset or timed out), after retries.
+
+    ``status`` is ``None``. For a release, the broker may or may not have
+    done it; the lease runs out by its TTL either way.
+    """
+
+
+_BY_CODE: Dict[str, Type[LockbrokerError]] = {
+    "bad_request": BadRequest,
+    "invalid_key": InvalidKey,
+    "too_large": TooLarge,
+    "unauthenticated": Unauthenticated,
+    "forbidden": Forbidden,
+    "not_found": NotFound,
+    "lock_held": LockHeld,
+    "semaphore_full": SemaphoreFull,
+    "permits_mismatch": PermitsMismatch,
+    "lease_lost": LeaseLost,
+    "too_many_waiters": TooManyWaiters,
+    "policy_error": PolicyError,
+    "unavailable": Unavailable,
+}
+
+_BY_STATUS: Dict[int, Type[LockbrokerError]] = {
+    400: BadRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    413: TooLarge,
+    422: InvalidKey,
+    429: TooManyWaiters,
+    503: Unavailable,
+}
+
+
+def error_for(
+    status: int, code: str, message: str, retry_after_ms: Optional[int] = None
+) -> LockbrokerError:
+    """The exception for one error answer: by code, else by status, else the base class."""
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or LockbrokerError
+    return cls(status, code, message, retry_after_ms)

@@ -1,0 +1,137 @@
+//! `https://` brokers: the client speaks TLS with rustls, trusts the roots
+//! it is given (and only those), and checks the server's name. The broker
+//! itself speaks plain HTTP (TLS is a proxy's job in front of it), so the
+//! server here is a TLS terminator answering one scripted request.
+
+use std::sync::Arc;
+
+use lockbroker_client::{api::AcquireRequest, rustls, Client, Error};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+use tokio_rustls::TlsAcceptor;
+
+const LEASE: &str = r#"{"key":"k","storage_key":"k","owner":"o","token":7,"hold_count":1,"ttl_ms":30000,"expires_at":"2026-11-21T10:00:00.000Z"}"#;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A self-signed certificate for `localhost` and a TLS server on loopback
+/// that answers every request with `LEASE` (bounded: a few connections).
+async fn tls_server() -> (u16, CertificateDer<'static>) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let der = CertificateDer::from(cert.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![der.clone()], key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        for _ in 0..16 {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake.
+                let Ok(mut tls) = acceptor.accept(socket).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut seen = 0;
+                while !String::from_utf8_lossy(&buf[..seen]).contains("\r\n\r\n") {
+                    match tls.read(&mut buf[seen..]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen += n,
+                    }
+                }
+                // The acquire's body is small; wait for it whole.
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_millis(200),
+                    tls.read(&mut buf[seen..]),
+                )
+                .await;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{LEASE}",
+                    LEASE.len()
+                );
+                let _ = tls.write_all(response.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, der)
+}
+
+fn trusting(root: CertificateDer<'static>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root).unwrap();
+    rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+#[tokio::test]
+async fn an_https_broker_is_reached_through_the_given_roots() {
+    let (port, root) = tls_server().await;
+    let client = Client::builder(&format!("https://localhost:{port}"))
+        .api_key("k")
+        .tls_config(trusting(root))
+        .build()
+        .unwrap();
+    let lease = client
+        .locks()
+        .acquire("k", &AcquireRequest::new("o"))
+        .await
+        .unwrap();
+    assert_eq!(lease.token, 7);
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_refused() {
+    let (port, _root) = tls_server().await;
+    // The system's roots do not include a self-signed test certificate.
+    let client = Client::builder(&format!("https://localhost:{port}"))
+        .api_key("k")
+        .build()
+        .unwrap();
+    let err = client
+        .locks()
+        .acquire("k", &AcquireRequest::new("o"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Connect(_)),
+        "refused as a connection failure: {err}"
+    );
+}
+
+#[tokio::test]
+async fn the_servers_name_is_checked() {
+    let (port, root) = tls_server().await;
+    // The certificate names `localhost`, not 127.0.0.1.
+    let client = Client::builder(&format!("https://127.0.0.1:{port}"))
+        .api_key("k")
+        .tls_config(trusting(root))
+        .build()
+        .unwrap();
+    let err = client
+        .locks()
+        .acquire("k", &AcquireRequest::new("o"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Connect(_)),
+        "a certificate for another name was accepted: {err}"
+    );
+}

@@ -1,0 +1,214 @@
+//! Retries against a scripted HTTP server: 503s are retried (after the
+//! broker's `retry_after_ms` when it gives one), a refused connection is
+//! retried, a 4xx never is, and the tries are bounded; an error code this
+//! client does not know is still read as the broker's refusal.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use lockbroker_client::{api::AcquireRequest, Client, ErrorCode, RetryPolicy};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+
+const LEASE: &str = r#"{"key":"k","storage_key":"k","owner":"o","token":7,"hold_count":1,"ttl_ms":30000,"expires_at":"2026-11-21T10:00:00.000Z"}"#;
+
+/// A server that answers its n-th request with `answers[n]` (the last one
+/// over and over), one connection per request, and notes when each came.
+struct Scripted {
+    url: String,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Scripted {
+    async fn start(answers: Vec<(u16, &'static str)>) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let seen = arrivals.clone();
+        tokio::spawn(async move {
+            // Bounded: a test makes a handful of requests.
+            for n in 0..64 {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                read_request(&mut socket).await;
+                seen.lock().unwrap().push(Instant::now());
+                let (status, body) = answers[n.min(answers.len() - 1)];
+                let response = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        Scripted { url, arrivals }
+    }
+
+    fn client(&self) -> Client {
+        Client::builder(&self.url)
+            .api_key("k")
+            .retry(RetryPolicy {
+                attempts: 4,
+                base_delay: Duration::from_millis(10),
+                max_delay: Duration::from_secs(1),
+            })
+            .build()
+            .unwrap()
+    }
+
+    fn arrivals(&self) -> Vec<Instant> {
+        self.arrivals.lock().unwrap().clone()
+    }
+}
+
+/// Reads the head and the `content-length` body of one request.
+async fn read_request(socket: &mut tokio::net::TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while buf.len() < 1 << 20 {
+        let Ok(n) = socket.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                return;
+            }
+        }
+    }
+}
+
+fn acquire() -> AcquireRequest {
+    AcquireRequest::new("o")
+}
+
+#[tokio::test]
+async fn unavailable_is_retried_after_the_brokers_hint() {
+    let server = Scripted::start(vec![
+        (
+            503,
+            r#"{"error":{"code":"unavailable","message":"db down","retry_after_ms":150}}"#,
+        ),
+        (
+            503,
+            r#"{"error":{"code":"unavailable","message":"db down"}}"#,
+        ),
+        (200, LEASE),
+    ])
+    .await;
+    let lease = server
+        .client()
+        .locks()
+        .acquire("k", &acquire())
+        .await
+        .unwrap();
+    assert_eq!(lease.token, 7);
+    let arrivals = server.arrivals();
+    assert_eq!(arrivals.len(), 3, "two 503s, then the grant");
+    assert!(
+        arrivals[1] - arrivals[0] >= Duration::from_millis(150),
+        "the hint was honoured: {:?}",
+        arrivals[1] - arrivals[0]
+    );
+}
+
+#[tokio::test]
+async fn retries_are_bounded() {
+    let server = Scripted::start(vec![(
+        503,
+        r#"{"error":{"code":"unavailable","message":"db down"}}"#,
+    )])
+    .await;
+    let err = server
+        .client()
+        .locks()
+        .acquire("k", &acquire())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Unavailable), "{err}");
+    assert_eq!(server.arrivals().len(), 4, "the policy's 4 tries");
+}
+
+#[tokio::test]
+async fn a_refusal_is_never_retried() {
+    let server = Scripted::start(vec![(
+        409,
+        r#"{"error":{"code":"lock_held","message":"held","retry_after_ms":5}}"#,
+    )])
+    .await;
+    let err = server
+        .client()
+        .locks()
+        .acquire("k", &acquire())
+        .await
+        .unwrap_err();
+    let api = err.api().expect("the broker's refusal");
+    assert_eq!(api.code, ErrorCode::LockHeld);
+    assert_eq!(api.retry_after, Some(Duration::from_millis(5)));
+    assert_eq!(server.arrivals().len(), 1);
+}
+
+/// A code added by a newer broker is still the broker's refusal, with its
+/// status and message, not an unreadable answer.
+#[tokio::test]
+async fn an_unknown_error_code_is_still_a_refusal() {
+    let server = Scripted::start(vec![(
+        429,
+        r#"{"error":{"code":"quota_exceeded","message":"over the tenant's quota","retry_after_ms":40}}"#,
+    )])
+    .await;
+    let err = server
+        .client()
+        .locks()
+        .acquire("k", &acquire())
+        .await
+        .unwrap_err();
+    let api = err
+        .api()
+        .unwrap_or_else(|| panic!("not read as a refusal: {err}"));
+    assert_eq!(api.status, 429);
+    assert_eq!(api.code, ErrorCode::Unknown);
+    assert_eq!(api.message, "over the tenant's quota");
+    assert_eq!(api.retry_after, Some(Duration::from_millis(40)));
+    assert_eq!(err.code(), Some(ErrorCode::Unknown));
+    assert_eq!(server.arrivals().len(), 1, "a 4xx is not retried");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_then_reported_unreachable() {
+    // A port nobody listens on: bound, then closed.
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let client = Client::builder(&format!("http://127.0.0.1:{port}"))
+        .retry(RetryPolicy {
+            attempts: 3,
+            base_delay: Duration::from_millis(40),
+            max_delay: Duration::from_secs(1),
+        })
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = client.locks().status("k").await.unwrap_err();
+    assert!(err.is_unreachable(), "{err}");
+    // Two waits between three tries: at least 20 + 40 ms with jitter.
+    assert!(started.elapsed() >= Duration::from_millis(60), "it retried");
+}

@@ -1,0 +1,384 @@
+//! Locks and elections: one lease per key, in the key's row in `locks`.
+//!
+//! A try reads the row with `SELECT ... FOR UPDATE NOWAIT` (a busy row means
+//! somebody else is granting, renewing or releasing right now: the lock is
+//! contended), decides by the database clock read in that same statement,
+//! writes the lease and commits. A waiting acquire reads it with a plain
+//! `FOR UPDATE` so that, if it cannot be granted, it joins the queue in the
+//! same transaction. A free lock with queued waiters is not granted to a
+//! newcomer: the queue goes first (stale waiters do not count, and are
+//! cleared out on the way). Release, renewal, handoff and expiry are the
+//! lease's own (`lease`).
+
+use chrono::NaiveDateTime;
+
+use super::{
+    detach::{finish, Departure},
+    lease::{Attempt, Wish},
+    plus_ms,
+    seat::{Lease, LeaseRow, Seat},
+    settle::Expect,
+    Budget, Engine, EngineError, LockRef,
+};
+use crate::store::{
+    self, elections,
+    locks::{self},
+    Failure, Kind, Locking,
+};
+
+/// A lease held by an owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub owner: String,
+    /// The fencing token (an election's term): strictly increasing per key
+    /// across all grants.
+    pub token: u64,
+    /// How many times the owner has acquired it without releasing.
+    pub hold_count: u32,
+    pub ttl_ms: u64,
+    /// When the lease ends, by the database clock (UTC).
+    pub expires_at: NaiveDateTime,
+    /// A new grant (a new token), not a re-entry or a leader campaigning
+    /// again.
+    pub fresh: bool,
+}
+
+/// The result of a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// True when the hold count reached 0 and the lock was freed (or
+    /// handed to the next waiter).
+    pub released: bool,
+    pub hold_count: u32,
+}
+
+/// What `GET /v1/locks/{key}` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockState {
+    pub held: bool,
+    pub owner: Option<String>,
+    pub token: Option<u64>,
+    pub expires_at: Option<NaiveDateTime>,
+    pub waiters: u64,
+}
+
+/// Whether a token is a lock's live grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    pub valid: bool,
+    /// The live grant's token; `None` when the lock is not held.
+    pub current: Option<u64>,
+}
+
+/// What a lock's row allows `owner`: re-entry, a new grant, or nothing.
+/// The caller has settled the queue of a free row first (`queued` is 0
+/// then, unless a waiter was handed the lease).
+pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>) -> Option<Lease> {
+    let expires_at = plus_ms(row.now, wish.ttl_ms);
+    match row.live_owner() {
+        Some(holder) if holder == wish.owner.as_bytes() => Some(Lease {
+            seat: Seat::Whole,
+            owner: wish.owner.to_owned(),
+            token: row.token,
+            // An election's leader campaigning again stays leader once.
+            hold_count: if lock.kind == Kind::Election {
+                row.hold_count
+            } else {
+                row.hold_count.saturating_add(1)
+            },
+            ttl_ms: wish.ttl_ms,
+            expires_at,
+            fresh: false,
+        }),
+        Some(_) => None,
+        None if queued > 0 => None,
+        None => Some(Lease {
+            seat: Seat::Whole,
+            owner: wish.owner.to_owned(),
+            token: row.token + 1,
+            hold_count: 1,
+            ttl_ms: wish.ttl_ms,
+            expires_at,
+            fresh: true,
+        }),
+    }
+}
+
+impl From<Lease> for Grant {
+    fn from(lease: Lease) -> Grant {
+        Grant {
+            owner: lease.owner,
+            token: lease.token,
+            hold_count: lease.hold_count,
+            ttl_ms: lease.ttl_ms,
+            expires_at: lease.expires_at,
+            fresh: lease.fresh,
+        }
+    }
+}
+
+pub(super) fn lock_held(retry_after_ms: u64) -> EngineError {
+    EngineError::LockHeld { retry_after_ms }
+}
+
+impl Engine {
+    /// Acquires `lock` for `owner`, waiting in the queue up to `wait_ms`
+    /// (0: one try). Runs to its end even if the caller leaves; a grant
+    /// nobody receives is given back.
+    ///
+    /// # Errors
+    /// [`EngineError::LockHeld`] with the backoff policy's `retry_after_ms`;
+    /// [`EngineError::TooManyWaiters`]; [`EngineError::ShuttingDown`];
+    /// [`EngineError::Unavailable`].
+    pub fn acquire(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+        priority: i32,
+    ) -> impl std::future::Future<Output = Result<Grant, EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |departure| async move {
+            let wish = Wish {
+                owner: &owner,
+                ttl_ms,
+                wait_ms,
+                priority,
+            };
+            engine.acquire_now(&lock, wish, departure).await
+        })
+    }
+
+    async fn acquire_now(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        mut departure: Departure,
+    ) -> Result<Grant, EngineError> {
+        let started = tokio::time::Instant::now();
+        let attempt = self.attempt(lock, wish).await?;
+        let lease = self
+            .conclude(lock, attempt, wish, &mut departure, lock_held)
+            .await?;
+        self.time_grant(lock, started);
+        Ok(lease.into())
+    }
+
+    /// One try (`wait_ms` 0: never waiting for another transaction) or a
+    /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
+    /// lock, and a busy key is joined in the same transaction).
+    async fn attempt(&self, lock: &LockRef, wish: Wish<'_>) -> Result<Attempt, EngineError> {
+        let budget = self.budget();
+        let locking = if wish.wait_ms == 0 {
+            Locking::NoWait
+        } else {
+            Locking::Wait
+        };
+        self.retry(budget, || async {
+            let mut inserted = false;
+            // Twice at most: `create_row` fails the second time.
+            loop {
+                let mut tx = self.begin(budget).await?;
+                let row = match locks::select(&mut tx, lock.row(), locking).await {
+                    Ok(row) => row,
+                    Err(err)
+                        if locking == Locking::NoWait
+                            && store::classify(&err) == Failure::RowLocked =>
+                    {
+                        tx.rollback().await?;
+                        return Ok(Attempt::Busy {
+                            remaining_ms: 0,
+                            queued: 0,
+                        });
+                    }
+                    Err(err) => return Err(err.into()),
+                };
+                let Some(row) = row else {
+                    tx.rollback().await?;
+                    drop(tx);
+                    self.create_row(lock, budget, &mut inserted).await?;
+                    continue;
+                };
+                let (mut queued, row) = LeaseRow::of_lock(row);
+                // A free lease with queued waiters goes to the next one that
+                // can take it; waiters that cannot are cleared out.
+                let mut deliveries = Vec::new();
+                if row.live_owner().is_none() && queued > 0 {
+                    deliveries = self.fill(&mut tx, lock, &mut queued).await?;
+                }
+                if deliveries.is_empty() {
+                    if let Some(lease) = decide(&row, queued, lock, wish) {
+                        return self.commit_grant(tx, lock, lease).await;
+                    }
+                }
+                let busy = (row.remaining_ms(), queued);
+                let handed = Expect::Ended {
+                    seat: Seat::Whole,
+                    token: row.token,
+                };
+                return self
+                    .refuse_or_enqueue(tx, lock, wish, busy, deliveries, handed)
+                    .await;
+            }
+        })
+        .await
+    }
+
+    /// Creates the row of a key never seen before (once per operation).
+    async fn create_row(
+        &self,
+        lock: &LockRef,
+        budget: Budget,
+        inserted: &mut bool,
+    ) -> Result<(), EngineError> {
+        if *inserted {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        let mut conn = self.conn(budget).await?;
+        // Idempotent: a lost answer is simply tried again.
+        locks::insert_missing(&mut conn, lock.row()).await?;
+        conn.done();
+        *inserted = true;
+        Ok(())
+    }
+
+    /// Releases one hold of `owner`'s lease with `token`; the last hold
+    /// hands the lock to the next waiter, if any. Runs to its end even if
+    /// the caller leaves.
+    ///
+    /// # Errors
+    /// [`EngineError::LeaseLost`] when that lease is not live (nothing
+    /// changes); [`EngineError::Unavailable`] when the database failed.
+    pub fn release(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+    ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |_| async move { engine.release_seat(&lock, Seat::Whole, &owner, token).await })
+    }
+
+    /// Extends `owner`'s live lease with `token` to `ttl_ms` from now.
+    ///
+    /// # Errors
+    /// [`EngineError::LeaseLost`] once the lease has expired by the database
+    /// clock, even if nobody took the lock since.
+    pub fn renew(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> impl std::future::Future<Output = Result<Grant, EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |_| async move {
+            let lease = engine
+                .renew_seat(&lock, Seat::Whole, &owner, token, ttl_ms)
+                .await?;
+            Ok(lease.into())
+        })
+    }
+
+    /// The lock's current state, without taking any row lock.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`] when the database failed.
+    pub fn inspect(
+        &self,
+        lock: &LockRef,
+    ) -> impl std::future::Future<Output = Result<LockState, EngineError>> + Send + 'static {
+        let (engine, lock) = (self.clone(), lock.clone());
+        finish(move |_| async move { engine.inspect_now(&lock).await })
+    }
+
+    pub(super) async fn inspect_now(&self, lock: &LockRef) -> Result<LockState, EngineError> {
+        let (waiters, row) = match self.read_row(lock).await? {
+            Some(row) => {
+                let (queued, row) = LeaseRow::of_lock(row);
+                (u64::from(queued), Some(row))
+            }
+            None => (0, None),
+        };
+        let live = row.as_ref().and_then(|r| r.live_owner().map(|o| (r, o)));
+        Ok(match live {
+            Some((row, owner)) => LockState {
+                held: true,
+                owner: Some(String::from_utf8_lossy(owner).into_owned()),
+                token: Some(row.token),
+                expires_at: row.expires_at,
+                waiters,
+            },
+            None => LockState {
+                held: false,
+                owner: None,
+                token: None,
+                expires_at: None,
+                waiters,
+            },
+        })
+    }
+
+    /// Whether `token` is the lock's live grant (a sequencer check), judged
+    /// by the database clock at the time of the read; no row lock is
+    /// taken, so the answer can be stale by the time it arrives (a fenced
+    /// write checks inside its own transaction instead: the
+    /// `lockbroker_token_valid` SQL function).
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`] when the database failed.
+    pub fn validate(
+        &self,
+        lock: &LockRef,
+        token: u64,
+    ) -> impl std::future::Future<Output = Result<Validity, EngineError>> + Send + 'static {
+        let (engine, lock) = (self.clone(), lock.clone());
+        finish(move |_| async move {
+            let state = engine.inspect_now(&lock).await?;
+            Ok(Validity {
+                valid: state.token == Some(token),
+                current: state.token,
+            })
+        })
+    }
+
+    /// A plain read of the key's row.
+    async fn read_row(&self, lock: &LockRef) -> Result<Option<locks::LockRow>, EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut conn = self.conn(budget).await?;
+            let row = locks::select(&mut conn, lock.row(), Locking::None).await?;
+            conn.done();
+            Ok(row)
+        })
+        .await
+    }
+
+    /// The latest term (token) of an election or lock, live or not.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub(super) async fn last_term(&self, lock: &LockRef) -> Result<u64, EngineError> {
+        Ok(self.read_row(lock).await?.map_or(0, |r| r.token))
+    }
+
+    /// An election's terms after `after`, oldest first.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub(super) async fn terms_since(
+        &self,
+        lock: &LockRef,
+        after: u64,
+    ) -> Result<Vec<elections::TermRow>, EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut conn = self.conn(budget).await?;
+            let terms = elections::since(&mut conn, &lock.tenant, &lock.storage_key, after).await?;
+            conn.done();
+            Ok(terms)
+        })
+        .await
+    }
+}

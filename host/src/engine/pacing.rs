@@ -1,0 +1,45 @@
+//! The engine's narrow handle on a tenant's policy: which waiter goes next
+//! and how long a refused client should wait. The engine asks nothing else
+//! of a tenant (naming happens before it), so it can be driven with any
+//! [`Pacing`], a tenant's or a test's.
+
+use std::{future::Future, pin::Pin, sync::Arc};
+
+use crate::{
+    policy::{Contention, Decision, Waiter},
+    tenant::Tenant,
+};
+
+/// A boxed future, so that [`Pacing`] can be a trait object.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Fairness and backoff, as the engine uses them.
+pub trait Pacing: Send + Sync + 'static {
+    /// True when [`Pacing::pick_next`] always picks the oldest waiter, so
+    /// the engine need not read the queue to ask it.
+    fn always_oldest(&self) -> bool;
+    /// Index into `waiters` (never empty, oldest first) of the next grant.
+    fn pick_next<'a>(&'a self, key: &'a str, waiters: Vec<Waiter>) -> Pending<'a, usize>;
+    /// The delay before the next try, or give up (the `retry_after_ms` hint).
+    fn next_delay(&self, contention: Contention) -> Pending<'_, Decision>;
+}
+
+/// A tenant paces by its policy in force (with the policy's fallbacks).
+impl Pacing for Tenant {
+    fn always_oldest(&self) -> bool {
+        self.policy.always_oldest()
+    }
+
+    fn pick_next<'a>(&'a self, key: &'a str, waiters: Vec<Waiter>) -> Pending<'a, usize> {
+        Box::pin(self.policy.pick_next(key, waiters))
+    }
+
+    fn next_delay(&self, contention: Contention) -> Pending<'_, Decision> {
+        Box::pin(self.policy.next_delay(contention))
+    }
+}
+
+/// The tenant's handle, shared.
+pub fn of(tenant: &Arc<Tenant>) -> Arc<dyn Pacing> {
+    tenant.clone()
+}

@@ -1,0 +1,329 @@
+//! Where a lease lives: a lock's (or election's) own row in `locks`, or one
+//! slot row of a semaphore. The rest of the engine handles leases the same
+//! way whatever their seat; this is the one place that tells the two kinds
+//! of row apart and picks the statements for each.
+//!
+//! Every key also has a *header* row that serializes its queue: for a lock
+//! it is the lease row itself, for a semaphore the `semaphores` row. Whoever
+//! changes the queue or hands a lease on holds the header first, then the
+//! seat: one lock order, no deadlocks.
+
+use chrono::NaiveDateTime;
+
+use super::LockRef;
+use crate::store::{
+    elections,
+    locks::{self, LockRow},
+    pool::Conn,
+    semaphores::{self, SlotRow},
+    Kind, Locking,
+};
+
+/// Which row of a key holds a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Seat {
+    /// The key's own row (a lock or an election): one lease per key.
+    Whole,
+    /// Slot `n` of a semaphore: one lease per slot.
+    Slot(u32),
+}
+
+impl Seat {
+    /// The slot number, for a semaphore's seat.
+    pub fn slot(self) -> Option<u32> {
+        match self {
+            Seat::Whole => None,
+            Seat::Slot(n) => Some(n),
+        }
+    }
+
+    /// The seat a waiter row's `granted_slot` names.
+    pub(super) fn from_slot(slot: Option<u32>) -> Seat {
+        slot.map_or(Seat::Whole, Seat::Slot)
+    }
+}
+
+/// A lease row as read, whatever its seat, with the database clock it was
+/// read with: every decision about it is made by that clock.
+#[derive(Debug, Clone)]
+pub(super) struct LeaseRow {
+    pub seat: Seat,
+    pub owner: Option<Vec<u8>>,
+    pub token: u64,
+    /// How many times the holder has it (a slot is held once).
+    pub hold_count: u32,
+    pub expires_at: Option<NaiveDateTime>,
+    pub now: NaiveDateTime,
+}
+
+impl LeaseRow {
+    /// A lock row, and its count of pending waiters (it is its own header).
+    pub fn of_lock(row: LockRow) -> (u32, LeaseRow) {
+        let lease = LeaseRow {
+            seat: Seat::Whole,
+            owner: row.owner,
+            token: row.token,
+            hold_count: row.hold_count,
+            expires_at: row.expires_at,
+            now: row.now,
+        };
+        (row.queued, lease)
+    }
+
+    pub fn of_slot(row: SlotRow) -> LeaseRow {
+        LeaseRow {
+            seat: Seat::Slot(row.slot),
+            hold_count: u32::from(row.owner.is_some()),
+            owner: row.owner,
+            token: row.token,
+            expires_at: row.expires_at,
+            now: row.now,
+        }
+    }
+
+    /// The holder, if the lease has not expired by the database clock.
+    pub fn live_owner(&self) -> Option<&[u8]> {
+        match (&self.owner, self.expires_at) {
+            (Some(owner), Some(expires_at)) if expires_at > self.now => Some(owner),
+            _ => None,
+        }
+    }
+
+    /// True when this is a live lease of `owner` with `token`.
+    pub fn owned_by(&self, owner: &str, token: u64) -> bool {
+        self.live_owner() == Some(owner.as_bytes()) && self.token == token
+    }
+
+    /// Milliseconds left on a live lease, 0 otherwise.
+    pub fn remaining_ms(&self) -> u64 {
+        match (self.live_owner(), self.expires_at) {
+            (Some(_), Some(expires_at)) => {
+                u64::try_from((expires_at - self.now).num_milliseconds()).unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// A lease as the engine grants, renews and hands it on, whatever its seat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Lease {
+    pub seat: Seat,
+    pub owner: String,
+    /// The fencing token: strictly increasing per seat across all grants.
+    pub token: u64,
+    pub hold_count: u32,
+    pub ttl_ms: u64,
+    /// When it ends, by the database clock (UTC).
+    pub expires_at: NaiveDateTime,
+    /// A new grant (a new token), not a re-entry or a renewal.
+    pub fresh: bool,
+}
+
+/// The key's header, locked as asked: its count of pending waiters, or
+/// `None` for a key never used.
+pub(super) async fn header(
+    conn: &mut Conn,
+    lock: &LockRef,
+    locking: Locking,
+) -> sqlx::Result<Option<u32>> {
+    Ok(match lock.kind {
+        Kind::Semaphore => semaphores::header(conn, &lock.tenant, &lock.storage_key, locking)
+            .await?
+            .map(|h| h.queued),
+        Kind::Lock | Kind::Election => locks::select(conn, lock.row(), locking)
+            .await?
+            .map(|row| row.queued),
+    })
+}
+
+/// The seat's row, row-locked.
+pub(super) async fn read(
+    conn: &mut Conn,
+    lock: &LockRef,
+    seat: Seat,
+) -> sqlx::Result<Option<LeaseRow>> {
+    Ok(match seat {
+        Seat::Whole => locks::select(conn, lock.row(), Locking::Wait)
+            .await?
+            .map(|row| LeaseRow::of_lock(row).1),
+        Seat::Slot(n) => semaphores::slot_for_update(conn, &lock.tenant, &lock.storage_key, n)
+            .await?
+            .map(LeaseRow::of_slot),
+    })
+}
+
+/// The header and the seat, locked in that order: the pending waiters and
+/// the seat's row, or `None` if either is missing.
+pub(super) async fn read_with_header(
+    conn: &mut Conn,
+    lock: &LockRef,
+    seat: Seat,
+) -> sqlx::Result<Option<(u32, LeaseRow)>> {
+    match seat {
+        // The row is its own header: one statement.
+        Seat::Whole => Ok(locks::select(conn, lock.row(), Locking::Wait)
+            .await?
+            .map(LeaseRow::of_lock)),
+        Seat::Slot(_) => {
+            let Some(queued) = header(conn, lock, Locking::Wait).await? else {
+                return Ok(None);
+            };
+            Ok(read(conn, lock, seat).await?.map(|row| (queued, row)))
+        }
+    }
+}
+
+/// A seat whose lease is free or expired, row-locked (the caller holds the
+/// header): the lock's row if it is not held, or a free slot claimed with
+/// `SKIP LOCKED`.
+pub(super) async fn free_one(conn: &mut Conn, lock: &LockRef) -> sqlx::Result<Option<LeaseRow>> {
+    match lock.kind {
+        Kind::Semaphore => Ok(
+            semaphores::claim_free_slot(conn, &lock.tenant, &lock.storage_key)
+                .await?
+                .map(LeaseRow::of_slot),
+        ),
+        Kind::Lock | Kind::Election => Ok(read(conn, lock, Seat::Whole)
+            .await?
+            .filter(|row| row.live_owner().is_none())),
+    }
+}
+
+/// Writes `lease` into its seat (the caller holds the row). A new term of
+/// an election is also logged, for observers.
+pub(super) async fn write(conn: &mut Conn, lock: &LockRef, lease: &Lease) -> sqlx::Result<()> {
+    match lease.seat {
+        Seat::Whole => {
+            locks::write_lease(
+                conn,
+                lock.row(),
+                &lease.owner,
+                lease.token,
+                lease.hold_count,
+                lease.expires_at,
+            )
+            .await?;
+        }
+        Seat::Slot(n) => {
+            semaphores::write_slot(
+                conn,
+                &lock.tenant,
+                &lock.storage_key,
+                n,
+                &lease.owner,
+                lease.token,
+                lease.expires_at,
+            )
+            .await?;
+        }
+    }
+    if lease.fresh && lock.kind == Kind::Election {
+        elections::record(
+            conn,
+            &lock.tenant,
+            &lock.storage_key,
+            lease.token,
+            &lease.owner,
+            lease.expires_at,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Frees a seat (the caller holds the row). Its token stays: the next
+/// grant continues from it.
+pub(super) async fn free(conn: &mut Conn, lock: &LockRef, seat: Seat) -> sqlx::Result<()> {
+    match seat {
+        Seat::Whole => locks::free(conn, lock.row()).await?,
+        Seat::Slot(n) => semaphores::free_slot(conn, &lock.tenant, &lock.storage_key, n).await?,
+    };
+    Ok(())
+}
+
+/// Frees `owner`'s live lease with `token`, held once, in one autocommit
+/// statement, if no waiter is queued for the key; whether it did.
+pub(super) async fn free_alone(
+    conn: &mut Conn,
+    lock: &LockRef,
+    seat: Seat,
+    owner: &str,
+    token: u64,
+) -> sqlx::Result<bool> {
+    match seat {
+        Seat::Whole => locks::free_if_alone(conn, lock.row(), owner, token, 1).await,
+        Seat::Slot(n) => {
+            semaphores::free_if_alone(conn, &lock.tenant, &lock.storage_key, n, owner, token).await
+        }
+    }
+}
+
+/// Adds `delta` to the header's count of pending waiters (the caller holds
+/// the header).
+pub(super) async fn add_queued(conn: &mut Conn, lock: &LockRef, delta: i64) -> sqlx::Result<()> {
+    match lock.kind {
+        Kind::Semaphore => {
+            semaphores::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?
+        }
+        Kind::Lock | Kind::Election => locks::add_queued(conn, lock.row(), delta).await?,
+    };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> NaiveDateTime {
+        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
+            .unwrap()
+            .naive_utc()
+    }
+
+    fn row(owner: Option<&str>, token: u64, expires_ms: Option<i64>) -> LeaseRow {
+        LeaseRow {
+            seat: Seat::Whole,
+            owner: owner.map(|o| o.as_bytes().to_vec()),
+            token,
+            hold_count: 1,
+            expires_at: expires_ms.map(at),
+            now: at(0),
+        }
+    }
+
+    #[test]
+    fn a_lease_is_live_until_its_expiry_by_the_database_clock() {
+        assert_eq!(row(Some("a"), 3, Some(1)).live_owner(), Some(&b"a"[..]));
+        assert_eq!(row(Some("a"), 3, Some(0)).live_owner(), None);
+        assert_eq!(row(Some("a"), 3, Some(-5)).live_owner(), None);
+        assert_eq!(row(None, 3, None).live_owner(), None);
+        assert_eq!(row(Some("a"), 3, Some(1500)).remaining_ms(), 1500);
+        assert_eq!(row(Some("a"), 3, Some(-1500)).remaining_ms(), 0);
+    }
+
+    #[test]
+    fn owned_by_needs_owner_token_and_life() {
+        let live = row(Some("a"), 3, Some(10));
+        assert!(live.owned_by("a", 3));
+        assert!(!live.owned_by("a", 2));
+        assert!(!live.owned_by("b", 3));
+        assert!(!row(Some("a"), 3, Some(0)).owned_by("a", 3));
+    }
+
+    #[test]
+    fn a_slot_row_is_held_once_or_not_at_all() {
+        let slot = |owner: Option<&[u8]>| SlotRow {
+            slot: 4,
+            owner: owner.map(<[u8]>::to_vec),
+            token: 9,
+            expires_at: Some(at(10)),
+            now: at(0),
+        };
+        let held = LeaseRow::of_slot(slot(Some(b"w")));
+        assert_eq!((held.seat, held.hold_count), (Seat::Slot(4), 1));
+        assert_eq!(LeaseRow::of_slot(slot(None)).hold_count, 0);
+        assert_eq!(Seat::from_slot(Some(4)), Seat::Slot(4));
+        assert_eq!(Seat::from_slot(None), Seat::Whole);
+    }
+}

@@ -1,0 +1,377 @@
+//! Push wake-ups across brokers: when this broker hands a lease to a
+//! waiter queued on another broker, it tells that broker to look now
+//! (`POST /internal/v1/wake` with the waiter ids) instead of leaving it to
+//! the other broker's next poll ([`super::queue::WAKE_TICK`]).
+//!
+//! The push is only a hint. The woken broker runs its usual wake pass,
+//! which claims the grant in the database before answering its client, so
+//! delivery is exactly what it is without pushes: a push that is lost,
+//! late, refused or sent to a dead broker changes nothing but the latency
+//! (the poll finds the grant), and a forged one can only make a broker
+//! look early. Pushes are sent after the handoff committed, from a task of
+//! their own, so they never delay the answer to the client that freed the
+//! lease.
+//!
+//! Where to push and with what: each broker's heartbeat row carries its
+//! advertised internal URL and a random secret of its process, the bearer
+//! token its wake route accepts ([`Push`]). The database is the root of
+//! trust: whoever may read `brokers` may wake a broker, nobody else. Each
+//! engine keeps a directory of the live brokers of its database (and
+//! whether each takes pushes: one without a URL, say of an older version,
+//! is polled for), refreshed every second by the heartbeat loop and read
+//! on a miss ([`Wake`]).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{header, Method, Request, Uri};
+use hyper_util::{
+    client::legacy::{connect::HttpConnector, Client as HyperClient},
+    rt::{TokioExecutor, TokioTimer},
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, Semaphore};
+
+use super::{Engine, EngineError};
+use crate::{
+    store::brokers::{self, Contact, PeerRow},
+    tenant::{self, SecretDigest},
+};
+
+/// The path of the wake route, on every broker.
+pub const WAKE_PATH: &str = "/internal/v1/wake";
+/// The whole exchange of one push: a push later than a few polls is
+/// worthless, and the poll is there anyway.
+const PUSH_TIMEOUT: Duration = Duration::from_millis(250);
+/// Time to open a connection to a peer.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Pushes in flight at once from this process; beyond, a push is skipped
+/// (the poll delivers). Bounds the connections opened to peers too.
+const MAX_IN_FLIGHT: usize = 64;
+/// Idle keep-alive connections kept per peer, for the next push.
+const IDLE_PER_PEER: usize = 8;
+/// How long an idle connection to a peer is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The body of a push: waiters of the receiving broker that were granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeRequest {
+    pub waiters: Vec<u64>,
+}
+
+/// The answer to a push: how many of those waiters still wait here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeReply {
+    pub waiting: usize,
+}
+
+/// This process's side of push wake-ups, shared by its engines (one per
+/// database): its secret, its advertised URL, and the HTTP client it
+/// pushes with (keep-alive connections, bounded in number).
+pub struct Push {
+    secret: String,
+    digest: SecretDigest,
+    url: Option<String>,
+    client: HyperClient<HttpConnector, Full<Bytes>>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Push {
+    /// Push wake-ups with a fresh random secret; `url` is where the other
+    /// brokers reach this one (`None`: they cannot, and poll instead).
+    pub fn new(url: Option<String>) -> Push {
+        let secret: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let client = HyperClient::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .pool_max_idle_per_host(IDLE_PER_PEER)
+            .build(connector);
+        Push {
+            digest: tenant::digest(&secret),
+            secret,
+            url,
+            client,
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        }
+    }
+
+    /// The advertised URL, if any.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// True when `bearer` is this process's secret (in constant time).
+    pub fn accepts(&self, bearer: &str) -> bool {
+        tenant::matches(&tenant::digest(bearer), &self.digest)
+    }
+
+    /// What the heartbeat row says about reaching this broker.
+    fn contact(&self) -> Option<Contact<'_>> {
+        self.url.as_deref().map(|url| Contact {
+            url,
+            secret: &self.secret,
+        })
+    }
+
+    /// Sends one push to `peer`; how it went (a `result` label).
+    async fn send(&self, peer: &Peer, ids: Vec<u64>) -> Sent {
+        let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Sent::Busy;
+        };
+        let body = serde_json::to_vec(&WakeRequest { waiters: ids }).expect("serializes");
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(peer.uri.clone())
+            .header(header::AUTHORIZATION, &peer.bearer)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)));
+        let Ok(request) = request else {
+            return Sent::NoPeer;
+        };
+        let exchange = async {
+            let response = self.client.request(request).await.ok()?;
+            let status = response.status();
+            // Read to the end, so the connection goes back to the pool.
+            response.into_body().collect().await.ok()?;
+            Some(status)
+        };
+        match tokio::time::timeout(PUSH_TIMEOUT, exchange).await {
+            Ok(Some(status)) if status.is_success() => Sent::Ok,
+            Ok(Some(_)) => Sent::Refused,
+            Ok(None) | Err(_) => Sent::Failed,
+        }
+    }
+}
+
+/// How a push went: the `result` label of `lockbroker_wake_pushes_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// The peer took it.
+    Ok,
+    /// The peer answered with an error (its secret is not the one read).
+    Refused,
+    /// No answer in time, or no connection.
+    Failed,
+    /// Too many pushes in flight: skipped.
+    Busy,
+    /// The peer is not a live broker that takes pushes.
+    NoPeer,
+}
+
+impl Sent {
+    fn label(self) -> &'static str {
+        match self {
+            Sent::Ok => "ok",
+            Sent::Refused => "refused",
+            Sent::Failed => "failed",
+            Sent::Busy => "busy",
+            Sent::NoPeer => "no_peer",
+        }
+    }
+}
+
+/// A broker to push to, as its heartbeat row says.
+#[derive(Debug, Clone)]
+struct Peer {
+    uri: Uri,
+    /// `Bearer <its secret>`.
+    bearer: String,
+}
+
+impl Peer {
+    /// The peer of a row, if it has a secret and an `http://` base URL.
+    fn of(row: &PeerRow) -> Option<Peer> {
+        let url = std::str::from_utf8(row.url.as_deref()?).ok()?;
+        let url = url.trim_end_matches('/');
+        let secret = std::str::from_utf8(row.secret.as_deref()?).ok()?;
+        if !url.starts_with("http://") {
+            return None;
+        }
+        Some(Peer {
+            uri: format!("{url}{WAKE_PATH}").parse().ok()?,
+            bearer: format!("Bearer {secret}"),
+        })
+    }
+}
+
+/// How a grant reached one of this broker's waiters: the `via` label of
+/// `lockbroker_wakeups_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Via {
+    /// This broker made the handoff and delivered it in-process.
+    Local,
+    /// Another broker's push made this broker look.
+    Push,
+    /// This broker's own poll found it.
+    Poll,
+}
+
+impl Via {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Via::Local => "local",
+            Via::Push => "push",
+            Via::Poll => "poll",
+        }
+    }
+}
+
+/// One engine's side of push wake-ups: the process's [`Push`] once it is
+/// enabled, the live brokers of this database, and the nudge that makes
+/// the wake loop look now.
+#[derive(Default)]
+pub(super) struct Wake {
+    push: OnceLock<Arc<Push>>,
+    /// Live brokers by name; `None` for one that takes no pushes.
+    peers: Mutex<HashMap<Vec<u8>, Option<Peer>>>,
+    /// Notified by a push received; the wake loop looks at once. Holds one
+    /// permit, so a push arriving during a pass makes another pass.
+    pub(super) nudge: Notify,
+}
+
+impl Engine {
+    /// Pushes this engine's handoffs to other brokers' waiters, and
+    /// advertises `push`'s URL and secret in the heartbeat. Without it
+    /// the engine neither pushes nor advertises (its waiters are polled
+    /// for). Once; later calls change nothing.
+    pub fn enable_push(&self, push: Arc<Push>) {
+        let _ = self.wake.push.set(push);
+    }
+
+    /// What this broker's heartbeat row says about reaching it.
+    pub(super) fn contact(&self) -> Option<Contact<'_>> {
+        self.wake.push.get().and_then(|push| push.contact())
+    }
+
+    /// A push received for `ids`: if any of them waits on this engine,
+    /// the wake loop looks now. How many wait here.
+    pub fn woken(&self, ids: &[u64]) -> usize {
+        let waiting = {
+            let local = self.local.lock().expect("local waiters");
+            ids.iter().filter(|id| local.contains_key(id)).count()
+        };
+        if waiting > 0 {
+            self.wake.nudge.notify_one();
+        }
+        waiting
+    }
+
+    /// Tells the brokers of `granted` (broker name, waiter id; after the
+    /// handoffs committed) to look now, one push per broker, from a task
+    /// of its own. Nothing when pushes are not enabled.
+    pub(super) fn push_wakeups(&self, granted: Vec<(Vec<u8>, u64)>) {
+        if granted.is_empty() {
+            return;
+        }
+        let Some(push) = self.wake.push.get().cloned() else {
+            return;
+        };
+        let mut by_broker: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+        for (broker, id) in granted {
+            by_broker.entry(broker).or_default().push(id);
+        }
+        for (broker, ids) in by_broker {
+            let (engine, push) = (self.clone(), push.clone());
+            tokio::spawn(async move {
+                let sent = match engine.peer(&broker).await {
+                    Some(peer) => push.send(&peer, ids).await,
+                    None => Sent::NoPeer,
+                };
+                if sent == Sent::Refused {
+                    // Perhaps stale: read its row again next time.
+                    engine.wake.peers.lock().expect("peers").remove(&broker);
+                }
+                engine
+                    .metrics
+                    .inc("lockbroker_wake_pushes_total", &[("result", sent.label())]);
+            });
+        }
+    }
+
+    /// Broker `name` as a push target: from the directory, or read from
+    /// its heartbeat row on a miss.
+    async fn peer(&self, name: &[u8]) -> Option<Peer> {
+        if let Some(known) = self.wake.peers.lock().expect("peers").get(name) {
+            return known.clone();
+        }
+        let mut conn = self.conn(self.budget()).await.ok()?;
+        let row = brokers::peer(&mut conn, name, self.alive_us()).await.ok()?;
+        conn.done();
+        // Not alive: not remembered (nothing is handed to its waiters).
+        let peer = Peer::of(&row?);
+        self.wake
+            .peers
+            .lock()
+            .expect("peers")
+            .insert(name.to_vec(), peer.clone());
+        peer
+    }
+
+    /// Reads the live brokers that take pushes into the directory (with
+    /// each heartbeat, when pushes are enabled).
+    pub(super) async fn refresh_peers(&self) -> Result<(), EngineError> {
+        if self.wake.push.get().is_none() {
+            return Ok(());
+        }
+        let mut conn = self.conn(self.budget()).await?;
+        let rows = brokers::peers(&mut conn, self.alive_us()).await?;
+        conn.done();
+        let peers = rows
+            .iter()
+            .filter(|row| row.name != self.broker.as_bytes())
+            .map(|row| (row.name.clone(), Peer::of(row)))
+            .collect();
+        *self.wake.peers.lock().expect("peers") = peers;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(url: &str) -> PeerRow {
+        PeerRow {
+            name: b"b".to_vec(),
+            url: Some(url.as_bytes().to_vec()),
+            secret: Some(b"s3cret".to_vec()),
+        }
+    }
+
+    #[test]
+    fn peers_are_http_base_urls() {
+        let peer = Peer::of(&row("http://10.0.0.5:7420/")).unwrap();
+        assert_eq!(peer.uri, "http://10.0.0.5:7420/internal/v1/wake");
+        assert_eq!(peer.bearer, "Bearer s3cret");
+        assert!(Peer::of(&row("http://[::1]:7420")).is_some());
+        assert!(Peer::of(&row("https://10.0.0.5:7420")).is_none());
+        assert!(Peer::of(&row("not a url")).is_none());
+        let no_push = PeerRow {
+            url: None,
+            ..row("http://10.0.0.5:7420")
+        };
+        assert!(Peer::of(&no_push).is_none());
+    }
+
+    #[test]
+    fn a_push_accepts_only_its_own_secret() {
+        let (a, b) = (Push::new(None), Push::new(Some("http://x:1".into())));
+        assert!(a.accepts(&a.secret));
+        assert!(!a.accepts(&b.secret));
+        assert!(!a.accepts(""));
+        assert_eq!(a.secret.len(), 64);
+        assert!(a.contact().is_none());
+        assert_eq!(b.contact().unwrap().url, "http://x:1");
+    }
+}

@@ -1,0 +1,276 @@
+//! `/v1/multilock/{acquire,renew,release}`: several lock keys at once, all
+//! or none. The keys travel in the body, so this resource has its own
+//! small pipeline (auth → body → JSON → naming of each key → engine)
+//! rather than the per-key one of `router::call`.
+
+use std::sync::Arc;
+
+use hyper::{body::Incoming, Method, Request};
+use lockbroker_api::{
+    ErrorBody, HeldKey, MultiLockAcquireRequest, MultiLockEntry, MultiLockLease,
+    MultiLockReleaseRequest, MultiLockReleaseResponse, MultiLockReleased, MultiLockRenewRequest,
+    MAX_MULTILOCK_KEYS,
+};
+
+use super::{
+    access::Seen,
+    lease::{check_holder, rfc3339, LeaseRequest, Terms},
+    ok,
+    openapi::{
+        BadRequest, InvalidKey, MethodNotAllowed, PolicyError, TooLarge, TooManyWaiters,
+        Unauthenticated, Unavailable,
+    },
+    request::{authenticate, name_key, parse_json, read_body},
+    ApiError, Response,
+};
+use crate::{
+    app::App,
+    engine::{Grant, LockRef},
+    store::Kind,
+    tenant::Tenant,
+};
+
+/// Routes `/v1/multilock/{action}`.
+pub async fn handle(
+    app: &App,
+    req: Request<Incoming>,
+    tail: &[&str],
+    seen: &mut Seen,
+) -> Result<Response, ApiError> {
+    let action = match tail {
+        ["acquire"] => "acquire",
+        ["renew"] => "renew",
+        ["release"] => "release",
+        _ => return Err(ApiError::not_found("no such action")),
+    };
+    seen.action = action;
+    if req.method() != Method::POST {
+        return Err(ApiError::method_not_allowed("POST"));
+    }
+    let tenant = authenticate(app, req.headers())?;
+    seen.tenant = Some(tenant.name.clone());
+    let body = read_body(req, lockbroker_api::MAX_BODY_BYTES).await?;
+    Ok(match action {
+        "acquire" => ok(&acquire(app, &tenant, parse_json(&body)?).await?),
+        "renew" => ok(&renew(app, &tenant, parse_json(&body)?).await?),
+        _ => ok(&release(app, &tenant, parse_json(&body)?).await?),
+    })
+}
+
+impl LeaseRequest for MultiLockAcquireRequest {
+    fn holder(&self) -> (&'static str, &str) {
+        ("owner", &self.owner)
+    }
+    fn ttl_ms(&self) -> Option<u64> {
+        self.ttl_ms
+    }
+    fn wait_ms(&self) -> Option<u64> {
+        self.wait_ms
+    }
+}
+
+impl LeaseRequest for MultiLockRenewRequest {
+    fn holder(&self) -> (&'static str, &str) {
+        ("owner", &self.owner)
+    }
+    fn ttl_ms(&self) -> Option<u64> {
+        self.ttl_ms
+    }
+}
+
+/// Checks the number of keys: 1 to [`MAX_MULTILOCK_KEYS`].
+fn check_count(field: &str, n: usize) -> Result<(), ApiError> {
+    if n == 0 || n > MAX_MULTILOCK_KEYS {
+        return Err(ApiError::bad_request(format!(
+            "{field} must list 1 to {MAX_MULTILOCK_KEYS} keys (got {n})"
+        )));
+    }
+    Ok(())
+}
+
+/// Names every key by the tenant's naming policy.
+async fn name_all(tenant: &Arc<Tenant>, keys: Vec<String>) -> Result<Vec<LockRef>, ApiError> {
+    let mut set = Vec::with_capacity(keys.len());
+    for key in keys {
+        set.push(name_key(tenant, Kind::Lock, key).await?);
+    }
+    Ok(set)
+}
+
+/// Names every key of `held`, keeping its token.
+async fn name_held(
+    tenant: &Arc<Tenant>,
+    held: Vec<HeldKey>,
+) -> Result<Vec<(LockRef, u64)>, ApiError> {
+    let mut named = Vec::with_capacity(held.len());
+    for HeldKey { key, token } in held {
+        named.push((name_key(tenant, Kind::Lock, key).await?, token));
+    }
+    Ok(named)
+}
+
+/// A granted or renewed set as the API answers it.
+fn lease(owner: String, ttl_ms: u64, grants: Vec<(LockRef, Grant)>) -> MultiLockLease {
+    MultiLockLease {
+        owner,
+        ttl_ms,
+        locks: grants
+            .into_iter()
+            .map(|(lock, grant)| MultiLockEntry {
+                key: lock.key,
+                storage_key: lock.storage_key,
+                token: grant.token,
+                hold_count: grant.hold_count,
+                expires_at: rfc3339(grant.expires_at),
+            })
+            .collect(),
+    }
+}
+
+/// Acquire several locks, all or none
+///
+/// Grants every key to `owner` in one transaction, or none. Keys are taken
+/// in storage-key (byte) order, so two multi-locks never deadlock; each key
+/// is an ordinary lock (single-key acquires of it wait for the multi-lock
+/// and the other way round) and gets its own fencing token. With `wait_ms`
+/// > 0 the request queues on the first busy key, in that key's fairness
+/// order, and never holds part of the set while it waits.
+#[utoipa::path(
+    post,
+    path = "/v1/multilock/acquire",
+    operation_id = "acquireMultiLock",
+    tag = "locks",
+    request_body = MultiLockAcquireRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "Every key granted (or re-entered), in storage-key order.",
+            body = MultiLockLease),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 409, headers(("Retry-After" = u64, description = "Seconds before trying again: \
+`retry_after_ms` rounded up, at least 1.")),
+            description = "`lock_held`: some key is held by another owner (or has waiters \
+before this request) and `wait_ms` ran out. None of the keys was granted.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "lock_held",
+                "message": "the lock is held by another owner", "retry_after_ms": 120}})),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 429, response = TooManyWaiters),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn acquire(
+    app: &App,
+    tenant: &Arc<Tenant>,
+    request: MultiLockAcquireRequest,
+) -> Result<MultiLockLease, ApiError> {
+    check_count("keys", request.keys.len())?;
+    let terms = Terms::check(&request, tenant)?;
+    let set = name_all(tenant, request.keys).await?;
+    let grants = app
+        .engine(&tenant.name)
+        .multi_acquire(set, &terms.holder, terms.ttl_ms, terms.wait_ms)
+        .await?;
+    Ok(lease(terms.holder, terms.ttl_ms, grants))
+}
+
+/// Renew a multi-lock
+///
+/// Extends every key's lease to `ttl_ms` from now (database clock), all or
+/// none: if any key's lease is lost, nothing changes.
+#[utoipa::path(
+    post,
+    path = "/v1/multilock/renew",
+    operation_id = "renewMultiLock",
+    tag = "locks",
+    request_body = MultiLockRenewRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "Every lease renewed: the new `expires_at`s.",
+            body = MultiLockLease),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 409, description = "`lease_lost`: some key's lease expired (by the database \
+clock) or its token is not the owner's current grant. Nothing changes.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
+not hold the current lease (expired, re-granted, released or never held)"}})),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn renew(
+    app: &App,
+    tenant: &Arc<Tenant>,
+    request: MultiLockRenewRequest,
+) -> Result<MultiLockLease, ApiError> {
+    check_count("locks", request.locks.len())?;
+    let terms = Terms::check(&request, tenant)?;
+    let held = name_held(tenant, request.locks).await?;
+    let grants = app
+        .engine(&tenant.name)
+        .multi_renew(held, &terms.holder, terms.ttl_ms)
+        .await?;
+    Ok(lease(terms.holder, terms.ttl_ms, grants))
+}
+
+/// Release a multi-lock
+///
+/// Drops one hold of every key the owner still holds with the given token,
+/// in one transaction; each freed key goes to its next waiter, as a
+/// single-key release does. A key no longer held by that token (expired,
+/// re-granted, force-released) is reported `lost` and left alone.
+#[utoipa::path(
+    post,
+    path = "/v1/multilock/release",
+    operation_id = "releaseMultiLock",
+    tag = "locks",
+    request_body = MultiLockReleaseRequest,
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "One entry per key, in storage-key order.",
+            body = MultiLockReleaseResponse),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 409, description = "`lease_lost`: none of the keys is held by its token. \
+Nothing changes.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
+not hold the current lease (expired, re-granted, released or never held)"}})),
+        (status = 413, response = TooLarge),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn release(
+    app: &App,
+    tenant: &Arc<Tenant>,
+    request: MultiLockReleaseRequest,
+) -> Result<MultiLockReleaseResponse, ApiError> {
+    check_count("locks", request.locks.len())?;
+    check_holder("owner", &request.owner)?;
+    let held = name_held(tenant, request.locks).await?;
+    let results = app
+        .engine(&tenant.name)
+        .multi_release(held, &request.owner)
+        .await?;
+    Ok(MultiLockReleaseResponse {
+        locks: results
+            .into_iter()
+            .map(|(lock, result)| MultiLockReleased {
+                key: lock.key,
+                released: result.is_some_and(|r| r.released),
+                hold_count: result.map_or(0, |r| r.hold_count),
+                lost: result.is_none(),
+            })
+            .collect(),
+    })
+}

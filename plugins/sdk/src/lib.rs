@@ -1,0 +1,190 @@
+//! Write a lockbroker policy plugin in Rust.
+//!
+//! A policy is a WebAssembly component exporting the world `policy` of
+//! `wit/policy.wit` (this crate carries its own copy, so a crate outside the
+//! lockbroker repository needs nothing else). This crate hides the bindings:
+//! implement [`Policy`], overriding only what you change (every method
+//! defaults to the broker's built-in rule, from [`rules`]), and call
+//! [`export_policy!`] once at the crate root of a `cdylib`:
+//!
+//! ```no_run
+//! use lockbroker_policy::{export_policy, Policy};
+//!
+//! struct Lowercase;
+//!
+//! impl Policy for Lowercase {
+//!     const NAME: &'static str = "lowercase";
+//!     const VERSION: &'static str = "0.1.0";
+//!
+//!     fn storage_key(_tenant: &str, key: &str) -> Result<String, String> {
+//!         lockbroker_policy::defaults::storage_key(&key.to_lowercase())
+//!     }
+//! }
+//!
+//! export_policy!(Lowercase);
+//! # fn main() {}
+//! ```
+//!
+//! Build it with `cargo build --target wasm32-unknown-unknown --release`,
+//! then turn the core module into a component (`wasm-tools component new`).
+//! The component imports nothing. See `plugins/templates/rust` in the
+//! lockbroker repository for a project to copy.
+//!
+//! Layout: [`Policy`] and its [`defaults`] here; [`bindings`] is the
+//! wit-bindgen output (its types re-exported at the root); [`Exports`] is the
+//! one adapter from the WIT exports to a [`Policy`].
+
+use core::marker::PhantomData;
+
+pub use lockbroker_policy_rules as rules;
+
+/// The wit-bindgen crate, for the code [`export_policy!`] expands to in the
+/// policy's crate, which need not depend on it.
+#[doc(hidden)]
+pub use wit_bindgen as __wit_bindgen;
+
+// Lets the bindings name this crate by the same absolute path here and in
+// the policy's crate (`runtime_path` below).
+extern crate self as lockbroker_policy;
+
+/// The bindings of the world `policy`, generated from this crate's copy of
+/// the WIT. Use the types re-exported at the crate root; the modules are
+/// public for [`export_policy!`].
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "policy",
+        pub_export_macro: true,
+        runtime_path: "::lockbroker_policy::__wit_bindgen::rt",
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
+pub use bindings::exports::lockbroker::policy::backoff::{Contention, Decision};
+pub use bindings::exports::lockbroker::policy::fairness::Waiter;
+pub use bindings::exports::lockbroker::policy::meta::Descriptor;
+
+use bindings::exports::lockbroker::policy::{backoff, fairness, meta, naming};
+
+/// A lockbroker policy. Every method defaults to the broker's built-in rule
+/// (see [`defaults`]): override only what you change.
+///
+/// The methods take no `self`: the broker may run each call in a fresh
+/// instance (after a trap, or from a pool), so a policy keeps no state
+/// between calls. Every call is bounded in time (a few milliseconds) and
+/// memory; a panic traps. What happens then: naming fails the request
+/// closed (HTTP 500 `policy_error`), fairness and backoff fall back to the
+/// built-in rule for that call.
+pub trait Policy {
+    /// A short name, shown in `GET /v1/admin/tenants`.
+    const NAME: &'static str;
+    /// The policy's own version, shown beside the name;
+    /// `env!("CARGO_PKG_VERSION")` is a good choice.
+    const VERSION: &'static str;
+
+    /// Maps the client's `key` (valid UTF-8, decoded from the URL) of
+    /// `tenant` to a storage key of 1 to 512 bytes (an empty or longer one
+    /// fails the request with HTTP 500 `policy_error`). Two keys that map to
+    /// the same storage key are the same lock; locks are scoped by tenant in
+    /// storage whatever this returns.
+    ///
+    /// # Errors
+    ///
+    /// The reason to reject the key, sent to the client with HTTP 422
+    /// `invalid_key`.
+    fn storage_key(tenant: &str, key: &str) -> Result<String, String> {
+        let _ = tenant;
+        defaults::storage_key(key)
+    }
+
+    /// Which of `waiters` (oldest first, never empty, at most 64) is granted
+    /// the freed lock `key` next: an index into `waiters`. An index out of
+    /// range counts as a failure (the broker grants the oldest).
+    fn pick_next(key: &str, waiters: &[Waiter]) -> u32 {
+        let _ = key;
+        defaults::pick_next(waiters)
+    }
+
+    /// How long a client waits before its next try after a failed one, or
+    /// whether it gives up (HTTP 409 at once). For a single try the delay is
+    /// the `retry_after_ms` hint of the 409.
+    fn next_delay(contention: &Contention) -> Decision {
+        defaults::next_delay(contention)
+    }
+}
+
+/// The built-in rules over this crate's types, for overrides that keep part
+/// of the default (say, lowercase a key and then apply the default checks).
+/// The trait's default methods call these.
+pub mod defaults {
+    use super::{rules, Contention, Decision, Waiter};
+
+    /// The key itself; rejects an empty key, a key over 255 bytes or one
+    /// with a control character ([`rules::storage_key`]).
+    ///
+    /// # Errors
+    ///
+    /// The reason the key is rejected.
+    pub fn storage_key(key: &str) -> Result<String, String> {
+        rules::storage_key(key)
+    }
+
+    /// The oldest waiter, index 0 ([`rules::pick_next`]).
+    pub fn pick_next(waiters: &[Waiter]) -> u32 {
+        rules::pick_next(waiters)
+    }
+
+    /// Retry after full jitter in `[1, min(1000, 10 * 2^(attempt-1))]` ms,
+    /// never give up ([`rules::delay_ms`]).
+    pub fn next_delay(contention: &Contention) -> Decision {
+        Decision::RetryAfter(rules::delay_ms(contention.attempt, contention.seed))
+    }
+}
+
+/// The WIT exports of the world `policy`, implemented by calling the
+/// [`Policy`] `P`. [`export_policy!`] exports it; there is no other use.
+pub struct Exports<P>(PhantomData<P>);
+
+impl<P: Policy> meta::Guest for Exports<P> {
+    fn describe() -> Descriptor {
+        Descriptor {
+            name: P::NAME.to_string(),
+            version: P::VERSION.to_string(),
+        }
+    }
+}
+
+impl<P: Policy> naming::Guest for Exports<P> {
+    fn storage_key(tenant: String, key: String) -> Result<String, String> {
+        P::storage_key(&tenant, &key)
+    }
+}
+
+impl<P: Policy> fairness::Guest for Exports<P> {
+    fn pick_next(key: String, waiters: Vec<Waiter>) -> u32 {
+        P::pick_next(&key, &waiters)
+    }
+}
+
+impl<P: Policy> backoff::Guest for Exports<P> {
+    fn next_delay(contention: Contention) -> Decision {
+        P::next_delay(&contention)
+    }
+}
+
+/// Exports the [`Policy`] `$policy` as the component's implementation of the
+/// world `policy`. Call it once, at the root of a `cdylib` crate.
+///
+/// It expands to the `extern "C"` functions of the canonical ABI and the
+/// custom section that describes the world, which `wasm-tools component
+/// new` reads to build the component.
+#[macro_export]
+macro_rules! export_policy {
+    ($policy:ty) => {
+        const _: () = {
+            // wit-bindgen's export macro takes a type name, not a path.
+            type LockbrokerPolicyExports = $crate::Exports<$policy>;
+    $crate::bindings::export!(LockbrokerPolicyExports with_types_in $crate::bindings);
+        };
+    };
+}

@@ -1,0 +1,384 @@
+//! `lockbroker-client` against a real broker: the guards hold what they
+//! claim (exclusion, renewal beyond the TTL, release on drop), say when
+//! they lost it, and semaphores and elections behave through the client.
+
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use lockbroker_client::{
+    api::ElectionStatus, Client, ElectionEvent, ErrorCode, LeaderEvents, LostReason,
+};
+use lockbroker_tests::{
+    db_conn, eventually,
+    history::{Op, Request},
+    Broker, History, Outcome, Proxy, KEY,
+};
+
+fn client(broker: &Broker) -> Client {
+    Client::new(broker.url(), KEY).unwrap()
+}
+
+/// How long a test waits for something that takes a few round trips.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn guards_exclude_each_other_and_tokens_increase() {
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 5;
+    let broker = Broker::start().await;
+    let history = Arc::new(History::new());
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let client = client(&broker);
+        let history = history.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let sent = Instant::now();
+                let guard = client
+                    .lock("shared")
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire within the wait");
+                let lease = guard.grant().expect("held");
+                history.record(Op {
+                    key: "shared".into(),
+                    owner: lease.owner.clone(),
+                    request: Request::Acquire {
+                        ttl_ms: lease.ttl_ms,
+                        wait_ms: 60_000,
+                    },
+                    sent,
+                    answered: Instant::now(),
+                    outcome: Outcome::Reply {
+                        status: 200,
+                        token: Some(guard.token()),
+                        hold_count: Some(lease.hold_count),
+                        released: None,
+                    },
+                });
+                // The work the lock protects: a hold, part of the test (not
+                // a wait for a condition).
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                let sent = Instant::now();
+                let token = guard.token();
+                guard.release().await.expect("release");
+                history.record(Op {
+                    key: "shared".into(),
+                    owner: lease.owner,
+                    request: Request::Release { token },
+                    sent,
+                    answered: Instant::now(),
+                    outcome: Outcome::Reply {
+                        status: 200,
+                        token: None,
+                        hold_count: Some(0),
+                        released: Some(true),
+                    },
+                });
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("the clients finish")
+            .expect("no client panicked");
+    }
+    let report = history.check();
+    report.assert_clean();
+    assert_eq!(report.grants, TASKS * ROUNDS, "{report}");
+    // Holds never overlap, so the order of the answers is the order of the
+    // grants: their tokens strictly increase in it.
+    let mut grants: Vec<_> = history
+        .ops()
+        .into_iter()
+        .filter_map(|op| op.outcome.granted().map(|t| (op.answered, t)))
+        .collect();
+    grants.sort();
+    assert!(
+        grants.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens in grant order: {:?}",
+        grants.iter().map(|g| g.1).collect::<Vec<_>>()
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_guard_renews_its_lease_beyond_the_ttl() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let ttl = Duration::from_millis(300);
+    let guard = c.lock("renewed").ttl(ttl).acquire().await.unwrap();
+    let granted = Instant::now();
+    let first_expiry = guard.grant().unwrap().expires_at;
+    // Several TTLs later the lock is still ours, with the same token, and
+    // nobody else can take it.
+    eventually("the lease outlived three TTLs", PROMPTLY, || async {
+        granted.elapsed() > ttl * 3
+    })
+    .await;
+    let status = c.locks().status("renewed").await.unwrap();
+    assert!(status.held, "{status:?}");
+    assert_eq!(status.token, Some(guard.token()));
+    assert!(!guard.is_lost());
+    assert_ne!(guard.grant().unwrap().expires_at, first_expiry, "renewed");
+    assert!(c.lock("renewed").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(!c.locks().status("renewed").await.unwrap().held);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn lost_resolves_when_the_broker_refuses_the_renewal() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let guard = c
+        .lock("stolen")
+        .ttl(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    let lost = guard.lost();
+    // Expire the lease behind the guard's back; someone else takes it.
+    let mut db = db_conn(&broker.db).await;
+    sqlx::query("UPDATE locks SET expires_at = NOW(6) - INTERVAL 1 SECOND")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let thief = c.lock("stolen").try_acquire().await.unwrap();
+    assert!(thief.is_some(), "the expired lock is free");
+    let reason = tokio::time::timeout(PROMPTLY, lost)
+        .await
+        .expect("lost() resolves at the next renewal");
+    match &reason {
+        LostReason::Refused(refusal) => assert_eq!(refusal.code, ErrorCode::LeaseLost),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(guard.is_lost());
+    let err = guard.release().await.unwrap_err();
+    assert!(
+        matches!(err, lockbroker_client::Error::LeaseLost(_)),
+        "{err}"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn lost_resolves_before_anyone_else_can_take_the_lock_when_the_broker_is_unreachable() {
+    let broker = Broker::start().await;
+    let addr = broker.url().trim_start_matches("http://").to_owned();
+    let proxy = Proxy::start(&addr).await;
+    let behind_proxy = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    let direct = client(&broker);
+    let ttl = Duration::from_millis(600);
+    // NOWAIT: the guard then knows a safe end of the lease exactly.
+    let guard = behind_proxy
+        .lock("partitioned")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    let lost = guard.lost();
+    let lost_at = tokio::spawn(async move {
+        let reason = lost.await;
+        (Instant::now(), reason)
+    });
+    proxy.pause();
+    let (thief, thief_answered) = lockbroker_tests::eventually_some(
+        "another client gets the lock once the lease ran out",
+        PROMPTLY,
+        || async {
+            let guard = direct.lock("partitioned").try_acquire().await.ok()??;
+            Some((guard, Instant::now()))
+        },
+    )
+    .await;
+    let (lost_at, reason) = tokio::time::timeout(PROMPTLY, lost_at)
+        .await
+        .expect("lost() resolves")
+        .unwrap();
+    assert!(
+        matches!(reason, LostReason::Expired { .. }),
+        "no renewal got through: {reason:?}"
+    );
+    assert!(
+        lost_at <= thief_answered,
+        "the holder knew it lost the lease {:?} after the next holder got it",
+        lost_at - thief_answered
+    );
+    assert!(thief.token() > guard.token());
+    proxy.restore();
+    assert!(matches!(
+        guard.release().await,
+        Err(lockbroker_client::Error::LeaseLost(_))
+    ));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_the_lock() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let guard = c.lock("dropped").acquire().await.unwrap();
+    assert!(c.locks().status("dropped").await.unwrap().held);
+    drop(guard);
+    eventually("the dropped guard's lock is free", PROMPTLY, || async {
+        !c.locks().status("dropped").await.unwrap().held
+    })
+    .await;
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn try_acquire_on_a_held_lock_is_none_and_a_wait_runs_out_with_lock_held() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let holder = c.lock("busy").try_acquire().await.unwrap().expect("free");
+    assert!(c.lock("busy").try_acquire().await.unwrap().is_none());
+    let started = Instant::now();
+    let err = c
+        .lock("busy")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::LockHeld), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
+    let first = holder.token();
+    holder.release().await.unwrap();
+    let next = c.lock("busy").try_acquire().await.unwrap().expect("freed");
+    assert!(next.token() > first);
+    next.release().await.unwrap();
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_semaphore_admits_at_most_its_permits() {
+    const PERMITS: u32 = 3;
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let mut held = Vec::new();
+    for _ in 0..PERMITS {
+        held.push(
+            c.semaphore("pool", PERMITS)
+                .try_acquire()
+                .await
+                .unwrap()
+                .expect("a permit"),
+        );
+    }
+    assert!(c
+        .semaphore("pool", PERMITS)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let status = c.semaphores().status("pool").await.unwrap();
+    assert_eq!(status.permits, Some(PERMITS));
+    assert_eq!(status.holders.len(), PERMITS as usize);
+    held.pop().unwrap().release().await.unwrap();
+    let again = c.semaphore("pool", PERMITS).try_acquire().await.unwrap();
+    assert!(again.is_some(), "a released permit is free again");
+    drop(again);
+    drop(held);
+
+    // Under contention, never more than PERMITS holders at once.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, inside, most) = (c.clone(), inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let permit = c
+                    .semaphore("pool", PERMITS)
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                // The hold itself (not a wait for a condition): holders
+                // must overlap for the count to mean anything.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("the clients finish")
+            .unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (1..=PERMITS as usize).contains(&most),
+        "{most} holders at once"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn observe_streams_each_change_of_leader() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let mut events = c.elections().observe("scheduler").await.unwrap();
+    let now = next(&mut events).await;
+    assert_eq!((now.leader, now.term), (None, None), "nobody leads yet");
+
+    let a = c
+        .election("scheduler")
+        .candidate("node-a")
+        .campaign()
+        .await
+        .unwrap();
+    let now = next(&mut events).await;
+    assert_eq!(now.leader.as_deref(), Some("node-a"));
+    assert_eq!(now.term, Some(a.token()));
+    assert!(c
+        .election("scheduler")
+        .candidate("node-b")
+        .try_campaign()
+        .await
+        .unwrap()
+        .is_none());
+
+    let a_term = a.token();
+    a.release().await.unwrap(); // resigns
+    assert_eq!(next(&mut events).await.leader, None, "vacancy");
+
+    let b = c
+        .election("scheduler")
+        .candidate("node-b")
+        .campaign()
+        .await
+        .unwrap();
+    let now = next(&mut events).await;
+    assert_eq!(now.leader.as_deref(), Some("node-b"));
+    assert!(now.term > Some(a_term), "a new term");
+    let status = c.elections().status("scheduler").await.unwrap();
+    assert_eq!(status.term, Some(b.token()));
+    b.release().await.unwrap();
+    broker.stop().await;
+}
+
+/// The next leader event, within [`PROMPTLY`].
+async fn next(events: &mut LeaderEvents) -> ElectionStatus {
+    let event = tokio::time::timeout(PROMPTLY, events.next())
+        .await
+        .expect("an event in time")
+        .expect("the stream goes on")
+        .expect("a well-formed event");
+    let ElectionEvent::Leader(now) = event;
+    now
+}
