@@ -262,7 +262,9 @@ impl BrokerProcess {
             .args(args)
             .env(
                 "LOCKBROKER_LOG",
-                if log.is_some() { "info" } else { "warn" },
+                // `LBT_BROKER_LOG` lets a run that chases a failure see more.
+                std::env::var("LBT_BROKER_LOG")
+                    .unwrap_or_else(|_| if log.is_some() { "info" } else { "warn" }.to_owned()),
             )
             .stdout(Stdio::piped())
             .kill_on_drop(true);

@@ -262,11 +262,19 @@ impl Engine {
         if self.release_alone(lock, seat, owner, token, budget).await? {
             return Ok(freed);
         }
+        let attempts = std::sync::atomic::AtomicU32::new(0);
         self.retry(budget, || async {
+            let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut tx = self.begin(budget).await?;
             let read = seat::read_with_header(&mut tx, lock, seat).await?;
-            let Some((mut queued, row)) = read.filter(|(_, row)| row.owned_by(owner, token)) else {
+            let Some((mut queued, row)) = read.clone().filter(|(_, row)| row.owned_by(owner, token))
+            else {
                 tx.rollback().await?;
+                if attempt > 0 {
+                    // A retried release that finds its lease gone: worth
+                    // seeing (did an earlier attempt commit after all?).
+                    tracing::warn!(key = %lock.storage_key, owner, token, attempt, row = ?read, "a retried release found the lease gone");
+                }
                 return Err(EngineError::LeaseLost);
             };
             if row.hold_count > 1 {

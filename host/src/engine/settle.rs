@@ -69,7 +69,10 @@ impl Engine {
     ) -> Result<(), EngineError> {
         match conn.commit().await {
             Ok(()) => Ok(()),
-            Err(err) => self.find_out(conn, err, lock, expect).await,
+            Err(err) => {
+                tracing::debug!(error = %err, key = %lock.storage_key, ?expect, "commit failed");
+                self.find_out(conn, err, lock, expect).await
+            }
         }
     }
 
