@@ -510,3 +510,60 @@ async fn slot_tokens_strictly_increase_per_slot() {
     }
     h.stop().await;
 }
+
+/// A release whose attempt committed but was answered with an error is
+/// tried again; the retry finds the row marked by that same release and
+/// answers as if the first answer had arrived (not 409), even when the
+/// lease has been granted to somebody else since. Another release of the
+/// same lease, or the same one re-entered, is not mistaken for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_committed_unanswered_is_recognised_by_its_mark() {
+    let h = Harness::start().await;
+    let lock = h.lock("marked");
+    const MARK: u64 = 0x5eed_0001;
+
+    // Held twice: the first release leaves one hold; playing it again
+    // (same mark) does not take the second.
+    let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let first = h
+        .engine
+        .release_marked(&lock, "a", a.token, MARK)
+        .await
+        .unwrap();
+    assert_eq!((first.released, first.hold_count), (false, 1));
+    let again = h
+        .engine
+        .release_marked(&lock, "a", a.token, MARK)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.released, again.hold_count),
+        (false, 1),
+        "not released twice"
+    );
+
+    // The last hold, released; then b takes the lock.
+    const LAST: u64 = 0x5eed_0002;
+    let last = h
+        .engine
+        .release_marked(&lock, "a", a.token, LAST)
+        .await
+        .unwrap();
+    assert!(last.released);
+    let b = h.engine.acquire(&lock, "b", 30_000, 0, 0).await.unwrap();
+    assert_eq!(b.token, a.token + 1);
+
+    // The retry of that release: it committed, so it is answered released.
+    let retried = h.engine.release_marked(&lock, "a", a.token, LAST).await;
+    assert!(matches!(retried, Ok(r) if r.released), "{retried:?}");
+    // Any other release of a's lease is refused, and b still holds.
+    let other = h.engine.release(&lock, "a", a.token).await;
+    assert!(matches!(other, Err(EngineError::LeaseLost)), "{other:?}");
+    let state = h.engine.inspect(&lock).await.unwrap();
+    assert_eq!(
+        (state.owner.as_deref(), state.token),
+        (Some("b"), Some(b.token))
+    );
+    h.stop().await;
+}

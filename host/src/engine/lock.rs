@@ -256,8 +256,27 @@ impl Engine {
         owner: &str,
         token: u64,
     ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
+        self.release_marked(lock, owner, token, super::lease::mark())
+    }
+
+    /// [`Engine::release`] with the mark its writes leave in the row (see
+    /// [`Engine::release_seat`]): an attempt that finds its own mark knows
+    /// an earlier one committed. Public for tests that play a release whose
+    /// answer was lost; everything else uses `release`.
+    #[doc(hidden)]
+    pub fn release_marked(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+    ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
-        finish(move |_| async move { engine.release_seat(&lock, Seat::Whole, &owner, token).await })
+        finish(move |_| async move {
+            engine
+                .release_seat(&lock, Seat::Whole, &owner, token, mark)
+                .await
+        })
     }
 
     /// Extends `owner`'s live lease with `token` to `ttl_ms` from now.
