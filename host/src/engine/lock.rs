@@ -167,7 +167,8 @@ impl Engine {
 
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
     /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
-    /// lock, and a busy key is joined in the same transaction).
+    /// lock, and a busy key is joined in the same transaction; on the
+    /// built-in FIFO policy, by one stored procedure, `routine`).
     async fn attempt(&self, lock: &LockRef, wish: Wish<'_>) -> Result<Attempt, EngineError> {
         let budget = self.budget();
         let locking = if wish.wait_ms == 0 {
@@ -175,6 +176,11 @@ impl Engine {
         } else {
             Locking::Wait
         };
+        if wish.wait_ms > 0 && self.on_routine_path(lock) {
+            if let Some(attempt) = self.attempt_routine(lock, wish).await? {
+                return Ok(attempt);
+            }
+        }
         self.retry(budget, || async {
             let mut inserted = false;
             // Twice at most: `create_row` fails the second time.
@@ -273,9 +279,13 @@ impl Engine {
     ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
-            engine
-                .release_seat(&lock, Seat::Whole, &owner, token, mark)
-                .await
+            if engine.on_routine_path(&lock) {
+                engine.release_routine(&lock, &owner, token, mark).await
+            } else {
+                engine
+                    .release_seat(&lock, Seat::Whole, &owner, token, mark)
+                    .await
+            }
         })
     }
 

@@ -1,7 +1,8 @@
 //! MySQL access: connections ([`pool`], one server; [`db`], the servers
 //! of one database with failover; [`keepalive`] on their sockets),
 //! migrations, and one small function per
-//! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`).
+//! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`), and
+//! the stored procedures of the built-in policy's lock path (`routines`).
 //!
 //! Nothing here decides who gets a lock, which waiter goes next or what to
 //! clean up; the engine does, and passes its thresholds in. Rows come back
@@ -16,6 +17,7 @@ pub mod elections;
 pub mod keepalive;
 pub mod locks;
 pub mod pool;
+pub mod routines;
 pub mod semaphores;
 pub mod waiters;
 
