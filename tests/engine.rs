@@ -640,8 +640,9 @@ async fn slot_tokens_strictly_increase_per_slot() {
 /// A release whose attempt committed but was answered with an error is
 /// tried again; the retry finds the row marked by that same release and
 /// answers as if the first answer had arrived (not 409), even when the
-/// lease has been granted to somebody else since. Another release of the
-/// same lease, or the same one re-entered, is not mistaken for it.
+/// lease has been granted to somebody else since, or handed on to a waiter.
+/// Another release of the same lease, or the same one re-entered, is not
+/// mistaken for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_committed_unanswered_is_recognised_by_its_mark() {
     release_marks(false).await;
@@ -700,6 +701,30 @@ async fn release_marks(fifo: bool) {
     assert_eq!(
         (state.owner.as_deref(), state.token),
         (Some("b"), Some(b.token))
+    );
+
+    // A release that handed the lock on to a waiter, played again, is
+    // answered released and leaves the waiter its lease.
+    const HANDED: u64 = 0x5eed_0003;
+    let c = queue_up(&h, &lock, &["c"], 0).await.pop().unwrap();
+    let handed = h
+        .engine
+        .release_marked(&lock, "b", b.token, HANDED)
+        .await
+        .unwrap();
+    assert!(handed.released);
+    let c = tokio::time::timeout(PATIENCE, c)
+        .await
+        .expect("handed on")
+        .unwrap()
+        .expect("c granted");
+    assert_eq!(c.token, b.token + 1);
+    let replayed = h.engine.release_marked(&lock, "b", b.token, HANDED).await;
+    assert!(matches!(replayed, Ok(r) if r.released), "{replayed:?}");
+    let state = h.engine.inspect(&lock).await.unwrap();
+    assert_eq!(
+        (state.owner.as_deref(), state.token),
+        (Some("c"), Some(c.token))
     );
     h.stop().await;
 }
