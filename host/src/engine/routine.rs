@@ -19,6 +19,10 @@
 //! `always_oldest`) and for locks: a policy that chooses among waiters, and
 //! elections and semaphores, keep the general path. So does the one-try
 //! acquire (`wait_ms` 0): `NOWAIT` is not allowed inside a procedure.
+//! And so does every broker on a Galera node: the procedures start their
+//! transaction themselves, and whether Galera's causal wait
+//! (`wsrep_sync_wait`) covers a transaction begun inside a routine was not
+//! established; the general path begins with `BEGIN`, which it covers.
 
 use super::{
     lease::{Attempt, Wish},
@@ -61,6 +65,10 @@ impl Engine {
         };
         self.retry(budget, || async {
             let mut conn = self.conn(budget).await?;
+            if conn.galera() {
+                conn.done();
+                return Ok(None);
+            }
             let out = routines::acquire(&mut conn, lock.row(), call).await?;
             if out.is("granted") {
                 let lease = lease(&out, wish.owner, wish.ttl_ms)?;
@@ -91,6 +99,8 @@ impl Engine {
     /// attempt tried again that finds its mark answers what the earlier,
     /// committed one did.
     ///
+    /// On a Galera node, the general path's release instead.
+    ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
     /// changes); [`EngineError::Unavailable`].
@@ -110,8 +120,15 @@ impl Engine {
             released: true,
             hold_count: 0,
         };
-        self.retry(budget, || async {
+        let galera = std::sync::atomic::AtomicBool::new(false);
+        let routine = self
+            .retry(budget, || async {
             let mut conn = self.conn(budget).await?;
+            if conn.galera() {
+                conn.done();
+                galera.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Ok(freed);
+            }
             let call = routines::release(
                 &mut conn,
                 lock.row(),
@@ -178,7 +195,13 @@ impl Engine {
             self.deliver(handed);
             Ok(freed)
         })
-        .await
+        .await;
+        if galera.load(std::sync::atomic::Ordering::Relaxed) {
+            return self
+                .release_seat(lock, Seat::Whole, owner, token, mark)
+                .await;
+        }
+        routine
     }
 }
 
