@@ -157,11 +157,24 @@ async fn a_restart_loads_the_compiled_policy_from_the_disk_cache() {
     broker.stop().await;
 }
 
-/// Runs `lockbroker policy check ARGS` with its own cache directory.
+/// Runs `lockbroker policy check ARGS` with its own cache directory and a
+/// config whose tenants `default` and `team-a` have a 100 ms budget: the
+/// check times 200 calls of each export and reports the first one cut
+/// off, and on a busy 2-core machine a call of a few microseconds now and
+/// then overran the default 5 ms.
 fn policy_check(args: &[&str], cache: &TempDir) -> std::process::Output {
+    let config = cache.0.join("check.toml");
+    std::fs::write(
+        &config,
+        "[[tenant]]\nname = \"default\"\napi_key = \"k1\"\npolicy_deadline_ms = 100\n\
+         [[tenant]]\nname = \"team-a\"\napi_key = \"k2\"\npolicy_deadline_ms = 100\n",
+    )
+    .unwrap();
     std::process::Command::new(bin("lockbroker"))
         .args(["policy", "check"])
         .args(args)
+        .arg("--config")
+        .arg(&config)
         .env("LOCKBROKER_CACHE_DIR", &cache.0)
         .env("LOCKBROKER_LOG", "warn")
         .output()

@@ -579,46 +579,50 @@ async fn max_threads<T>(pid: Option<u32>, work: impl std::future::Future<Output 
     (out, sampler.await.unwrap_or(0))
 }
 
-/// The same uncontended scenario for two tenants, interleaved (A, B, A, B,
-/// ... for `rounds`) at each client count: rows for both, and wasm/native of
-/// pairs/s; with the broker's pid, its most threads during each tenant's
+/// The same uncontended scenario for the built-in policy's tenant and for
+/// each policy tenant in `policies` (`(label, api key)`), interleaved
+/// (native, then each policy, for `rounds`) at each client count: a row
+/// `wasm-vs-native: LABEL` for each, and `(label, clients, policy/native
+/// pairs/s)`; with the broker's pid, its most threads during each tenant's
 /// runs.
 pub async fn wasm_vs_native(
     b: &Broker,
     native_key: &str,
-    wasm_key: &str,
+    policies: &[(String, String)],
     clients: &[usize],
     rounds: usize,
     duration: Duration,
     broker_pid: Option<u32>,
-) -> (Vec<Row>, Vec<(usize, f64)>) {
+) -> (Vec<Row>, Vec<(String, usize, f64)>) {
+    let mut tenants: Vec<(&str, &str)> = vec![("native", native_key)];
+    tenants.extend(policies.iter().map(|(l, k)| (l.as_str(), k.as_str())));
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     for &c in clients {
-        let mut pooled: [(Run, Vec<f64>); 2] = Default::default();
-        let mut most_threads = [0u64; 2];
+        let mut pooled: Vec<(Run, Vec<f64>)> = tenants.iter().map(|_| Default::default()).collect();
+        let mut most_threads = vec![0u64; tenants.len()];
         for _round in 0..rounds {
-            for (i, (key, prefix)) in [(native_key, "wn"), (wasm_key, "ww")].iter().enumerate() {
-                let work = lock_tallies(b, key, prefix, LockMode::Uncontended, c, duration);
+            for (i, (label, key)) in tenants.iter().enumerate() {
+                // Keys of their own per tenant and run (tenants never share
+                // locks anyway; the prefix keeps the rows apart).
+                let prefix = format!("w{i}");
+                let work = lock_tallies(b, key, &prefix, LockMode::Uncontended, c, duration);
                 let (run, most) = max_threads(broker_pid, work).await;
                 most_threads[i] = most_threads[i].max(most);
                 let rate = run.ops() as f64 / duration.as_secs_f64();
-                eprintln!(
-                    "lockbench: wasm-vs-native {} c={c}: {rate:.0} pairs/s",
-                    ["native", "wasm"][i]
-                );
+                eprintln!("lockbench: wasm-vs-native {label} c={c}: {rate:.0} pairs/s");
                 pooled[i].0.extend(run);
                 pooled[i].1.push(rate);
             }
         }
-        let mut rates = [0.0; 2];
+        let mut rates = vec![0.0; tenants.len()];
         for (i, (run, runs)) in pooled.into_iter().enumerate() {
             let m = merge(run);
-            let label = ["wasm-vs-native: native", "wasm-vs-native: wasm"][i];
+            let label = format!("wasm-vs-native: {}", tenants[i].0);
             if let Some(e) = &m.first_error {
                 eprintln!("lockbench: {label} c={c}: first error: {e}");
             }
-            let mut row = Row::new(label, c, duration * rounds as u32, &m);
+            let mut row = Row::new(&label, c, duration * rounds as u32, &m);
             row.handoff = None;
             row.note.clear();
             row.add_note(format!(
@@ -637,13 +641,13 @@ pub async fn wasm_vs_native(
                 row.add_note(format!("broker threads max {}", most_threads[i]));
             }
             rates[i] = row.ops_per_s;
+            if i > 0 {
+                let ratio = rates[i] / rates[0];
+                row.add_note(format!("{}/native {ratio:.3}", tenants[i].0));
+                ratios.push((tenants[i].0.to_owned(), c, ratio));
+            }
             rows.push(row);
         }
-        let ratio = rates[1] / rates[0];
-        if let Some(last) = rows.last_mut() {
-            last.add_note(format!("wasm/native {ratio:.3}"));
-        }
-        ratios.push((c, ratio));
     }
     (rows, ratios)
 }

@@ -29,8 +29,14 @@ pub const MAX_LINE: usize = 1024;
 pub const BURST: f64 = 20.0;
 /// Lines a policy may log per second, sustained.
 pub const LINES_PER_SECOND: f64 = 10.0;
-/// What one `write` may hand over (the guest splits larger writes).
-const WRITE_BUDGET: usize = 64 << 10;
+/// What one `write` may hand over: anything a 32-bit guest can hold. A
+/// line is cut at [`MAX_LINE`] anyway, so a large write costs the copy out
+/// of guest memory (bounded by the policy's memory limit) and no more.
+/// A smaller permit lost output: CPython in a componentize-py component
+/// writes `sys.stdout` to a raw `FileIO`, whose short writes its text
+/// layer ignores, so a 1 MB `print` lost all but the first 64 KiB, its
+/// newline included.
+const WRITE_BUDGET: usize = u32::MAX as usize;
 
 /// The log target of guest output, for filters (`LOCKBROKER_LOG`).
 pub const TARGET: &str = "lockbroker::policy::guest";
@@ -233,5 +239,20 @@ mod tests {
         assert_eq!(limit.admit(), None);
         limit.state.lock().unwrap().tokens = 1.0;
         assert_eq!(limit.admit(), Some(2), "the dropped lines are reported");
+    }
+
+    /// A guest may hand over a 1 MB line in one write (CPython does, and
+    /// loses what a short permit leaves out); only its first bytes are kept.
+    #[test]
+    fn a_large_write_is_taken_whole() {
+        let mut log = GuestLog::new("t".into(), "stdout", Arc::default());
+        let line = [vec![b'p'; 1_000_000], b"\n".to_vec()].concat();
+        assert!(log.check_write().unwrap() >= line.len());
+        log.write(Bytes::from(line)).unwrap();
+        let partial = log.partial.lock().unwrap();
+        assert!(
+            partial.line.is_empty() && partial.cut == 0,
+            "the line was ended"
+        );
     }
 }
