@@ -157,7 +157,10 @@ impl Engine {
         mut departure: Departure,
     ) -> Result<Grant, EngineError> {
         let started = tokio::time::Instant::now();
-        let attempt = self.attempt(lock, wish).await?;
+        let attempt = match self.batch_acquire(lock, wish).await {
+            Some(attempt) => attempt?,
+            None => self.attempt(lock, wish).await?,
+        };
         let lease = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
             .await?;
@@ -257,7 +260,12 @@ impl Engine {
         token: u64,
     ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
-        finish(move |_| async move { engine.release_seat(&lock, Seat::Whole, &owner, token).await })
+        finish(move |_| async move {
+            if let Some(released) = engine.batch_release(&lock, &owner, token).await {
+                return released;
+            }
+            engine.release_seat(&lock, Seat::Whole, &owner, token).await
+        })
     }
 
     /// Extends `owner`'s live lease with `token` to `ttl_ms` from now.
