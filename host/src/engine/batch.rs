@@ -19,15 +19,17 @@
 //! must queue, the same key twice in one batch. A member that is refused
 //! never fails the others.
 //!
+//! Every member keeps the database budget it had on arrival: a batch runs
+//! within its earliest member's, and a member sent to the individual path
+//! takes what is left of its own there (time gathered and batched counts).
 //! If the batch fails before its commit, nothing of it happened: members
-//! take the individual path (or get `503` once the batch used up the
-//! database budget). A commit whose answer is lost is settled like any
+//! take the individual path while time is left, else get `503`. A commit whose answer is lost is settled like any
 //! other (`settle`), by every member's expected row: all found means
 //! committed, none means not, anything else is answered `503`.
 
 use std::{collections::HashSet, sync::Mutex};
 
-use tokio::sync::oneshot;
+use tokio::{sync::oneshot, time::Instant};
 
 use super::{
     lease::{Attempt, Wish},
@@ -60,6 +62,14 @@ struct State {
     running: usize,
 }
 
+/// The outcome of an operation offered to a batch: done there, or to be
+/// done alone within what is left of its budget (time spent in the batch
+/// counts, so the whole operation stays within one `db_timeout_ms`).
+pub(super) enum Batched<T> {
+    Done(Result<T, EngineError>),
+    Alone(Budget),
+}
+
 /// What a member asks of its lock's row.
 #[derive(Debug, Clone)]
 enum Op {
@@ -77,6 +87,9 @@ enum Op {
 struct Member {
     lock: LockRef,
     op: Op,
+    /// The end of this operation's database budget, from its arrival: time
+    /// spent gathered for a batch counts.
+    deadline: Instant,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -223,66 +236,71 @@ struct Written {
 }
 
 impl Engine {
-    /// An acquire of a lock tried in a batch; `None` when it takes the
-    /// individual path (`attempt`) instead.
-    pub(super) async fn batch_acquire(
-        &self,
-        lock: &LockRef,
-        wish: Wish<'_>,
-    ) -> Option<Result<Attempt, EngineError>> {
-        if lock.kind != Kind::Lock {
-            return None;
+    /// An acquire of a lock tried in a batch, or the budget left for the
+    /// individual path (`attempt`) when it takes that instead.
+    pub(super) async fn batch_acquire(&self, lock: &LockRef, wish: Wish<'_>) -> Batched<Attempt> {
+        if lock.kind != Kind::Lock || !self.settings.group_commit {
+            return Batched::Alone(self.budget());
         }
         let op = Op::Acquire {
             owner: wish.owner.to_owned(),
             ttl_ms: wish.ttl_ms,
             wait_ms: wish.wait_ms,
         };
-        match self.submit(lock, op).await {
-            Reply::Granted(lease) => Some(Ok(Attempt::Granted(lease))),
+        let (reply, budget) = self.submit(lock, op).await;
+        Batched::Done(match reply {
+            Reply::Granted(lease) => Ok(Attempt::Granted(lease)),
             Reply::Busy {
                 remaining_ms,
                 queued,
-            } => Some(Ok(Attempt::Busy {
+            } => Ok(Attempt::Busy {
                 remaining_ms,
                 queued,
-            })),
-            Reply::Failed(err) => Some(Err(err)),
-            Reply::LeaseLost | Reply::Released(_) | Reply::Individual => None,
-        }
+            }),
+            Reply::Failed(err) => Err(err),
+            Reply::LeaseLost | Reply::Released(_) | Reply::Individual => {
+                return Batched::Alone(budget)
+            }
+        })
     }
 
-    /// A release of a lock tried in a batch; `None` when it takes the
-    /// individual path (`release_seat`) instead.
+    /// A release of a lock tried in a batch, or the budget left for the
+    /// individual path (`release_seat_by`) when it takes that instead.
     pub(super) async fn batch_release(
         &self,
         lock: &LockRef,
         owner: &str,
         token: u64,
-    ) -> Option<Result<Released, EngineError>> {
-        if lock.kind != Kind::Lock {
-            return None;
+    ) -> Batched<Released> {
+        if lock.kind != Kind::Lock || !self.settings.group_commit {
+            return Batched::Alone(self.budget());
         }
         let op = Op::Release {
             owner: owner.to_owned(),
             token,
         };
-        match self.submit(lock, op).await {
-            Reply::Released(released) => Some(Ok(released)),
-            Reply::LeaseLost => Some(Err(EngineError::LeaseLost)),
-            Reply::Failed(err) => Some(Err(err)),
-            Reply::Granted(_) | Reply::Busy { .. } | Reply::Individual => None,
-        }
+        let (reply, budget) = self.submit(lock, op).await;
+        Batched::Done(match reply {
+            Reply::Released(released) => Ok(released),
+            Reply::LeaseLost => Err(EngineError::LeaseLost),
+            Reply::Failed(err) => Err(err),
+            Reply::Granted(_) | Reply::Busy { .. } | Reply::Individual => {
+                return Batched::Alone(budget)
+            }
+        })
     }
 
     /// Puts `op` in a batch and waits for its answer: runs a batch at once
     /// (in this task) if fewer than [`MAX_IN_FLIGHT`] run, otherwise joins
-    /// the next one.
-    async fn submit(&self, lock: &LockRef, op: Op) -> Reply {
+    /// the next one. With the answer comes what is left of the operation's
+    /// budget.
+    async fn submit(&self, lock: &LockRef, op: Op) -> (Reply, Budget) {
         let (reply, answer) = oneshot::channel();
+        let budget = self.budget();
         let member = Member {
             lock: lock.clone(),
             op,
+            deadline: budget.deadline,
             reply,
         };
         let now = {
@@ -303,9 +321,10 @@ impl Engine {
         }
         // A batch that ended without answering (a panic) may have
         // committed: never guess.
-        answer
+        let reply = answer
             .await
-            .unwrap_or(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)))
+            .unwrap_or(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
+        (reply, budget)
     }
 
     /// After a batch: the operations gathered meanwhile go as the next
@@ -326,14 +345,21 @@ impl Engine {
         });
     }
 
-    /// Runs one batch and answers every member.
+    /// Runs one batch and answers every member, within the budget of the
+    /// member that arrived first.
     async fn run_batch(&self, members: Vec<Member>) {
-        let budget = self.budget();
-        let started = tokio::time::Instant::now();
+        let started = Instant::now();
         // One member per row: later ones for the same key go alone.
         let mut seen = HashSet::new();
         let mut inside = Vec::with_capacity(members.len());
         for member in members {
+            if member.deadline <= started {
+                // Gathered behind a batch that took all of its time.
+                let _ = member
+                    .reply
+                    .send(Reply::Failed(store::pool::timed_out().into()));
+                continue;
+            }
             let key = (member.lock.tenant.clone(), member.lock.storage_key.clone());
             if seen.insert(key) {
                 inside.push(member);
@@ -341,6 +367,10 @@ impl Engine {
                 let _ = member.reply.send(Reply::Individual);
             }
         }
+        let Some(deadline) = inside.iter().map(|m| m.deadline).min() else {
+            return;
+        };
+        let budget = Budget { deadline };
         self.metrics.inc("lockbroker_batches_total", &[]);
         self.metrics.add_counter(
             "lockbroker_batched_operations_total",
@@ -428,14 +458,15 @@ impl Engine {
     }
 
     /// Members of a batch that failed before its commit (nothing of it
-    /// happened): the individual path while the budget lasts, else `503`.
+    /// happened): the individual path, within what is left of each one's
+    /// budget, while any is left; else `503`.
     fn fall_back(&self, members: Vec<Member>, err: &EngineError, budget: Budget) {
         if let Some(kind) = err.db_failure_kind() {
             self.metrics
                 .inc("lockbroker_db_errors_total", &[("kind", kind)]);
         }
         tracing::debug!(error = %err, members = members.len(), "a batch failed before its commit");
-        let alone = budget.left() > std::time::Duration::ZERO;
+        let alone = budget.left() > std::time::Duration::from_millis(10);
         for member in members {
             let reply = if alone {
                 Reply::Individual

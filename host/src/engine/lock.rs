@@ -13,6 +13,7 @@
 use chrono::NaiveDateTime;
 
 use super::{
+    batch::Batched,
     detach::{finish, Departure},
     lease::{Attempt, Wish},
     plus_ms,
@@ -158,8 +159,8 @@ impl Engine {
     ) -> Result<Grant, EngineError> {
         let started = tokio::time::Instant::now();
         let attempt = match self.batch_acquire(lock, wish).await {
-            Some(attempt) => attempt?,
-            None => self.attempt(lock, wish).await?,
+            Batched::Done(attempt) => attempt?,
+            Batched::Alone(budget) => self.attempt(lock, wish, budget).await?,
         };
         let lease = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
@@ -171,8 +172,12 @@ impl Engine {
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
     /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
     /// lock, and a busy key is joined in the same transaction).
-    async fn attempt(&self, lock: &LockRef, wish: Wish<'_>) -> Result<Attempt, EngineError> {
-        let budget = self.budget();
+    async fn attempt(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        budget: Budget,
+    ) -> Result<Attempt, EngineError> {
         let locking = if wish.wait_ms == 0 {
             Locking::NoWait
         } else {
@@ -261,10 +266,14 @@ impl Engine {
     ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
-            if let Some(released) = engine.batch_release(&lock, &owner, token).await {
-                return released;
+            match engine.batch_release(&lock, &owner, token).await {
+                Batched::Done(released) => released,
+                Batched::Alone(budget) => {
+                    engine
+                        .release_seat_by(&lock, Seat::Whole, &owner, token, budget)
+                        .await
+                }
             }
-            engine.release_seat(&lock, Seat::Whole, &owner, token).await
         })
     }
 

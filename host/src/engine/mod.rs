@@ -298,6 +298,8 @@ pub struct Handoff {
 pub struct Settings {
     /// Bound on the database work of one operation.
     pub db_timeout: Duration,
+    /// Uncontended lock operations share transactions (`batch`).
+    pub group_commit: bool,
 }
 
 /// The lock engine on one database, shared by all requests (cheap to clone).
