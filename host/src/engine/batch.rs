@@ -2,9 +2,11 @@
 //! clients at once, decided and written in shared transactions.
 //!
 //! A lone operation is not delayed: when fewer than [`MAX_IN_FLIGHT`]
-//! batches run, it starts a batch of its own at once, in its own task.
-//! Operations that arrive while that many run are gathered, and the first
-//! batch to finish takes them as its next one (up to [`MAX_MEMBERS`]).
+//! batches run, an acquire starts a batch of its own at once, in its own
+//! task, and a release takes its own one-statement path (cheaper than a
+//! transaction of one). Operations that arrive while that many run are
+//! gathered, and the first batch to finish takes them as its next one (up
+//! to [`MAX_MEMBERS`]).
 //!
 //! A batch is one transaction: every member's row is read with
 //! `FOR UPDATE SKIP LOCKED` and `NOW(6)` (one statement, never waiting, so
@@ -247,7 +249,9 @@ impl Engine {
             ttl_ms: wish.ttl_ms,
             wait_ms: wish.wait_ms,
         };
-        let (reply, budget) = self.submit(lock, op).await;
+        let Some((reply, budget)) = self.submit(lock, op, true).await else {
+            return Batched::Alone(self.budget());
+        };
         Batched::Done(match reply {
             Reply::Granted(lease) => Ok(Attempt::Granted(lease)),
             Reply::Busy {
@@ -279,7 +283,9 @@ impl Engine {
             owner: owner.to_owned(),
             token,
         };
-        let (reply, budget) = self.submit(lock, op).await;
+        let Some((reply, budget)) = self.submit(lock, op, false).await else {
+            return Batched::Alone(self.budget());
+        };
         Batched::Done(match reply {
             Reply::Released(released) => Ok(released),
             Reply::LeaseLost => Err(EngineError::LeaseLost),
@@ -293,8 +299,10 @@ impl Engine {
     /// Puts `op` in a batch and waits for its answer: runs a batch at once
     /// (in this task) if fewer than [`MAX_IN_FLIGHT`] run, otherwise joins
     /// the next one. With the answer comes what is left of the operation's
-    /// budget.
-    async fn submit(&self, lock: &LockRef, op: Op) -> (Reply, Budget) {
+    /// budget. `None` (nothing done) when it would run a batch of its own
+    /// but may not `lead` one: a release alone is cheaper as its own
+    /// one-statement autocommit (`release_alone`) than as a transaction.
+    async fn submit(&self, lock: &LockRef, op: Op, lead: bool) -> Option<(Reply, Budget)> {
         let (reply, answer) = oneshot::channel();
         let budget = self.budget();
         let member = Member {
@@ -306,6 +314,9 @@ impl Engine {
         let now = {
             let mut state = self.batcher.state.lock().expect("batcher");
             if state.running < MAX_IN_FLIGHT {
+                if !lead {
+                    return None;
+                }
                 state.running += 1;
                 let mut members = take_pending(&mut state);
                 members.push(member);
@@ -324,7 +335,7 @@ impl Engine {
         let reply = answer
             .await
             .unwrap_or(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
-        (reply, budget)
+        Some((reply, budget))
     }
 
     /// After a batch: the operations gathered meanwhile go as the next
