@@ -327,8 +327,8 @@ impl Engine {
             }
         };
         if let Some(members) = now {
+            let _turn = Turn(self.clone());
             self.run_batch(members).await;
-            self.next_batch();
         }
         // A batch that ended without answering (a panic) may have
         // committed: never guess.
@@ -350,10 +350,20 @@ impl Engine {
             take_pending(&mut state)
         };
         let engine = self.clone();
-        tokio::spawn(async move {
-            engine.run_batch(members).await;
-            engine.next_batch();
-        });
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _turn = Turn(engine.clone());
+                    engine.run_batch(members).await;
+                });
+            }
+            // The runtime is gone (shutdown): dropping the members answers
+            // them 503; nothing of theirs was done.
+            Err(_) => {
+                drop(members);
+                engine.batcher.state.lock().expect("batcher").running -= 1;
+            }
+        }
     }
 
     /// Runs one batch and answers every member, within the budget of the
@@ -371,7 +381,11 @@ impl Engine {
                     .send(Reply::Failed(store::pool::timed_out().into()));
                 continue;
             }
-            let key = (member.lock.tenant.clone(), member.lock.storage_key.clone());
+            let key = (
+                member.lock.tenant.clone(),
+                member.lock.kind,
+                member.lock.storage_key.clone(),
+            );
             if seen.insert(key) {
                 inside.push(member);
             } else {
@@ -540,6 +554,17 @@ async fn written_and_committed(
                 }
             }
         }
+    }
+}
+
+/// A running batch's turn: when it ends, however it ends (a panic
+/// included), the operations gathered meanwhile get the next batch, so none
+/// waits for nobody.
+struct Turn(Engine);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.0.next_batch();
     }
 }
 
