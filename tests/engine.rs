@@ -28,15 +28,17 @@ const HINT_MS: u64 = 77;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Oldest first (or newest first), with a fixed backoff hint; counts the
-/// times it was asked to pick.
+/// times it was asked to pick. `fifo`: says it always picks the oldest, as
+/// the built-in policy does (locks then take the stored procedures' path).
 struct TestPacing {
     newest_first: bool,
+    fifo: bool,
     picks: AtomicUsize,
 }
 
 impl Pacing for TestPacing {
     fn always_oldest(&self) -> bool {
-        false
+        self.fifo
     }
 
     fn pick_next<'a>(&'a self, _key: &'a str, waiters: Vec<Waiter>) -> Pending<'a, usize> {
@@ -66,10 +68,10 @@ struct Harness {
 
 impl Harness {
     async fn start() -> Harness {
-        Harness::start_with(false).await
+        Harness::start_with(false, false).await
     }
 
-    async fn start_with(newest_first: bool) -> Harness {
+    async fn start_with(newest_first: bool, fifo: bool) -> Harness {
         let db = fresh_db_name();
         let url = format!("{}/{db}", server_url());
         let setup = Setup {
@@ -91,6 +93,7 @@ impl Harness {
         engine.heartbeat().await.expect("heartbeat");
         let pacing = Arc::new(TestPacing {
             newest_first,
+            fifo,
             picks: AtomicUsize::new(0),
         });
         let scope = Scope {
@@ -301,9 +304,132 @@ async fn lock_tokens_strictly_increase_over_releases_and_expiries() {
     h.stop().await;
 }
 
+/// Waiting acquires of `owners`, spawned one after the other once the
+/// previous one is queued (so the queue is in that order).
+async fn queue_up(
+    h: &Harness,
+    lock: &LockRef,
+    owners: &[&str],
+    queued_before: u64,
+) -> Vec<JoinHandle<Result<lockbroker::engine::Grant, EngineError>>> {
+    let mut waiting = Vec::new();
+    for (n, owner) in owners.iter().enumerate() {
+        waiting.push(spawn({
+            let (engine, lock, owner) = (h.engine.clone(), lock.clone(), owner.to_string());
+            async move { engine.acquire(&lock, &owner, 30_000, 10_000, 0).await }
+        }));
+        h.until_queued(lock, queued_before + n as u64 + 1).await;
+    }
+    waiting
+}
+
+/// The built-in FIFO path (stored procedures, one CALL per waiting acquire
+/// or release): grants, re-entry hold by hold, the queue in order with
+/// tokens + 1 per handoff, owner and token checks, the tenant's waiter
+/// limit, and its queue shared with the general path (a one-try newcomer
+/// refused, the reaper handing an expired lease to a waiter it queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fifo_path_grants_queues_and_hands_on_in_order() {
+    let h = Harness::start_with(false, true).await;
+    let lock = h.lock("fifo");
+    // A key never seen: the general path creates its row.
+    let a = h
+        .engine
+        .acquire(&lock, "a", 30_000, 5_000, 0)
+        .await
+        .unwrap();
+    assert_eq!((a.hold_count, a.fresh), (1, true));
+    let again = h
+        .engine
+        .acquire(&lock, "a", 30_000, 5_000, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.token, again.hold_count, again.fresh),
+        (a.token, 2, false)
+    );
+    assert!(again.expires_at >= a.expires_at);
+
+    let waiting = queue_up(&h, &lock, &["b", "c", "d"], 0).await;
+    // Queued waiters go first: a one-try newcomer (general path) is refused.
+    let barging = h.engine.acquire(&lock, "x", 30_000, 0, 0).await;
+    assert!(
+        matches!(barging, Err(EngineError::LockHeld { .. })),
+        "{barging:?}"
+    );
+    // The tenant's limit counts every eligible waiter of the tenant.
+    let tight = Scope {
+        max_waiters: 3,
+        ..h.scope.clone()
+    }
+    .lock(Kind::Lock, "fifo".into(), "fifo".into());
+    let over = h.engine.acquire(&tight, "y", 30_000, 5_000, 0).await;
+    assert!(matches!(over, Err(EngineError::TooManyWaiters)), "{over:?}");
+
+    for (owner, token) in [("b", a.token), ("a", a.token + 1)] {
+        let lost = h.engine.release(&lock, owner, token).await;
+        assert!(
+            matches!(lost, Err(EngineError::LeaseLost)),
+            "{owner} {token}"
+        );
+    }
+    let first = h.engine.release(&lock, "a", a.token).await.unwrap();
+    assert_eq!((first.released, first.hold_count), (false, 1));
+    assert_eq!(h.waiters(&lock).await, 3);
+    let last = h.engine.release(&lock, "a", a.token).await.unwrap();
+    assert_eq!((last.released, last.hold_count), (true, 0));
+
+    // Each release hands on to the oldest waiter, with the next token.
+    let mut token = a.token;
+    for (n, (owner, waiter)) in ["b", "c", "d"].iter().zip(waiting).enumerate() {
+        let grant = tokio::time::timeout(PATIENCE, waiter)
+            .await
+            .expect("handed on")
+            .unwrap()
+            .expect("granted");
+        assert_eq!(grant.owner, *owner);
+        assert_eq!(
+            (grant.token, grant.hold_count, grant.fresh),
+            (token + 1, 1, true)
+        );
+        token = grant.token;
+        let state = h.engine.inspect(&lock).await.unwrap();
+        assert_eq!(state.owner.as_deref(), Some(*owner));
+        assert_eq!(state.waiters, 2 - n as u64);
+        if *owner != "d" {
+            h.engine.release(&lock, owner, grant.token).await.unwrap();
+        }
+    }
+    // The last holder's lease runs out: the reaper (general path) hands it
+    // to a waiter the procedure queued.
+    let e = queue_up(&h, &lock, &["e"], 0).await.pop().unwrap();
+    let d = h.engine.acquire(&lock, "d", 300, 5_000, 0).await.unwrap();
+    assert_eq!(
+        (d.token, d.hold_count),
+        (token, 2),
+        "re-entered, a short lease"
+    );
+    let e = tokio::time::timeout(PATIENCE, e)
+        .await
+        .expect("the reaper hands the expired lease on")
+        .unwrap()
+        .expect("e granted");
+    assert_eq!(e.token, token + 1);
+    h.engine.release(&lock, "e", e.token).await.unwrap();
+    let state = h.engine.inspect(&lock).await.unwrap();
+    assert!(!state.held);
+    assert_eq!(state.waiters, 0);
+    assert_eq!(
+        h.pacing.picks.load(Ordering::SeqCst),
+        0,
+        "FIFO asks no policy"
+    );
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pacing_handle_chooses_the_next_waiter() {
-    let h = Harness::start_with(true).await;
+    let h = Harness::start_with(true, false).await;
     let lock = h.lock("newest-first");
     let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
     let mut waiting = Vec::new();
@@ -509,5 +635,97 @@ async fn slot_tokens_strictly_increase_per_slot() {
                 .unwrap();
         }
     }
+    h.stop().await;
+}
+
+/// A release whose attempt committed but was answered with an error is
+/// tried again; the retry finds the row marked by that same release and
+/// answers as if the first answer had arrived (not 409), even when the
+/// lease has been granted to somebody else since, or handed on to a waiter.
+/// Another release of the same lease, or the same one re-entered, is not
+/// mistaken for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_committed_unanswered_is_recognised_by_its_mark() {
+    release_marks(false).await;
+}
+
+/// The same on the built-in FIFO path (the release procedure marks the row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_committed_unanswered_is_recognised_by_its_mark_on_the_fifo_path() {
+    release_marks(true).await;
+}
+
+async fn release_marks(fifo: bool) {
+    let h = Harness::start_with(false, fifo).await;
+    let lock = h.lock("marked");
+    const MARK: u64 = 0x5eed_0001;
+
+    // Held twice: the first release leaves one hold; playing it again
+    // (same mark) does not take the second.
+    let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let first = h
+        .engine
+        .release_marked(&lock, "a", a.token, MARK)
+        .await
+        .unwrap();
+    assert_eq!((first.released, first.hold_count), (false, 1));
+    let again = h
+        .engine
+        .release_marked(&lock, "a", a.token, MARK)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.released, again.hold_count),
+        (false, 1),
+        "not released twice"
+    );
+
+    // The last hold, released; then b takes the lock.
+    const LAST: u64 = 0x5eed_0002;
+    let last = h
+        .engine
+        .release_marked(&lock, "a", a.token, LAST)
+        .await
+        .unwrap();
+    assert!(last.released);
+    let b = h.engine.acquire(&lock, "b", 30_000, 0, 0).await.unwrap();
+    assert_eq!(b.token, a.token + 1);
+
+    // The retry of that release: it committed, so it is answered released.
+    let retried = h.engine.release_marked(&lock, "a", a.token, LAST).await;
+    assert!(matches!(retried, Ok(r) if r.released), "{retried:?}");
+    // Any other release of a's lease is refused, and b still holds.
+    let other = h.engine.release(&lock, "a", a.token).await;
+    assert!(matches!(other, Err(EngineError::LeaseLost)), "{other:?}");
+    let state = h.engine.inspect(&lock).await.unwrap();
+    assert_eq!(
+        (state.owner.as_deref(), state.token),
+        (Some("b"), Some(b.token))
+    );
+
+    // A release that handed the lock on to a waiter, played again, is
+    // answered released and leaves the waiter its lease.
+    const HANDED: u64 = 0x5eed_0003;
+    let c = queue_up(&h, &lock, &["c"], 0).await.pop().unwrap();
+    let handed = h
+        .engine
+        .release_marked(&lock, "b", b.token, HANDED)
+        .await
+        .unwrap();
+    assert!(handed.released);
+    let c = tokio::time::timeout(PATIENCE, c)
+        .await
+        .expect("handed on")
+        .unwrap()
+        .expect("c granted");
+    assert_eq!(c.token, b.token + 1);
+    let replayed = h.engine.release_marked(&lock, "b", b.token, HANDED).await;
+    assert!(matches!(replayed, Ok(r) if r.released), "{replayed:?}");
+    let state = h.engine.inspect(&lock).await.unwrap();
+    assert_eq!(
+        (state.owner.as_deref(), state.token),
+        (Some("c"), Some(c.token))
+    );
     h.stop().await;
 }

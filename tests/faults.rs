@@ -278,16 +278,31 @@ async fn clients_that_hang_up_affect_nobody() {
         );
     }
 
-    let run_for = Duration::from_secs(10);
-    let until = Instant::now() + run_for;
+    // At least 10 s, then until both kinds of client have done enough
+    // rounds (a loaded machine does fewer per second), at most 60 s.
+    let run_for = Duration::from_secs(60);
+    let (at_least, until) = (
+        Instant::now() + Duration::from_secs(10),
+        Instant::now() + run_for,
+    );
     let spurious = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let done = Arc::new(AtomicUsize::new(0));
+    let hung_up = Arc::new(AtomicUsize::new(0));
+    let going = {
+        let (done, hung_up) = (done.clone(), hung_up.clone());
+        move || {
+            let now = Instant::now();
+            let enough =
+                done.load(Ordering::Relaxed) >= 150 && hung_up.load(Ordering::Relaxed) >= 150;
+            now < at_least || (now < until && !enough)
+        }
+    };
     let mut tasks = Vec::new();
     for i in 0..12 {
-        let (c, spurious, done) = (c.clone(), spurious.clone(), done.clone());
+        let (c, spurious, done, going) = (c.clone(), spurious.clone(), done.clone(), going.clone());
         tasks.push(tokio::spawn(async move {
             let (key, sem, owner) = (format!("own-{i}"), format!("sem-{i}"), format!("good-{i}"));
-            while Instant::now() < until {
+            while going() {
                 let check = |what: &str, status: Result<u16, String>| {
                     if status != Ok(200) {
                         spurious
@@ -338,12 +353,11 @@ async fn clients_that_hang_up_affect_nobody() {
             }
         }));
     }
-    let hung_up = Arc::new(AtomicUsize::new(0));
     for i in 0..12 {
-        let (addr, hung_up) = (addr.clone(), hung_up.clone());
+        let (addr, hung_up, going) = (addr.clone(), hung_up.clone(), going.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
-            while Instant::now() < until {
+            while going() {
                 n += 1;
                 let lock = |wait_ms| AcquireRequest {
                     ttl_ms: Some(60_000),

@@ -126,6 +126,8 @@ pub const CATALOGUE: &[Spec] = &[
         "Heartbeats of this broker that failed"),
     spec("lockbroker_lost_commits_total", C, &["outcome"],
         "Commits whose answer was lost, by what was found out (committed, not_committed, unknown)"),
+    spec("lockbroker_releases_found_committed_total", C, &[],
+        "Releases tried again after an error that found, by their mark in the row, that an earlier attempt had committed"),
     // Database
     spec("lockbroker_db_retries_total", C, &[],
         "Database attempts retried after a collision, a broken connection or a server not ready"),

@@ -83,6 +83,8 @@ enum Op {
     Release {
         owner: String,
         token: u64,
+        /// The release's mark, written with it (`lease::release_seat`).
+        mark: u64,
     },
 }
 
@@ -104,7 +106,6 @@ enum Reply {
         queued: u32,
     },
     Released(Released),
-    LeaseLost,
     /// Not for a batch: take the individual path.
     Individual,
     Failed(EngineError),
@@ -131,6 +132,8 @@ struct RowState {
     token: u64,
     hold_count: u32,
     expires_at: Option<chrono::NaiveDateTime>,
+    /// A release's mark; `None` (a grant) leaves the row's.
+    released_by: Option<u64>,
 }
 
 impl RowState {
@@ -140,6 +143,7 @@ impl RowState {
             token: lease.token,
             hold_count: lease.hold_count,
             expires_at: Some(lease.expires_at),
+            released_by: None,
         }
     }
 }
@@ -182,9 +186,11 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                 Plan::Individual
             }
         }
-        Op::Release { owner, token } => {
+        Op::Release { owner, token, mark } => {
             if !row.owned_by(owner, *token) {
-                return Plan::Answer(Reply::LeaseLost);
+                // Lost, or released by an earlier try of this release (its
+                // mark in the row): the individual path tells which.
+                return Plan::Individual;
             }
             if row.hold_count > 1 {
                 let lease = Lease {
@@ -197,7 +203,10 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                     fresh: false,
                 };
                 return Plan::Write {
-                    state: RowState::of(&lease),
+                    state: RowState {
+                        released_by: Some(*mark),
+                        ..RowState::of(&lease)
+                    },
                     expect: Expect::lease(&lease),
                     reply: Reply::Released(Released {
                         released: false,
@@ -215,6 +224,7 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                     token: *token,
                     hold_count: 0,
                     expires_at: None,
+                    released_by: Some(*mark),
                 },
                 expect: Expect::Ended {
                     seat: Seat::Whole,
@@ -262,9 +272,7 @@ impl Engine {
                 queued,
             }),
             Reply::Failed(err) => Err(err),
-            Reply::LeaseLost | Reply::Released(_) | Reply::Individual => {
-                return Batched::Alone(budget)
-            }
+            Reply::Released(_) | Reply::Individual => return Batched::Alone(budget),
         })
     }
 
@@ -275,6 +283,7 @@ impl Engine {
         lock: &LockRef,
         owner: &str,
         token: u64,
+        mark: u64,
     ) -> Batched<Released> {
         if lock.kind != Kind::Lock || !self.settings.group_commit {
             return Batched::Alone(self.budget());
@@ -282,13 +291,13 @@ impl Engine {
         let op = Op::Release {
             owner: owner.to_owned(),
             token,
+            mark,
         };
         let Some((reply, budget)) = self.submit(lock, op, false).await else {
             return Batched::Alone(self.budget());
         };
         Batched::Done(match reply {
             Reply::Released(released) => Ok(released),
-            Reply::LeaseLost => Err(EngineError::LeaseLost),
             Reply::Failed(err) => Err(err),
             Reply::Granted(_) | Reply::Busy { .. } | Reply::Individual => {
                 return Batched::Alone(budget)
@@ -471,6 +480,7 @@ impl Engine {
                 token: w.state.token,
                 hold_count: w.state.hold_count,
                 expires_at: w.state.expires_at,
+                released_by: w.state.released_by,
             })
             .collect();
         let wrote = store::batch::write_rows(&mut tx, &writes).await;
@@ -634,6 +644,7 @@ mod tests {
             hold_count: holds,
             expires_at: expires_ms.map(at),
             queued,
+            released_by: None,
             now: at(0),
         };
         Some(KeyedLockRow {
@@ -645,6 +656,7 @@ mod tests {
             hold_count: r.hold_count,
             expires_at: r.expires_at,
             queued: r.queued,
+            released_by: None,
             now: r.now,
         })
     }
@@ -661,6 +673,7 @@ mod tests {
         Op::Release {
             owner: owner.into(),
             token,
+            mark: 77,
         }
     }
 
@@ -775,7 +788,7 @@ mod tests {
     }
 
     #[test]
-    fn a_release_frees_only_its_live_lease() {
+    fn a_release_frees_only_its_live_lease_and_marks_it() {
         let p = plan(
             &lock(),
             &release("a", 7),
@@ -788,7 +801,8 @@ mod tests {
                     owner: None,
                     token: 7,
                     hold_count: 0,
-                    expires_at: None
+                    expires_at: None,
+                    released_by: Some(77),
                 },
                 ..
             }
@@ -801,7 +815,7 @@ mod tests {
         ] {
             assert!(matches!(
                 plan(&lock(), &release("a", 7), r),
-                Plan::Answer(Reply::LeaseLost)
+                Plan::Individual
             ));
         }
     }

@@ -192,6 +192,19 @@ impl Engine {
         row: &LeaseRow,
         queued: &mut u32,
     ) -> Result<Option<Delivery>, EngineError> {
+        self.hand_on_marked(conn, lock, row, queued, None).await
+    }
+
+    /// [`Engine::hand_on`] for the release marked `released_by` (see
+    /// [`Engine::release_seat`]).
+    async fn hand_on_marked(
+        &self,
+        conn: &mut Conn,
+        lock: &LockRef,
+        row: &LeaseRow,
+        queued: &mut u32,
+        released_by: Option<u64>,
+    ) -> Result<Option<Delivery>, EngineError> {
         let chosen = if *queued > 0 {
             self.choose(conn, lock).await?
         } else {
@@ -201,7 +214,7 @@ impl Engine {
             if *queued > 0 {
                 *queued = queued.saturating_sub(self.purge(conn, lock).await?);
             }
-            seat::free(conn, lock, row.seat).await?;
+            seat::free(conn, lock, row.seat, released_by).await?;
             return Ok(None);
         };
         let lease = Lease {
@@ -213,7 +226,7 @@ impl Engine {
             expires_at: plus_ms(row.now, waiter.ttl_ms),
             fresh: true,
         };
-        seat::write(conn, lock, &lease).await?;
+        seat::write_marked(conn, lock, &lease, released_by).await?;
         let delivery = self.record_handoff(conn, lock, waiter, &lease).await?;
         *queued = queued.saturating_sub(1);
         Ok(Some(delivery))
@@ -244,6 +257,13 @@ impl Engine {
     /// Releases one hold of `owner`'s lease in `seat` with `token`; the
     /// last hold hands it to the next waiter, if any.
     ///
+    /// Every write of the release marks the row with a number of its own
+    /// (`released_by`), so an attempt that must be tried again (its
+    /// statement or COMMIT answered an error) learns from the row whether an
+    /// earlier attempt committed after all, and answers that instead of
+    /// `409`: on Galera a release was seen to take effect while its answer
+    /// said otherwise.
+    ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
     /// changes); [`EngineError::Unavailable`].
@@ -253,8 +273,9 @@ impl Engine {
         seat: Seat,
         owner: &str,
         token: u64,
+        mark: u64,
     ) -> Result<Released, EngineError> {
-        self.release_seat_by(lock, seat, owner, token, self.budget())
+        self.release_seat_by(lock, seat, owner, token, mark, self.budget())
             .await
     }
 
@@ -265,28 +286,39 @@ impl Engine {
         seat: Seat,
         owner: &str,
         token: u64,
+        mark: u64,
         budget: Budget,
     ) -> Result<Released, EngineError> {
         let freed = Released {
             released: true,
             hold_count: 0,
         };
-        if self.release_alone(lock, seat, owner, token, budget).await? {
+        if self
+            .release_alone(lock, seat, owner, token, mark, budget)
+            .await?
+        {
             return Ok(freed);
         }
-        let attempts = std::sync::atomic::AtomicU32::new(0);
         self.retry(budget, || async {
-            let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut tx = self.begin(budget).await?;
             let read = seat::read_with_header(&mut tx, lock, seat).await?;
-            let Some((mut queued, row)) = read.clone().filter(|(_, row)| row.owned_by(owner, token))
-            else {
+            if let Some((_, row)) = read.as_ref().filter(|(_, row)| row.released_by == Some(mark)) {
+                // An earlier attempt of this release committed, though it
+                // answered otherwise.
                 tx.rollback().await?;
-                if attempt > 0 {
-                    // A retried release that finds its lease gone: worth
-                    // seeing (did an earlier attempt commit after all?).
-                    tracing::warn!(key = %lock.storage_key, owner, token, attempt, row = ?read, "a retried release found the lease gone");
-                }
+                tracing::warn!(key = %lock.storage_key, owner, token, "a release found that its earlier attempt had committed");
+                self.metrics.inc("lockbroker_releases_found_committed_total", &[]);
+                return Ok(if row.owned_by(owner, token) {
+                    Released {
+                        released: false,
+                        hold_count: row.hold_count,
+                    }
+                } else {
+                    freed
+                });
+            }
+            let Some((mut queued, row)) = read.filter(|(_, row)| row.owned_by(owner, token)) else {
+                tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
             if row.hold_count > 1 {
@@ -299,14 +331,16 @@ impl Engine {
                     expires_at: row.expires_at.unwrap_or(row.now),
                     fresh: false,
                 };
-                seat::write(&mut tx, lock, &lease).await?;
+                seat::write_marked(&mut tx, lock, &lease, Some(mark)).await?;
                 self.commit(tx, lock, Expect::lease(&lease)).await?;
                 return Ok(Released {
                     released: false,
                     hold_count: lease.hold_count,
                 });
             }
-            let delivery = self.hand_on(&mut tx, lock, &row, &mut queued).await?;
+            let delivery = self
+                .hand_on_marked(&mut tx, lock, &row, &mut queued, Some(mark))
+                .await?;
             self.commit(tx, lock, Expect::Ended { seat, token }).await?;
             self.deliver(delivery);
             Ok(freed)
@@ -324,10 +358,11 @@ impl Engine {
         seat: Seat,
         owner: &str,
         token: u64,
+        mark: u64,
         budget: Budget,
     ) -> Result<bool, EngineError> {
         let mut conn = self.conn(budget).await?;
-        match seat::free_alone(&mut conn, lock, seat, owner, token).await {
+        match seat::free_alone(&mut conn, lock, seat, owner, token, mark).await {
             Ok(done) => {
                 conn.done();
                 Ok(done)
@@ -390,8 +425,10 @@ impl Engine {
     /// trying again a few times if the database is away: otherwise the
     /// lease would only end with its TTL.
     pub(super) async fn give_back(&self, lock: &LockRef, seat: Seat, owner: &str, token: u64) {
+        // One mark for every try: a try whose answer was lost is found out.
+        let mark = mark();
         for _ in 0..GIVE_BACK_TRIES {
-            match self.release_seat(lock, seat, owner, token).await {
+            match self.release_seat(lock, seat, owner, token, mark).await {
                 Ok(_) | Err(EngineError::LeaseLost) => return,
                 Err(err) => {
                     tracing::debug!(error = %err, "could not give back a departed client's lease yet");
@@ -422,7 +459,7 @@ impl Engine {
                 if row.token == grant.granted_token
                     && row.owner.as_deref() == Some(&grant.owner[..])
                 {
-                    seat::free(&mut tx, lock, seat).await?;
+                    seat::free(&mut tx, lock, seat, None).await?;
                 }
             }
         }
@@ -438,6 +475,12 @@ impl Engine {
         self.deliver(deliveries);
         Ok(())
     }
+}
+
+/// A fresh mark for a release's writes (never 0, so it cannot be mistaken
+/// for a row never released).
+pub(super) fn mark() -> u64 {
+    rand::random::<u64>() | 1
 }
 
 /// Rounds of database budget a departed client's lease gets to be given back.

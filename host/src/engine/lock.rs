@@ -171,7 +171,9 @@ impl Engine {
 
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
     /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
-    /// lock, and a busy key is joined in the same transaction).
+    /// lock, and a busy key is joined in the same transaction; on the
+    /// built-in FIFO policy, by one stored procedure, `routine`), within
+    /// `budget` (the routine's call takes a budget of its own).
     async fn attempt(
         &self,
         lock: &LockRef,
@@ -183,6 +185,11 @@ impl Engine {
         } else {
             Locking::Wait
         };
+        if wish.wait_ms > 0 && self.on_routine_path(lock) {
+            if let Some(attempt) = self.attempt_routine(lock, wish).await? {
+                return Ok(attempt);
+            }
+        }
         self.retry(budget, || async {
             let mut inserted = false;
             // Twice at most: `create_row` fails the second time.
@@ -264,13 +271,33 @@ impl Engine {
         owner: &str,
         token: u64,
     ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
+        self.release_marked(lock, owner, token, super::lease::mark())
+    }
+
+    /// [`Engine::release`] with the mark its writes leave in the row (see
+    /// [`Engine::release_seat`]): an attempt that finds its own mark knows
+    /// an earlier one committed. Public for tests that play a release whose
+    /// answer was lost; everything else uses `release`.
+    #[doc(hidden)]
+    pub fn release_marked(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+    ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
-            match engine.batch_release(&lock, &owner, token).await {
+            match engine.batch_release(&lock, &owner, token, mark).await {
                 Batched::Done(released) => released,
+                Batched::Alone(budget) if engine.on_routine_path(&lock) => {
+                    engine
+                        .release_routine(&lock, &owner, token, mark, budget)
+                        .await
+                }
                 Batched::Alone(budget) => {
                     engine
-                        .release_seat_by(&lock, Seat::Whole, &owner, token, budget)
+                        .release_seat_by(&lock, Seat::Whole, &owner, token, mark, budget)
                         .await
                 }
             }

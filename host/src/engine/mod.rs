@@ -16,6 +16,8 @@
 //! - `force`: an operator ending a stuck lease.
 //! - `semaphore`: tries at semaphores (N slot rows per key, `SKIP LOCKED`).
 //! - `queue`: the durable wait queue, choosing the next waiter, waking.
+//! - `routine`: the built-in FIFO policy's lock path in stored procedures,
+//!   one `CALL` per acquire or release (fewer round trips per handoff).
 //! - `pacing`: the narrow handle on a tenant's fairness and backoff.
 //! - `reaper`: finds keys whose leases expired with waiters, or whose queue
 //!   holds stale waiters or undelivered grants, and reaps them.
@@ -41,6 +43,7 @@ mod multilock;
 pub mod pacing;
 mod queue;
 mod reaper;
+mod routine;
 mod seat;
 mod semaphore;
 mod settle;
@@ -316,6 +319,8 @@ pub struct Inner {
     /// Waiters of this process, by waiter id: where a handoff is delivered.
     /// Whoever takes a waiter's sender out of here delivers its grant.
     local: Mutex<HashMap<u64, oneshot::Sender<Handoff>>>,
+    /// Rows of waiters that received their grants, to delete in one batch.
+    collected: Mutex<Vec<u64>>,
     /// The election pollers running on this broker.
     pollers: election::Pollers,
     /// Push wake-ups: to other brokers' waiters, and from other brokers.
@@ -346,6 +351,7 @@ impl Engine {
             settings,
             broker,
             local: Mutex::new(HashMap::new()),
+            collected: Mutex::new(Vec::new()),
             pollers: election::Pollers::default(),
             wake: wake::Wake::default(),
             batcher: batch::Batcher::default(),

@@ -48,6 +48,11 @@ use crate::{
 pub const WAKE_TICK: Duration = Duration::from_millis(10);
 /// Waiters a fairness policy sees: the oldest ones plus the most urgent ones.
 const WINDOW: u32 = 32;
+/// How long the rows of waiters that received their grants wait to be
+/// deleted together (a granted row is skipped by every queue scan).
+const COLLECT_EVERY: Duration = Duration::from_millis(10);
+/// Rows deleted by one statement at most.
+const COLLECT_BATCH: usize = 500;
 
 /// A handoff to deliver once its transaction committed.
 pub(super) struct Delivery {
@@ -170,19 +175,25 @@ impl Engine {
             wait_ms: wish.wait_ms,
         };
         let id = waiters::insert(conn, lock.row(), waiter).await?;
-        // Registered before the commit: a handoff right after it finds us.
+        let queued = self.register(lock, id, wish.owner);
+        seat::add_queued(conn, lock, 1).await?;
+        Ok(queued)
+    }
+
+    /// Registers waiter `id`, just inserted by the caller's transaction,
+    /// for in-process delivery: before the commit, so that a handoff right
+    /// after it finds the waiter. Guarded from here on (see [`Queued`]).
+    pub(super) fn register(&self, lock: &LockRef, id: u64, owner: &str) -> Queued {
         let (tx, rx) = oneshot::channel();
         self.local.lock().expect("local waiters").insert(id, tx);
-        let queued = Queued {
+        Queued {
             engine: self.clone(),
             lock: lock.clone(),
             id,
-            owner: wish.owner.to_owned(),
+            owner: owner.to_owned(),
             rx,
             armed: true,
-        };
-        seat::add_queued(conn, lock, 1).await?;
-        Ok(queued)
+        }
     }
 
     /// Records the handoff of `lease` to `waiter` in the freeing
@@ -201,16 +212,22 @@ impl Engine {
         let (token, seat, expires_at) = (lease.token, lease.seat, lease.expires_at);
         waiters::grant(conn, waiter.id, token, seat.slot(), expires_at, local).await?;
         seat::add_queued(conn, lock, -1).await?;
-        Ok(Delivery {
-            local,
-            broker: waiter.broker,
-            id: waiter.id,
+        Ok(self.delivery(waiter.broker, waiter.id, lease))
+    }
+
+    /// The delivery of `lease`, handed to waiter `id` of `broker` by a
+    /// transaction that marked the grant claimed when `broker` is this one.
+    pub(super) fn delivery(&self, broker: Vec<u8>, id: u64, lease: &Lease) -> Delivery {
+        Delivery {
+            local: broker == self.broker.as_bytes(),
+            broker,
+            id,
             handoff: Handoff {
-                token,
-                seat,
-                expires_at,
+                token: lease.token,
+                seat: lease.seat,
+                expires_at: lease.expires_at,
             },
-        })
+        }
     }
 
     /// Delivers committed handoffs: in-process to this broker's waiters;
@@ -304,12 +321,28 @@ impl Engine {
     }
 
     /// Removes the row of a waiter that received its grant (off the reply
-    /// path: it only recorded the grant). The reaper sweeps what this misses.
+    /// path: it only recorded the grant), batched: the rows collected
+    /// within [`COLLECT_EVERY`] go in one statement (one commit), not one
+    /// each. The reaper sweeps what this misses.
     fn collect(&self, id: u64) {
+        let first = {
+            let mut ids = self.collected.lock().expect("collected waiters");
+            ids.push(id);
+            ids.len() == 1
+        };
+        if !first {
+            // A batch is already due.
+            return;
+        }
         let engine = self.clone();
         tokio::spawn(async move {
-            if let Ok(mut conn) = engine.conn(engine.budget()).await {
-                if waiters::delete(&mut conn, id).await.is_ok() {
+            tokio::time::sleep(COLLECT_EVERY).await;
+            let ids = std::mem::take(&mut *engine.collected.lock().expect("collected waiters"));
+            for batch in ids.chunks(COLLECT_BATCH) {
+                let Ok(mut conn) = engine.conn(engine.budget()).await else {
+                    return;
+                };
+                if waiters::delete_many(&mut conn, batch).await.is_ok() {
                     conn.done();
                 }
             }

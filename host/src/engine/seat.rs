@@ -53,6 +53,8 @@ pub(super) struct LeaseRow {
     /// How many times the holder has it (a slot is held once).
     pub hold_count: u32,
     pub expires_at: Option<NaiveDateTime>,
+    /// The mark of the release that last ended a lease in this row.
+    pub released_by: Option<u64>,
     pub now: NaiveDateTime,
 }
 
@@ -65,6 +67,7 @@ impl LeaseRow {
             token: row.token,
             hold_count: row.hold_count,
             expires_at: row.expires_at,
+            released_by: row.released_by,
             now: row.now,
         };
         (row.queued, lease)
@@ -77,6 +80,7 @@ impl LeaseRow {
             owner: row.owner,
             token: row.token,
             expires_at: row.expires_at,
+            released_by: row.released_by,
             now: row.now,
         }
     }
@@ -193,6 +197,16 @@ pub(super) async fn free_one(conn: &mut Conn, lock: &LockRef) -> sqlx::Result<Op
 /// Writes `lease` into its seat (the caller holds the row). A new term of
 /// an election is also logged, for observers.
 pub(super) async fn write(conn: &mut Conn, lock: &LockRef, lease: &Lease) -> sqlx::Result<()> {
+    write_marked(conn, lock, lease, None).await
+}
+
+/// [`write`], by the release marked `released_by` (a handoff) if `Some`.
+pub(super) async fn write_marked(
+    conn: &mut Conn,
+    lock: &LockRef,
+    lease: &Lease,
+    released_by: Option<u64>,
+) -> sqlx::Result<()> {
     match lease.seat {
         Seat::Whole => {
             locks::write_lease(
@@ -202,6 +216,7 @@ pub(super) async fn write(conn: &mut Conn, lock: &LockRef, lease: &Lease) -> sql
                 lease.token,
                 lease.hold_count,
                 lease.expires_at,
+                released_by,
             )
             .await?;
         }
@@ -214,6 +229,7 @@ pub(super) async fn write(conn: &mut Conn, lock: &LockRef, lease: &Lease) -> sql
                 &lease.owner,
                 lease.token,
                 lease.expires_at,
+                released_by,
             )
             .await?;
         }
@@ -232,29 +248,48 @@ pub(super) async fn write(conn: &mut Conn, lock: &LockRef, lease: &Lease) -> sql
     Ok(())
 }
 
-/// Frees a seat (the caller holds the row). Its token stays: the next
-/// grant continues from it.
-pub(super) async fn free(conn: &mut Conn, lock: &LockRef, seat: Seat) -> sqlx::Result<()> {
+/// Frees a seat (the caller holds the row), by the release marked
+/// `released_by` if `Some`. Its token stays: the next grant continues from
+/// it.
+pub(super) async fn free(
+    conn: &mut Conn,
+    lock: &LockRef,
+    seat: Seat,
+    released_by: Option<u64>,
+) -> sqlx::Result<()> {
     match seat {
-        Seat::Whole => locks::free(conn, lock.row()).await?,
-        Seat::Slot(n) => semaphores::free_slot(conn, &lock.tenant, &lock.storage_key, n).await?,
+        Seat::Whole => locks::free(conn, lock.row(), released_by).await?,
+        Seat::Slot(n) => {
+            semaphores::free_slot(conn, &lock.tenant, &lock.storage_key, n, released_by).await?
+        }
     };
     Ok(())
 }
 
 /// Frees `owner`'s live lease with `token`, held once, in one autocommit
-/// statement, if no waiter is queued for the key; whether it did.
+/// statement marked `released_by`, if no waiter is queued for the key;
+/// whether it did.
 pub(super) async fn free_alone(
     conn: &mut Conn,
     lock: &LockRef,
     seat: Seat,
     owner: &str,
     token: u64,
+    released_by: u64,
 ) -> sqlx::Result<bool> {
     match seat {
-        Seat::Whole => locks::free_if_alone(conn, lock.row(), owner, token, 1).await,
+        Seat::Whole => locks::free_if_alone(conn, lock.row(), owner, token, 1, released_by).await,
         Seat::Slot(n) => {
-            semaphores::free_if_alone(conn, &lock.tenant, &lock.storage_key, n, owner, token).await
+            semaphores::free_if_alone(
+                conn,
+                &lock.tenant,
+                &lock.storage_key,
+                n,
+                owner,
+                token,
+                released_by,
+            )
+            .await
         }
     }
 }
@@ -288,6 +323,7 @@ mod tests {
             token,
             hold_count: 1,
             expires_at: expires_ms.map(at),
+            released_by: None,
             now: at(0),
         }
     }
@@ -318,6 +354,7 @@ mod tests {
             owner: owner.map(<[u8]>::to_vec),
             token: 9,
             expires_at: Some(at(10)),
+            released_by: None,
             now: at(0),
         };
         let held = LeaseRow::of_slot(slot(Some(b"w")));

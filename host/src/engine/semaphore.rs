@@ -263,7 +263,7 @@ impl Engine {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
             engine
-                .release_seat(&lock, Seat::Slot(slot), &owner, token)
+                .release_seat(&lock, Seat::Slot(slot), &owner, token, super::lease::mark())
                 .await
                 .map(|_| ())
         })

@@ -18,6 +18,7 @@ pub struct KeyedLockRow {
     pub hold_count: u32,
     pub expires_at: Option<NaiveDateTime>,
     pub queued: u32,
+    pub released_by: Option<u64>,
     pub now: NaiveDateTime,
 }
 
@@ -37,6 +38,7 @@ impl KeyedLockRow {
             hold_count: self.hold_count,
             expires_at: self.expires_at,
             queued: self.queued,
+            released_by: self.released_by,
             now: self.now,
         }
     }
@@ -53,7 +55,8 @@ pub async fn lock_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec
     let tuples = vec!["(?, ?, ?)"; keys.len()].join(", ");
     let sql = format!(
         r#"
-SELECT tenant, kind, lock_key, owner, token, hold_count, expires_at, queued, NOW(6) AS now
+SELECT tenant, kind, lock_key, owner, token, hold_count, expires_at, queued, released_by,
+  NOW(6) AS now
 FROM locks WHERE (tenant, kind, lock_key) IN ({tuples})
 FOR UPDATE SKIP LOCKED
 "#
@@ -77,6 +80,8 @@ pub struct LeaseWrite<'a> {
     pub token: u64,
     pub hold_count: u32,
     pub expires_at: Option<NaiveDateTime>,
+    /// A release's mark (`released_by`); `None` leaves the row's as it is.
+    pub released_by: Option<u64>,
 }
 
 /// Writes every state of `writes` in one statement. The caller holds each
@@ -86,13 +91,14 @@ pub async fn write_rows(conn: &mut Conn, writes: &[LeaseWrite<'_>]) -> sqlx::Res
     if writes.is_empty() {
         return Ok(());
     }
-    let tuples = vec!["(?, ?, ?, ?, ?, ?, ?)"; writes.len()].join(", ");
+    let tuples = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; writes.len()].join(", ");
     let sql = format!(
         r#"
-INSERT INTO locks (tenant, kind, lock_key, owner, token, hold_count, expires_at)
+INSERT INTO locks (tenant, kind, lock_key, owner, token, hold_count, expires_at, released_by)
 VALUES {tuples}
 ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
-  hold_count = VALUES(hold_count), expires_at = VALUES(expires_at)
+  hold_count = VALUES(hold_count), expires_at = VALUES(expires_at),
+  released_by = COALESCE(VALUES(released_by), locks.released_by)
 "#
     );
     conn.run(|c| {
@@ -105,7 +111,8 @@ ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
                 .bind(w.owner)
                 .bind(w.token)
                 .bind(w.hold_count)
-                .bind(w.expires_at);
+                .bind(w.expires_at)
+                .bind(w.released_by);
         }
         query.execute(c)
     })

@@ -16,6 +16,8 @@ pub struct LockRow {
     pub expires_at: Option<NaiveDateTime>,
     /// Pending waiters (exact while the row is locked).
     pub queued: u32,
+    /// The mark of the release that last ended a lease here.
+    pub released_by: Option<u64>,
     /// `NOW(6)` when the row was read: expiry is judged by this clock only.
     pub now: NaiveDateTime,
 }
@@ -29,7 +31,7 @@ pub async fn select(
     let suffix = locking.suffix();
     let sql = format!(
         r#"
-SELECT owner, token, hold_count, expires_at, queued, NOW(6) AS now
+SELECT owner, token, hold_count, expires_at, queued, released_by, NOW(6) AS now
 FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 {suffix}
 "#
@@ -62,7 +64,8 @@ INSERT IGNORE INTO locks (tenant, kind, lock_key) VALUES (?, ?, ?)
     .await
 }
 
-/// Writes a lease: holder, token, hold count and expiry.
+/// Writes a lease: holder, token, hold count and expiry; `released_by`
+/// marks a write made by a release (a handoff), `None` keeps the mark.
 pub async fn write_lease(
     conn: &mut Conn,
     k: RowKey<'_>,
@@ -70,11 +73,13 @@ pub async fn write_lease(
     token: u64,
     hold_count: u32,
     expires_at: NaiveDateTime,
+    released_by: Option<u64>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.run(|c| {
         sqlx::query(
             r#"
-UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?
+UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?,
+  released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
         )
@@ -82,6 +87,7 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
         .bind(token)
         .bind(hold_count)
         .bind(expires_at)
+        .bind(released_by)
         .bind(k.tenant)
         .bind(k.kind as u8)
         .bind(k.key)
@@ -91,14 +97,21 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
 }
 
 /// Frees a key. The token stays: the next grant continues from it.
-pub async fn free(conn: &mut Conn, k: RowKey<'_>) -> sqlx::Result<MySqlQueryResult> {
+/// `released_by` as for [`write_lease`].
+pub async fn free(
+    conn: &mut Conn,
+    k: RowKey<'_>,
+    released_by: Option<u64>,
+) -> sqlx::Result<MySqlQueryResult> {
     conn.run(|c| {
         sqlx::query(
             r#"
-UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL
+UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL,
+  released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
         )
+        .bind(released_by)
         .bind(k.tenant)
         .bind(k.kind as u8)
         .bind(k.key)
@@ -130,33 +143,39 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
 }
 
 /// Frees a key in one autocommit statement if its row holds `owner`'s
-/// live lease with `token`, held `holds` times, and no waiter is queued;
-/// whether it did. (The engine uses it for the common release, which then
-/// needs no handoff.)
+/// live lease with `token`, held `holds` times, and no waiter is queued,
+/// marking the row with `released_by` (a row already marked so is left to
+/// the full release, which tells a replay from a new release); whether it
+/// did. (The engine uses it
+/// for the common release, which then needs no handoff.)
 pub async fn free_if_alone(
     conn: &mut Conn,
     k: RowKey<'_>,
     owner: &str,
     token: u64,
     holds: u32,
+    released_by: u64,
 ) -> sqlx::Result<bool> {
     let sql = format!(
         r#"
-UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL
+UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL, l.released_by = ?
 WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
   AND l.owner = ? AND l.token = ? AND l.hold_count = ? AND l.queued = 0 AND {live}
+  AND NOT (l.released_by <=> ?)
 "#,
         live = lease_live("l")
     );
     let done = conn
         .run(|c| {
             sqlx::query(&sql)
+                .bind(released_by)
                 .bind(k.tenant)
                 .bind(k.kind as u8)
                 .bind(k.key)
                 .bind(owner)
                 .bind(token)
                 .bind(holds)
+                .bind(released_by)
                 .execute(c)
         })
         .await?;

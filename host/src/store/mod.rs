@@ -2,7 +2,8 @@
 //! of one database with failover; [`keepalive`] on their sockets),
 //! migrations, and one small function per
 //! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`; `batch`
-//! for statements over many lock rows at once).
+//! for statements over many lock rows at once), and the stored procedures
+//! of the built-in policy's lock path (`routines`).
 //!
 //! Nothing here decides who gets a lock, which waiter goes next or what to
 //! clean up; the engine does, and passes its thresholds in. Rows come back
@@ -18,6 +19,7 @@ pub mod elections;
 pub mod keepalive;
 pub mod locks;
 pub mod pool;
+pub mod routines;
 pub mod semaphores;
 pub mod waiters;
 

@@ -84,6 +84,8 @@ struct Session {
     /// When the server started (Unix seconds, ±1): session ids start over
     /// when it restarts.
     server_started: i64,
+    /// A Galera node (`wsrep_on`).
+    galera: bool,
 }
 
 /// Why no connection could be had.
@@ -269,13 +271,14 @@ async fn setup(conn: &mut MySqlConnection, setup: Setup) -> sqlx::Result<(Sessio
         .await?
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let session = Session {
-        id,
-        server_started: now - uptime,
-    };
     let mariadb = version.contains("MariaDB");
     let wsrep_on = variable(conn, "SHOW VARIABLES LIKE 'wsrep_on'").await?;
     let galera = wsrep_on.is_some_and(|v| v.eq_ignore_ascii_case("ON"));
+    let session = Session {
+        id,
+        server_started: now - uptime,
+        galera,
+    };
     let mut set = format!(
         "SET SESSION innodb_lock_wait_timeout = {}",
         setup.lock_wait_timeout_s.max(1)
@@ -336,6 +339,11 @@ impl Conn {
     /// When the server started (Unix seconds, ±1 s).
     pub fn server_started(&self) -> i64 {
         self.session.server_started
+    }
+
+    /// Whether the server is a Galera node.
+    pub fn galera(&self) -> bool {
+        self.session.galera
     }
 
     /// `host:port` of the server.

@@ -20,6 +20,8 @@ pub struct SlotRow {
     pub owner: Option<Vec<u8>>,
     pub token: u64,
     pub expires_at: Option<NaiveDateTime>,
+    /// The mark of the release that last ended a lease here.
+    pub released_by: Option<u64>,
     pub now: NaiveDateTime,
 }
 
@@ -75,7 +77,7 @@ pub async fn claim_free_slot(
 ) -> sqlx::Result<Option<SlotRow>> {
     let sql = format!(
         r#"
-SELECT x.slot, x.owner, x.token, x.expires_at, NOW(6) AS now FROM semaphore_slots x
+SELECT x.slot, x.owner, x.token, x.expires_at, x.released_by, NOW(6) AS now FROM semaphore_slots x
 WHERE x.tenant = ? AND x.sem_key = ? AND {free}
 LIMIT 1
 FOR UPDATE SKIP LOCKED
@@ -130,7 +132,7 @@ pub async fn slot_for_update(
     conn.run(|c| {
         sqlx::query_as(
             r#"
-SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+SELECT slot, owner, token, expires_at, released_by, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 FOR UPDATE
 "#,
@@ -148,7 +150,7 @@ pub async fn slots(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec
     conn.run(|c| {
         sqlx::query_as(
             r#"
-SELECT slot, owner, token, expires_at, NOW(6) AS now FROM semaphore_slots
+SELECT slot, owner, token, expires_at, released_by, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? ORDER BY slot
 "#,
         )
@@ -159,7 +161,9 @@ WHERE tenant = ? AND sem_key = ? ORDER BY slot
     .await
 }
 
-/// Writes a slot's lease.
+/// Writes a slot's lease; `released_by` marks a write made by a release (a
+/// handoff), `None` keeps the mark.
+#[allow(clippy::too_many_arguments)]
 pub async fn write_slot(
     conn: &mut Conn,
     tenant: &str,
@@ -168,17 +172,20 @@ pub async fn write_slot(
     owner: &str,
     token: u64,
     expires_at: NaiveDateTime,
+    released_by: Option<u64>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.run(|c| {
         sqlx::query(
             r#"
-UPDATE semaphore_slots SET owner = ?, token = ?, expires_at = ?
+UPDATE semaphore_slots SET owner = ?, token = ?, expires_at = ?,
+  released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
         )
         .bind(owner)
         .bind(token)
         .bind(expires_at)
+        .bind(released_by)
         .bind(tenant)
         .bind(key)
         .bind(slot)
@@ -193,14 +200,17 @@ pub async fn free_slot(
     tenant: &str,
     key: &str,
     slot: u32,
+    released_by: Option<u64>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.run(|c| {
         sqlx::query(
             r#"
-UPDATE semaphore_slots SET owner = NULL, expires_at = NULL
+UPDATE semaphore_slots SET owner = NULL, expires_at = NULL,
+  released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
         )
+        .bind(released_by)
         .bind(tenant)
         .bind(key)
         .bind(slot)
@@ -227,7 +237,10 @@ pub async fn add_queued(
 
 /// Frees `owner`'s live slot with `token` in one statement if no waiter is
 /// queued for the semaphore (the header is only share-locked, so such
-/// releases do not queue behind each other); whether it did.
+/// releases do not queue behind each other), marking the slot with
+/// `released_by` (a slot already marked so is left to the full release);
+/// whether it did.
+#[allow(clippy::too_many_arguments)]
 pub async fn free_if_alone(
     conn: &mut Conn,
     tenant: &str,
@@ -235,25 +248,29 @@ pub async fn free_if_alone(
     slot: u32,
     owner: &str,
     token: u64,
+    released_by: u64,
 ) -> sqlx::Result<bool> {
     let sql = format!(
         r#"
 UPDATE semaphore_slots s
 JOIN semaphores h ON h.tenant = s.tenant AND h.sem_key = s.sem_key
-SET s.owner = NULL, s.expires_at = NULL
+SET s.owner = NULL, s.expires_at = NULL, s.released_by = ?
 WHERE s.tenant = ? AND s.sem_key = ? AND s.slot = ?
   AND s.owner = ? AND s.token = ? AND {live} AND h.queued = 0
+  AND NOT (s.released_by <=> ?)
 "#,
         live = lease_live("s")
     );
     let done = conn
         .run(|c| {
             sqlx::query(&sql)
+                .bind(released_by)
                 .bind(tenant)
                 .bind(key)
                 .bind(slot)
                 .bind(owner)
                 .bind(token)
+                .bind(released_by)
                 .execute(c)
         })
         .await?;

@@ -283,6 +283,18 @@ pub async fn delete(conn: &mut Conn, id: u64) -> sqlx::Result<MySqlQueryResult> 
     .await
 }
 
+/// Removes the rows of waiters `ids` (granted rows whose waiters have their
+/// answers), in one statement. In the text protocol, the ids written out:
+/// a prepared statement per batch size would churn the statement cache.
+pub async fn delete_many(conn: &mut Conn, ids: &[u64]) -> sqlx::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let sql = format!("DELETE FROM waiters WHERE id IN ({})", list.join(", "));
+    conn.statement(&sql).await
+}
+
 /// Claims the grants to waiters of `broker` that are not claimed yet;
 /// how many.
 pub async fn claim_for_broker(conn: &mut Conn, broker: &str) -> sqlx::Result<u64> {
