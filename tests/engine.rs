@@ -86,6 +86,7 @@ impl Harness {
         let (stop, stopped) = watch::channel(false);
         let settings = Settings {
             db_timeout: Duration::from_secs(2),
+            group_commit: true,
         };
         let metrics = Arc::new(Metrics::default());
         let engine = Engine::new(store, metrics, stopped.clone(), settings, broker_name());

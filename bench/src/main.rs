@@ -711,6 +711,8 @@ async fn broker_counters(url: &str) -> Vec<String> {
                 || l.starts_with("lockbroker_waiters_departed_total")
                 || l.starts_with("lockbroker_handoffs_total")
                 || l.starts_with("lockbroker_expiry_handoffs_total")
+                || l.starts_with("lockbroker_batches_total")
+                || l.starts_with("lockbroker_batched_operations_total")
                 || (l.starts_with("lockbroker_http_requests_total")
                     && !l.contains("status=\"200\"")
                     && !l.contains("status=\"409\""))

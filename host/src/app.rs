@@ -69,6 +69,7 @@ impl App {
                 stop.clone(),
                 Settings {
                     db_timeout: config.db_timeout(),
+                    group_commit: config.group_commit,
                 },
                 broker.clone(),
             );

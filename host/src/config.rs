@@ -91,6 +91,10 @@ pub struct Config {
     /// commit of it), in milliseconds: past it, 503.
     #[serde(default = "default_db_timeout_ms")]
     pub db_timeout_ms: u64,
+    /// Group commit: uncontended lock acquires and releases of many clients
+    /// share transactions (on by default; off, each has its own).
+    #[serde(default = "default_group_commit")]
+    pub group_commit: bool,
     /// Bearer token for `/v1/admin`. Without one, the admin API answers 401.
     #[serde(default)]
     pub admin_token: Option<String>,
@@ -213,6 +217,9 @@ fn default_database_url() -> DatabaseUrl {
 }
 fn default_db_timeout_ms() -> u64 {
     2000
+}
+fn default_group_commit() -> bool {
+    true
 }
 fn default_policy_dir() -> PathBuf {
     PathBuf::from("plugins/dist")

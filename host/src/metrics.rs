@@ -135,6 +135,10 @@ pub const CATALOGUE: &[Spec] = &[
         "Time of one attempt at an operation's database work (one transaction or statement group)"),
     spec("lockbroker_db_errors_total", C, &["kind"],
         "Failed database attempts, by kind (conflict, row_locked, not_ready, disconnected, other, busy, timeout, connect, closed, not_committed, unknown)"),
+    spec("lockbroker_batches_total", C, &[],
+        "Shared transactions run for uncontended lock acquires and releases (group commit)"),
+    spec("lockbroker_batched_operations_total", C, &[],
+        "Operations that went into a shared transaction (some leave it for their own: contention, waiters)"),
     spec("lockbroker_db_pool_connections", G, &["server", "state"],
         "Connections of this broker's pool to each database server (host:port), by state (in_use, idle), read at scrape time"),
     // Policies

@@ -275,7 +275,20 @@ impl Engine {
         token: u64,
         mark: u64,
     ) -> Result<Released, EngineError> {
-        let budget = self.budget();
+        self.release_seat_by(lock, seat, owner, token, mark, self.budget())
+            .await
+    }
+
+    /// [`Engine::release_seat`] within `budget`.
+    pub(super) async fn release_seat_by(
+        &self,
+        lock: &LockRef,
+        seat: Seat,
+        owner: &str,
+        token: u64,
+        mark: u64,
+        budget: Budget,
+    ) -> Result<Released, EngineError> {
         let freed = Released {
             released: true,
             hold_count: 0,

@@ -13,6 +13,7 @@
 use chrono::NaiveDateTime;
 
 use super::{
+    batch::Batched,
     detach::{finish, Departure},
     lease::{Attempt, Wish},
     plus_ms,
@@ -157,7 +158,10 @@ impl Engine {
         mut departure: Departure,
     ) -> Result<Grant, EngineError> {
         let started = tokio::time::Instant::now();
-        let attempt = self.attempt(lock, wish).await?;
+        let attempt = match self.batch_acquire(lock, wish).await {
+            Batched::Done(attempt) => attempt?,
+            Batched::Alone(budget) => self.attempt(lock, wish, budget).await?,
+        };
         let lease = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
             .await?;
@@ -168,9 +172,14 @@ impl Engine {
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
     /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
     /// lock, and a busy key is joined in the same transaction; on the
-    /// built-in FIFO policy, by one stored procedure, `routine`).
-    async fn attempt(&self, lock: &LockRef, wish: Wish<'_>) -> Result<Attempt, EngineError> {
-        let budget = self.budget();
+    /// built-in FIFO policy, by one stored procedure, `routine`), within
+    /// `budget` (the routine's call takes a budget of its own).
+    async fn attempt(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        budget: Budget,
+    ) -> Result<Attempt, EngineError> {
         let locking = if wish.wait_ms == 0 {
             Locking::NoWait
         } else {
@@ -279,12 +288,18 @@ impl Engine {
     ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
-            if engine.on_routine_path(&lock) {
-                engine.release_routine(&lock, &owner, token, mark).await
-            } else {
-                engine
-                    .release_seat(&lock, Seat::Whole, &owner, token, mark)
-                    .await
+            match engine.batch_release(&lock, &owner, token, mark).await {
+                Batched::Done(released) => released,
+                Batched::Alone(budget) if engine.on_routine_path(&lock) => {
+                    engine
+                        .release_routine(&lock, &owner, token, mark, budget)
+                        .await
+                }
+                Batched::Alone(budget) => {
+                    engine
+                        .release_seat_by(&lock, Seat::Whole, &owner, token, mark, budget)
+                        .await
+                }
             }
         })
     }

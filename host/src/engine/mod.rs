@@ -9,6 +9,8 @@
 //!   try, release, renewal, handoff to the next waiter, expiry reaped.
 //! - `lock`: tries at locks and elections (one row in `locks` per key),
 //!   and the validation of a token.
+//! - `batch`: group commit, uncontended acquires and releases of locks
+//!   from many clients decided and committed in shared transactions.
 //! - `multilock`: several lock keys granted, renewed and released all or
 //!   none, in storage-key order.
 //! - `force`: an operator ending a stuck lease.
@@ -30,6 +32,7 @@
 //! (`db_timeout_ms`); collisions with other transactions (deadlocks,
 //! Galera certification failures) are retried with backoff within it.
 
+mod batch;
 mod brokers;
 mod detach;
 mod election;
@@ -298,6 +301,8 @@ pub struct Handoff {
 pub struct Settings {
     /// Bound on the database work of one operation.
     pub db_timeout: Duration,
+    /// Uncontended lock operations share transactions (`batch`).
+    pub group_commit: bool,
 }
 
 /// The lock engine on one database, shared by all requests (cheap to clone).
@@ -320,6 +325,8 @@ pub struct Inner {
     pollers: election::Pollers,
     /// Push wake-ups: to other brokers' waiters, and from other brokers.
     wake: wake::Wake,
+    /// Uncontended operations gathered for the next shared transaction.
+    batcher: batch::Batcher,
 }
 
 impl Deref for Engine {
@@ -347,6 +354,7 @@ impl Engine {
             collected: Mutex::new(Vec::new()),
             pollers: election::Pollers::default(),
             wake: wake::Wake::default(),
+            batcher: batch::Batcher::default(),
         }))
     }
 

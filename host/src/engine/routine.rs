@@ -99,7 +99,8 @@ impl Engine {
     /// attempt tried again that finds its mark answers what the earlier,
     /// committed one did.
     ///
-    /// On a Galera node, the general path's release instead.
+    /// On a Galera node, the general path's release instead. Within
+    /// `budget` (a release sent out of a batch keeps what it has left).
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
@@ -110,8 +111,8 @@ impl Engine {
         owner: &str,
         token: u64,
         mark: u64,
+        budget: super::Budget,
     ) -> Result<Released, EngineError> {
-        let budget = self.budget();
         let ended = Expect::Ended {
             seat: Seat::Whole,
             token,

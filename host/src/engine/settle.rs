@@ -179,56 +179,146 @@ impl Engine {
         budget: Budget,
     ) -> Result<bool, EngineError> {
         let mut conn = self.conn(budget).await?;
-        let restarted = (conn.server_started() - session.server_started).abs() > 2;
-        if conn.server() == session.server && !restarted {
-            // The same server, not restarted since (session ids start again
-            // at a restart): the old session may still be there with the
-            // commit in flight. End it first. An error other than a broken
-            // connection means it is gone already (1094).
-            if let Err(err) = conn
-                .statement(&format!("KILL CONNECTION {}", session.id))
-                .await
-            {
-                if crate::store::classify(&err) == Failure::Disconnected {
-                    return Err(err.into());
-                }
-            }
-        }
+        end_session(&mut conn, session).await?;
         conn.begin().await?;
-        let happened = match expect {
-            Expect::Lease {
-                seat,
-                owner,
-                token,
-                hold_count,
-                expires_at,
-                ..
-            } => seat::read(&mut conn, lock, *seat)
-                .await?
-                .is_some_and(|row| {
-                    row.owner.as_deref() == Some(owner.as_bytes())
-                        && row.token == *token
-                        && row.hold_count == *hold_count
-                        && row.expires_at == Some(*expires_at)
-                }),
-            Expect::Ended { seat, token } => seat::read(&mut conn, lock, *seat)
-                .await?
-                .is_some_and(|row| row.token > *token || row.owner.is_none()),
-            Expect::Waiter { id } | Expect::WaiterGone { id } => {
-                // Queue changes hold the key's header row until they
-                // commit: taking it waits for one still in flight.
-                seat::header(&mut conn, lock, Locking::Wait).await?;
-                let exists = waiters::get(&mut conn, *id).await?.is_some();
-                exists == matches!(expect, Expect::Waiter { .. })
-            }
-            Expect::Unchecked => false,
-        };
+        let happened = happened(&mut conn, lock, expect).await?;
         conn.rollback().await?;
         Ok(happened)
     }
+
+    /// [`Engine::find_out`] for a batch's commit, which wrote every
+    /// member's row of `members`: committed when every row shows its
+    /// member's outcome, not committed when none does. Anything else (a row
+    /// changed since by someone else) cannot be told apart: `Unknown`, and
+    /// new grants among the members are looked after as for one grant.
+    pub(super) async fn find_out_all(
+        &self,
+        conn: Conn,
+        err: sqlx::Error,
+        members: &[(LockRef, Expect)],
+    ) -> Result<(), EngineError> {
+        if crate::store::classify(&err) != Failure::Disconnected {
+            return Err(err.into());
+        }
+        tracing::warn!(error = %err, members = members.len(), "the answer to a batch's commit was lost; finding out whether it happened");
+        let session = Session {
+            server: conn.server().to_owned(),
+            id: conn.id(),
+            server_started: conn.server_started(),
+        };
+        let budget = Budget {
+            deadline: conn.deadline().max(Instant::now() + SETTLE_AT_LEAST),
+        };
+        drop(conn);
+        let outcome = loop {
+            match self.settle_all_once(members, &session, budget).await {
+                Ok(found) => break Ok(found),
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot settle a lost batch commit yet");
+                    if budget.left() <= SETTLE_PAUSE {
+                        break Err(());
+                    }
+                    tokio::time::sleep(SETTLE_PAUSE).await;
+                }
+            }
+        };
+        let count = |label| {
+            self.metrics
+                .inc("lockbroker_lost_commits_total", &[("outcome", label)]);
+        };
+        match outcome {
+            Ok(found) if found == members.len() => {
+                count("committed");
+                Ok(())
+            }
+            Ok(0) => {
+                count("not_committed");
+                Err(EngineError::Unavailable(DbFailure::NotCommitted))
+            }
+            _ => {
+                count("unknown");
+                for (lock, expect) in members {
+                    self.undo_later(lock, expect.clone(), session.clone());
+                }
+                Err(EngineError::Unavailable(DbFailure::Unknown))
+            }
+        }
+    }
+
+    /// How many of `members` show their expected outcome.
+    async fn settle_all_once(
+        &self,
+        members: &[(LockRef, Expect)],
+        session: &Session,
+        budget: Budget,
+    ) -> Result<usize, EngineError> {
+        let mut conn = self.conn(budget).await?;
+        end_session(&mut conn, session).await?;
+        conn.begin().await?;
+        let mut found = 0;
+        for (lock, expect) in members {
+            if happened(&mut conn, lock, expect).await? {
+                found += 1;
+            }
+        }
+        conn.rollback().await?;
+        Ok(found)
+    }
+}
+
+/// Ends `session` if it may still be alive on `conn`'s server: the same
+/// server, not restarted since (session ids start again at a restart),
+/// where it may still have a commit in flight. An error other than a
+/// broken connection means it is gone already (1094).
+async fn end_session(conn: &mut Conn, session: &Session) -> Result<(), EngineError> {
+    let restarted = (conn.server_started() - session.server_started).abs() > 2;
+    if conn.server() == session.server && !restarted {
+        if let Err(err) = conn
+            .statement(&format!("KILL CONNECTION {}", session.id))
+            .await
+        {
+            if crate::store::classify(&err) == Failure::Disconnected {
+                return Err(err.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the row (or queue) `expect` is about shows it, read with a
+/// locking read in `conn`'s transaction (which waits for any transaction
+/// still holding it).
+async fn happened(conn: &mut Conn, lock: &LockRef, expect: &Expect) -> Result<bool, EngineError> {
+    Ok(match expect {
+        Expect::Lease {
+            seat,
+            owner,
+            token,
+            hold_count,
+            expires_at,
+            ..
+        } => seat::read(conn, lock, *seat).await?.is_some_and(|row| {
+            row.owner.as_deref() == Some(owner.as_bytes())
+                && row.token == *token
+                && row.hold_count == *hold_count
+                && row.expires_at == Some(*expires_at)
+        }),
+        Expect::Ended { seat, token } => seat::read(conn, lock, *seat)
+            .await?
+            .is_some_and(|row| row.token > *token || row.owner.is_none()),
+        Expect::Waiter { id } | Expect::WaiterGone { id } => {
+            // Queue changes hold the key's header row until they
+            // commit: taking it waits for one still in flight.
+            seat::header(conn, lock, Locking::Wait).await?;
+            let exists = waiters::get(conn, *id).await?.is_some();
+            exists == matches!(expect, Expect::Waiter { .. })
+        }
+        Expect::Unchecked => false,
+    })
 }
 
 /// The session whose commit is in doubt.
+#[derive(Debug, Clone)]
 struct Session {
     server: String,
     id: u64,

@@ -1,8 +1,9 @@
 //! MySQL access: connections ([`pool`], one server; [`db`], the servers
 //! of one database with failover; [`keepalive`] on their sockets),
 //! migrations, and one small function per
-//! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`), and
-//! the stored procedures of the built-in policy's lock path (`routines`).
+//! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`; `batch`
+//! for statements over many lock rows at once), and the stored procedures
+//! of the built-in policy's lock path (`routines`).
 //!
 //! Nothing here decides who gets a lock, which waiter goes next or what to
 //! clean up; the engine does, and passes its thresholds in. Rows come back
@@ -11,6 +12,7 @@
 //! `NOW(6)`, a waiter no longer eligible) are each written once, below and
 //! in `waiters`.
 
+pub mod batch;
 pub mod brokers;
 pub mod db;
 pub mod elections;

@@ -1,0 +1,822 @@
+//! Group commit: uncontended acquires and releases of locks, from many
+//! clients at once, decided and written in shared transactions.
+//!
+//! A lone operation is not delayed: when fewer than [`MAX_IN_FLIGHT`]
+//! batches run, an acquire starts a batch of its own at once, in its own
+//! task, and a release takes its own one-statement path (cheaper than a
+//! transaction of one). Operations that arrive while that many run are
+//! gathered, and the first batch to finish takes them as its next one (up
+//! to [`MAX_MEMBERS`]).
+//!
+//! A batch is one transaction: every member's row is read with
+//! `FOR UPDATE SKIP LOCKED` and `NOW(6)` (one statement, never waiting, so
+//! it cannot deadlock), each member is decided by that clock exactly as its
+//! own transaction would decide it, every new lease state is written in one
+//! statement, and one `COMMIT` makes them durable. Each member is answered
+//! only after that commit returned (a refusal, which writes nothing, right
+//! after the read). Anything out of the ordinary leaves the batch for the
+//! individual path, which behaves as it always has: a row another
+//! transaction holds (contention), a key never seen (no row yet), a free
+//! lock with queued waiters or a release that must hand on, a wait that
+//! must queue, the same key twice in one batch. A member that is refused
+//! never fails the others.
+//!
+//! Every member keeps the database budget it had on arrival: a batch runs
+//! within its earliest member's, and a member sent to the individual path
+//! takes what is left of its own there (time gathered and batched counts).
+//! If the batch fails before its commit, nothing of it happened: members
+//! take the individual path while time is left, else get `503`. A commit whose answer is lost is settled like any
+//! other (`settle`), by every member's expected row: all found means
+//! committed, none means not, anything else is answered `503`.
+
+use std::{collections::HashSet, sync::Mutex};
+
+use tokio::{sync::oneshot, time::Instant};
+
+use super::{
+    lease::{Attempt, Wish},
+    lock::decide,
+    seat::{Lease, LeaseRow, Seat},
+    settle::Expect,
+    Budget, DbFailure, Engine, EngineError, LockRef, Released,
+};
+use crate::store::{
+    self,
+    batch::{KeyedLockRow, LeaseWrite},
+    Kind,
+};
+
+/// Members of one batch at most (bind parameters stay far below MySQL's
+/// limit of 65,535: 7 per member).
+pub(super) const MAX_MEMBERS: usize = 64;
+/// Batches running at once: one gathers while another commits.
+pub(super) const MAX_IN_FLIGHT: usize = 2;
+
+/// Operations waiting for the next batch, and how many batches run.
+#[derive(Default)]
+pub(super) struct Batcher {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    pending: Vec<Member>,
+    running: usize,
+}
+
+/// The outcome of an operation offered to a batch: done there, or to be
+/// done alone within what is left of its budget (time spent in the batch
+/// counts, so the whole operation stays within one `db_timeout_ms`).
+pub(super) enum Batched<T> {
+    Done(Result<T, EngineError>),
+    Alone(Budget),
+}
+
+/// What a member asks of its lock's row.
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire {
+        owner: String,
+        ttl_ms: u64,
+        wait_ms: u64,
+    },
+    Release {
+        owner: String,
+        token: u64,
+        /// The release's mark, written with it (`lease::release_seat`).
+        mark: u64,
+    },
+}
+
+struct Member {
+    lock: LockRef,
+    op: Op,
+    /// The end of this operation's database budget, from its arrival: time
+    /// spent gathered for a batch counts.
+    deadline: Instant,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// A member's answer.
+#[derive(Debug)]
+enum Reply {
+    Granted(Lease),
+    Busy {
+        remaining_ms: u64,
+        queued: u32,
+    },
+    Released(Released),
+    /// Not for a batch: take the individual path.
+    Individual,
+    Failed(EngineError),
+}
+
+/// What a member's row decides.
+#[derive(Debug)]
+enum Plan {
+    /// Answered without writing anything.
+    Answer(Reply),
+    Individual,
+    /// Write this lease state; once committed, answer `reply`.
+    Write {
+        state: RowState,
+        reply: Reply,
+        expect: Expect,
+    },
+}
+
+/// A lease state to write into a lock row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RowState {
+    owner: Option<String>,
+    token: u64,
+    hold_count: u32,
+    expires_at: Option<chrono::NaiveDateTime>,
+    /// A release's mark; `None` (a grant) leaves the row's.
+    released_by: Option<u64>,
+}
+
+impl RowState {
+    fn of(lease: &Lease) -> RowState {
+        RowState {
+            owner: Some(lease.owner.clone()),
+            token: lease.token,
+            hold_count: lease.hold_count,
+            expires_at: Some(lease.expires_at),
+            released_by: None,
+        }
+    }
+}
+
+/// Decides one member by its row, as its own transaction would (see
+/// `lock::attempt` and `lease::release_seat`).
+fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
+    let Some(row) = row else {
+        // No row yet, or another transaction holds it.
+        return Plan::Individual;
+    };
+    let (queued, row) = LeaseRow::of_lock(row.into_row());
+    match op {
+        Op::Acquire {
+            owner,
+            ttl_ms,
+            wait_ms,
+        } => {
+            let wish = Wish {
+                owner,
+                ttl_ms: *ttl_ms,
+                wait_ms: *wait_ms,
+                priority: 0,
+            };
+            if let Some(lease) = decide(&row, queued, lock, wish) {
+                return Plan::Write {
+                    state: RowState::of(&lease),
+                    expect: Expect::lease(&lease),
+                    reply: Reply::Granted(lease),
+                };
+            }
+            if row.live_owner().is_some() && *wait_ms == 0 {
+                Plan::Answer(Reply::Busy {
+                    remaining_ms: row.remaining_ms(),
+                    queued,
+                })
+            } else {
+                // A free lock with waiters (the queue goes first and may
+                // need clearing), or a wait that must queue.
+                Plan::Individual
+            }
+        }
+        Op::Release { owner, token, mark } => {
+            if !row.owned_by(owner, *token) {
+                // Lost, or released by an earlier try of this release (its
+                // mark in the row): the individual path tells which.
+                return Plan::Individual;
+            }
+            if row.hold_count > 1 {
+                let lease = Lease {
+                    seat: Seat::Whole,
+                    owner: owner.clone(),
+                    token: *token,
+                    hold_count: row.hold_count - 1,
+                    ttl_ms: row.remaining_ms(),
+                    expires_at: row.expires_at.unwrap_or(row.now),
+                    fresh: false,
+                };
+                return Plan::Write {
+                    state: RowState {
+                        released_by: Some(*mark),
+                        ..RowState::of(&lease)
+                    },
+                    expect: Expect::lease(&lease),
+                    reply: Reply::Released(Released {
+                        released: false,
+                        hold_count: lease.hold_count,
+                    }),
+                };
+            }
+            if queued > 0 {
+                // The last hold with waiters: handed on individually.
+                return Plan::Individual;
+            }
+            Plan::Write {
+                state: RowState {
+                    owner: None,
+                    token: *token,
+                    hold_count: 0,
+                    expires_at: None,
+                    released_by: Some(*mark),
+                },
+                expect: Expect::Ended {
+                    seat: Seat::Whole,
+                    token: *token,
+                },
+                reply: Reply::Released(Released {
+                    released: true,
+                    hold_count: 0,
+                }),
+            }
+        }
+    }
+}
+
+/// A member whose row was written, waiting for the commit.
+struct Written {
+    member: Member,
+    state: RowState,
+    reply: Reply,
+    expect: Expect,
+}
+
+impl Engine {
+    /// An acquire of a lock tried in a batch, or the budget left for the
+    /// individual path (`attempt`) when it takes that instead.
+    pub(super) async fn batch_acquire(&self, lock: &LockRef, wish: Wish<'_>) -> Batched<Attempt> {
+        if lock.kind != Kind::Lock || !self.settings.group_commit {
+            return Batched::Alone(self.budget());
+        }
+        let op = Op::Acquire {
+            owner: wish.owner.to_owned(),
+            ttl_ms: wish.ttl_ms,
+            wait_ms: wish.wait_ms,
+        };
+        let Some((reply, budget)) = self.submit(lock, op, true).await else {
+            return Batched::Alone(self.budget());
+        };
+        Batched::Done(match reply {
+            Reply::Granted(lease) => Ok(Attempt::Granted(lease)),
+            Reply::Busy {
+                remaining_ms,
+                queued,
+            } => Ok(Attempt::Busy {
+                remaining_ms,
+                queued,
+            }),
+            Reply::Failed(err) => Err(err),
+            Reply::Released(_) | Reply::Individual => return Batched::Alone(budget),
+        })
+    }
+
+    /// A release of a lock tried in a batch, or the budget left for the
+    /// individual path (`release_seat_by`) when it takes that instead.
+    pub(super) async fn batch_release(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+    ) -> Batched<Released> {
+        if lock.kind != Kind::Lock || !self.settings.group_commit {
+            return Batched::Alone(self.budget());
+        }
+        let op = Op::Release {
+            owner: owner.to_owned(),
+            token,
+            mark,
+        };
+        let Some((reply, budget)) = self.submit(lock, op, false).await else {
+            return Batched::Alone(self.budget());
+        };
+        Batched::Done(match reply {
+            Reply::Released(released) => Ok(released),
+            Reply::Failed(err) => Err(err),
+            Reply::Granted(_) | Reply::Busy { .. } | Reply::Individual => {
+                return Batched::Alone(budget)
+            }
+        })
+    }
+
+    /// Puts `op` in a batch and waits for its answer: runs a batch at once
+    /// (in this task) if fewer than [`MAX_IN_FLIGHT`] run, otherwise joins
+    /// the next one. With the answer comes what is left of the operation's
+    /// budget. `None` (nothing done) when it would run a batch of its own
+    /// but may not `lead` one: a release alone is cheaper as its own
+    /// one-statement autocommit (`release_alone`) than as a transaction.
+    async fn submit(&self, lock: &LockRef, op: Op, lead: bool) -> Option<(Reply, Budget)> {
+        let (reply, answer) = oneshot::channel();
+        let budget = self.budget();
+        let member = Member {
+            lock: lock.clone(),
+            op,
+            deadline: budget.deadline,
+            reply,
+        };
+        let now = {
+            let mut state = self.batcher.state.lock().expect("batcher");
+            if state.running < MAX_IN_FLIGHT {
+                if !lead {
+                    return None;
+                }
+                state.running += 1;
+                let mut members = take_pending(&mut state);
+                members.push(member);
+                Some(members)
+            } else {
+                state.pending.push(member);
+                None
+            }
+        };
+        if let Some(members) = now {
+            let _turn = Turn(self.clone());
+            self.run_batch(members).await;
+        }
+        // A batch that ended without answering (a panic) may have
+        // committed: never guess.
+        let reply = answer
+            .await
+            .unwrap_or(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
+        Some((reply, budget))
+    }
+
+    /// After a batch: the operations gathered meanwhile go as the next
+    /// batch, in a task of their own; with none, one batch fewer runs.
+    fn next_batch(&self) {
+        let members = {
+            let mut state = self.batcher.state.lock().expect("batcher");
+            if state.pending.is_empty() {
+                state.running -= 1;
+                return;
+            }
+            take_pending(&mut state)
+        };
+        let engine = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _turn = Turn(engine.clone());
+                    engine.run_batch(members).await;
+                });
+            }
+            // The runtime is gone (shutdown): dropping the members answers
+            // them 503; nothing of theirs was done.
+            Err(_) => {
+                drop(members);
+                engine.batcher.state.lock().expect("batcher").running -= 1;
+            }
+        }
+    }
+
+    /// Runs one batch and answers every member, within the budget of the
+    /// member that arrived first.
+    async fn run_batch(&self, members: Vec<Member>) {
+        let started = Instant::now();
+        // One member per row: later ones for the same key go alone.
+        let mut seen = HashSet::new();
+        let mut inside = Vec::with_capacity(members.len());
+        for member in members {
+            if member.deadline <= started {
+                // Gathered behind a batch that took all of its time.
+                let _ = member
+                    .reply
+                    .send(Reply::Failed(store::pool::timed_out().into()));
+                continue;
+            }
+            let key = (
+                member.lock.tenant.clone(),
+                member.lock.kind,
+                member.lock.storage_key.clone(),
+            );
+            if seen.insert(key) {
+                inside.push(member);
+            } else {
+                let _ = member.reply.send(Reply::Individual);
+            }
+        }
+        let Some(deadline) = inside.iter().map(|m| m.deadline).min() else {
+            return;
+        };
+        let budget = Budget { deadline };
+        self.metrics.inc("lockbroker_batches_total", &[]);
+        self.metrics.add_counter(
+            "lockbroker_batched_operations_total",
+            &[],
+            inside.len() as u64,
+        );
+        match self.read_and_write(inside, budget).await {
+            Ok(Some((tx, written))) => written_and_committed(self, tx, written, budget).await,
+            Ok(None) => {}
+            Err((err, members)) => self.fall_back(members, &err, budget),
+        }
+        self.metrics.observe(
+            "lockbroker_db_call_duration_seconds",
+            &[],
+            started.elapsed().as_secs_f64(),
+        );
+    }
+
+    /// The batch's transaction up to its commit: reads every row, answers
+    /// the members it refuses or sends alone, writes the others' states.
+    /// `Ok(None)` when nothing was left to write (rolled back).
+    async fn read_and_write(
+        &self,
+        members: Vec<Member>,
+        budget: Budget,
+    ) -> Result<Option<(store::pool::Conn, Vec<Written>)>, (EngineError, Vec<Member>)> {
+        let mut tx = match self.begin(budget).await {
+            Ok(tx) => tx,
+            Err(err) => return Err((err, members)),
+        };
+        let keys: Vec<_> = members.iter().map(|m| m.lock.row()).collect();
+        let rows = match store::batch::lock_rows(&mut tx, &keys).await {
+            Ok(rows) => rows,
+            Err(err) => return Err((err.into(), members)),
+        };
+        drop(keys);
+        let mut rows: Vec<Option<KeyedLockRow>> = rows.into_iter().map(Some).collect();
+        let mut written = Vec::new();
+        for member in members {
+            let row = rows
+                .iter_mut()
+                .find(|r| r.as_ref().is_some_and(|r| r.is(member.lock.row())))
+                .and_then(Option::take);
+            match plan(&member.lock, &member.op, row) {
+                Plan::Answer(reply) => {
+                    let _ = member.reply.send(reply);
+                }
+                Plan::Individual => {
+                    let _ = member.reply.send(Reply::Individual);
+                }
+                Plan::Write {
+                    state,
+                    reply,
+                    expect,
+                } => written.push(Written {
+                    member,
+                    state,
+                    reply,
+                    expect,
+                }),
+            }
+        }
+        if written.is_empty() {
+            // Nothing written: a failed rollback only closes the connection.
+            let _ = tx.rollback().await;
+            return Ok(None);
+        }
+        let writes: Vec<LeaseWrite<'_>> = written
+            .iter()
+            .map(|w| LeaseWrite {
+                key: w.member.lock.row(),
+                owner: w.state.owner.as_deref(),
+                token: w.state.token,
+                hold_count: w.state.hold_count,
+                expires_at: w.state.expires_at,
+                released_by: w.state.released_by,
+            })
+            .collect();
+        let wrote = store::batch::write_rows(&mut tx, &writes).await;
+        drop(writes);
+        if let Err(err) = wrote {
+            let members = written.into_iter().map(|w| w.member).collect();
+            return Err((err.into(), members));
+        }
+        Ok(Some((tx, written)))
+    }
+
+    /// Members of a batch that failed before its commit (nothing of it
+    /// happened): the individual path, within what is left of each one's
+    /// budget, while any is left; else `503`.
+    fn fall_back(&self, members: Vec<Member>, err: &EngineError, budget: Budget) {
+        if let Some(kind) = err.db_failure_kind() {
+            self.metrics
+                .inc("lockbroker_db_errors_total", &[("kind", kind)]);
+        }
+        tracing::debug!(error = %err, members = members.len(), "a batch failed before its commit");
+        let alone = budget.left() > std::time::Duration::from_millis(10);
+        for member in members {
+            let reply = if alone {
+                Reply::Individual
+            } else {
+                Reply::Failed(store::pool::timed_out().into())
+            };
+            let _ = member.reply.send(reply);
+        }
+    }
+}
+
+/// Commits the batch's transaction and answers its written members: their
+/// outcome once committed (also when a lost answer is found to have
+/// committed), the individual path when it is found not to have, `503`
+/// when that cannot be found out.
+async fn written_and_committed(
+    engine: &Engine,
+    mut tx: store::pool::Conn,
+    written: Vec<Written>,
+    budget: Budget,
+) {
+    let outcome = match tx.commit().await {
+        Ok(()) => Ok(()),
+        Err(err) => {
+            tracing::debug!(error = %err, members = written.len(), "batch commit failed");
+            let expects: Vec<(LockRef, Expect)> = written
+                .iter()
+                .map(|w| (w.member.lock.clone(), w.expect.clone()))
+                .collect();
+            engine.find_out_all(tx, err, &expects).await
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            for w in written {
+                if let Reply::Granted(lease) = &w.reply {
+                    engine.count_grant(
+                        &w.member.lock,
+                        if lease.fresh { "direct" } else { "reentry" },
+                    );
+                }
+                let _ = w.member.reply.send(w.reply);
+            }
+        }
+        Err(err) => {
+            let members = written.into_iter().map(|w| w.member).collect();
+            match err {
+                // Settled as not committed, or rolled back by a collision:
+                // nothing happened.
+                EngineError::Unavailable(DbFailure::NotCommitted) => {
+                    engine.fall_back(members, &err, budget);
+                }
+                err if err.retry().is_some() => engine.fall_back(members, &err, budget),
+                _ => {
+                    for member in members {
+                        let _ = member
+                            .reply
+                            .send(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A running batch's turn: when it ends, however it ends (a panic
+/// included), the operations gathered meanwhile get the next batch, so none
+/// waits for nobody.
+struct Turn(Engine);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.0.next_batch();
+    }
+}
+
+/// Everything gathered for the next batch, up to [`MAX_MEMBERS`] (the rest
+/// wait for the one after).
+fn take_pending(state: &mut State) -> Vec<Member> {
+    let n = state.pending.len().min(MAX_MEMBERS - 1);
+    state.pending.drain(..n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::NaiveDateTime;
+
+    use super::*;
+    use crate::store::locks::LockRow;
+
+    /// Deciding a batch member never asks the tenant's pacing.
+    struct NoPacing;
+
+    impl crate::engine::Pacing for NoPacing {
+        fn always_oldest(&self) -> bool {
+            true
+        }
+        fn pick_next<'a>(
+            &'a self,
+            _: &'a str,
+            _: Vec<crate::policy::Waiter>,
+        ) -> crate::engine::pacing::Pending<'a, usize> {
+            unreachable!("no waiters here")
+        }
+        fn next_delay(
+            &self,
+            _: crate::policy::Contention,
+        ) -> crate::engine::pacing::Pending<'_, crate::policy::Decision> {
+            unreachable!("no backoff here")
+        }
+    }
+
+    fn at(ms: i64) -> NaiveDateTime {
+        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
+            .unwrap()
+            .naive_utc()
+    }
+
+    fn lock() -> LockRef {
+        crate::engine::Scope {
+            tenant: "t".into(),
+            max_waiters: 10,
+            pacing: Arc::new(NoPacing),
+        }
+        .lock(Kind::Lock, "k".into(), "k".into())
+    }
+
+    fn row(
+        owner: Option<&str>,
+        token: u64,
+        holds: u32,
+        expires_ms: Option<i64>,
+        queued: u32,
+    ) -> Option<KeyedLockRow> {
+        let r = LockRow {
+            owner: owner.map(|o| o.as_bytes().to_vec()),
+            token,
+            hold_count: holds,
+            expires_at: expires_ms.map(at),
+            queued,
+            released_by: None,
+            now: at(0),
+        };
+        Some(KeyedLockRow {
+            tenant: b"t".to_vec(),
+            kind: 0,
+            lock_key: b"k".to_vec(),
+            owner: r.owner,
+            token: r.token,
+            hold_count: r.hold_count,
+            expires_at: r.expires_at,
+            queued: r.queued,
+            released_by: None,
+            now: r.now,
+        })
+    }
+
+    fn acquire(owner: &str, wait_ms: u64) -> Op {
+        Op::Acquire {
+            owner: owner.into(),
+            ttl_ms: 1000,
+            wait_ms,
+        }
+    }
+
+    fn release(owner: &str, token: u64) -> Op {
+        Op::Release {
+            owner: owner.into(),
+            token,
+            mark: 77,
+        }
+    }
+
+    #[test]
+    fn a_free_row_is_granted_with_the_next_token() {
+        let Plan::Write { state, reply, .. } =
+            plan(&lock(), &acquire("a", 0), row(None, 7, 0, None, 0))
+        else {
+            panic!("expected a write");
+        };
+        assert_eq!(state.token, 8);
+        assert_eq!(state.owner.as_deref(), Some("a"));
+        assert_eq!(state.expires_at, Some(at(1000)));
+        assert!(matches!(
+            reply,
+            Reply::Granted(Lease {
+                token: 8,
+                fresh: true,
+                ..
+            })
+        ));
+        // Expired counts as free.
+        let p = plan(&lock(), &acquire("a", 0), row(Some("b"), 7, 1, Some(0), 0));
+        assert!(matches!(
+            p,
+            Plan::Write {
+                state: RowState { token: 8, .. },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_held_row_is_busy_without_waiting_and_individual_with() {
+        let held = || row(Some("b"), 7, 1, Some(500), 2);
+        assert!(matches!(
+            plan(&lock(), &acquire("a", 0), held()),
+            Plan::Answer(Reply::Busy {
+                remaining_ms: 500,
+                queued: 2
+            })
+        ));
+        assert!(matches!(
+            plan(&lock(), &acquire("a", 10), held()),
+            Plan::Individual
+        ));
+    }
+
+    #[test]
+    fn rows_missing_or_busy_or_with_waiters_go_alone() {
+        assert!(matches!(
+            plan(&lock(), &acquire("a", 0), None),
+            Plan::Individual
+        ));
+        assert!(matches!(
+            plan(&lock(), &release("a", 1), None),
+            Plan::Individual
+        ));
+        assert!(matches!(
+            plan(&lock(), &acquire("a", 0), row(None, 7, 0, None, 1)),
+            Plan::Individual
+        ));
+        assert!(matches!(
+            plan(
+                &lock(),
+                &release("a", 7),
+                row(Some("a"), 7, 1, Some(500), 1)
+            ),
+            Plan::Individual
+        ));
+    }
+
+    #[test]
+    fn re_entry_keeps_the_token_and_counts_holds() {
+        let p = plan(
+            &lock(),
+            &acquire("a", 0),
+            row(Some("a"), 7, 1, Some(500), 0),
+        );
+        assert!(matches!(
+            p,
+            Plan::Write {
+                state: RowState {
+                    token: 7,
+                    hold_count: 2,
+                    ..
+                },
+                reply: Reply::Granted(Lease { fresh: false, .. }),
+                ..
+            }
+        ));
+        let p = plan(
+            &lock(),
+            &release("a", 7),
+            row(Some("a"), 7, 2, Some(500), 3),
+        );
+        assert!(matches!(
+            p,
+            Plan::Write {
+                state: RowState {
+                    hold_count: 1,
+                    expires_at: Some(_),
+                    ..
+                },
+                reply: Reply::Released(Released {
+                    released: false,
+                    hold_count: 1
+                }),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_release_frees_only_its_live_lease_and_marks_it() {
+        let p = plan(
+            &lock(),
+            &release("a", 7),
+            row(Some("a"), 7, 1, Some(500), 0),
+        );
+        assert!(matches!(
+            p,
+            Plan::Write {
+                state: RowState {
+                    owner: None,
+                    token: 7,
+                    hold_count: 0,
+                    expires_at: None,
+                    released_by: Some(77),
+                },
+                ..
+            }
+        ));
+        for r in [
+            row(Some("a"), 8, 1, Some(500), 0),
+            row(Some("b"), 7, 1, Some(500), 0),
+            row(Some("a"), 7, 1, Some(0), 0),
+            row(None, 7, 0, None, 0),
+        ] {
+            assert!(matches!(
+                plan(&lock(), &release("a", 7), r),
+                Plan::Individual
+            ));
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Statements over many lock rows at once, for the engine's batches of
+//! uncontended operations: one locking read of every member's row, one
+//! write of every new lease state. Both take their rows as a list of
+//! [`RowKey`]s (any tenants); the engine keeps each key once per batch.
+
+use chrono::NaiveDateTime;
+
+use super::{pool::Conn, RowKey};
+
+/// A lock row read by a batch, with its key and the database clock.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct KeyedLockRow {
+    pub tenant: Vec<u8>,
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    pub owner: Option<Vec<u8>>,
+    pub token: u64,
+    pub hold_count: u32,
+    pub expires_at: Option<NaiveDateTime>,
+    pub queued: u32,
+    pub released_by: Option<u64>,
+    pub now: NaiveDateTime,
+}
+
+impl KeyedLockRow {
+    /// Whether this is the row of `k`.
+    pub fn is(&self, k: RowKey<'_>) -> bool {
+        self.kind == k.kind as u8
+            && self.tenant == k.tenant.as_bytes()
+            && self.lock_key == k.key.as_bytes()
+    }
+
+    /// The row without its key.
+    pub fn into_row(self) -> super::locks::LockRow {
+        super::locks::LockRow {
+            owner: self.owner,
+            token: self.token,
+            hold_count: self.hold_count,
+            expires_at: self.expires_at,
+            queued: self.queued,
+            released_by: self.released_by,
+            now: self.now,
+        }
+    }
+}
+
+/// The rows of `keys` that no other transaction holds, locked until the
+/// end of the transaction (`FOR UPDATE SKIP LOCKED`: never waits, so a
+/// batch cannot deadlock with anyone), each with `NOW(6)` read in this
+/// statement. A key whose row is missing or busy is simply not returned.
+pub async fn lock_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec<KeyedLockRow>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tuples = vec!["(?, ?, ?)"; keys.len()].join(", ");
+    let sql = format!(
+        r#"
+SELECT tenant, kind, lock_key, owner, token, hold_count, expires_at, queued, released_by,
+  NOW(6) AS now
+FROM locks WHERE (tenant, kind, lock_key) IN ({tuples})
+FOR UPDATE SKIP LOCKED
+"#
+    );
+    conn.run(|c| {
+        let mut query = sqlx::query_as(&sql);
+        for k in keys {
+            query = query.bind(k.tenant).bind(k.kind as u8).bind(k.key);
+        }
+        query.fetch_all(c)
+    })
+    .await
+}
+
+/// A lease state to write into a lock row: a holder (or none, freed), its
+/// token, hold count and expiry.
+#[derive(Debug, Clone)]
+pub struct LeaseWrite<'a> {
+    pub key: RowKey<'a>,
+    pub owner: Option<&'a str>,
+    pub token: u64,
+    pub hold_count: u32,
+    pub expires_at: Option<NaiveDateTime>,
+    /// A release's mark (`released_by`); `None` leaves the row's as it is.
+    pub released_by: Option<u64>,
+}
+
+/// Writes every state of `writes` in one statement. The caller holds each
+/// row (read by [`lock_rows`] in this transaction), so every row exists
+/// and the insert half never inserts; `queued` is left as it is.
+pub async fn write_rows(conn: &mut Conn, writes: &[LeaseWrite<'_>]) -> sqlx::Result<()> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let tuples = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; writes.len()].join(", ");
+    let sql = format!(
+        r#"
+INSERT INTO locks (tenant, kind, lock_key, owner, token, hold_count, expires_at, released_by)
+VALUES {tuples}
+ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
+  hold_count = VALUES(hold_count), expires_at = VALUES(expires_at),
+  released_by = COALESCE(VALUES(released_by), locks.released_by)
+"#
+    );
+    conn.run(|c| {
+        let mut query = sqlx::query(&sql);
+        for w in writes {
+            query = query
+                .bind(w.key.tenant)
+                .bind(w.key.kind as u8)
+                .bind(w.key.key)
+                .bind(w.owner)
+                .bind(w.token)
+                .bind(w.hold_count)
+                .bind(w.expires_at)
+                .bind(w.released_by);
+        }
+        query.execute(c)
+    })
+    .await?;
+    Ok(())
+}
