@@ -40,7 +40,7 @@ impl Engine {
     /// Whether `lock` takes the routine path: a lock of a tenant on the
     /// built-in FIFO fairness.
     pub(super) fn on_routine_path(&self, lock: &LockRef) -> bool {
-        lock.kind == Kind::Lock && lock.pacing.always_oldest()
+        lock.kind == Kind::Lock && lock.pacing.always_oldest() && !self.db().galera()
     }
 
     /// A waiting acquire (`wish.wait_ms` > 0) in one `CALL` and a `COMMIT`:
@@ -65,10 +65,6 @@ impl Engine {
         };
         self.retry(budget, || async {
             let mut conn = self.conn(budget).await?;
-            if conn.galera() {
-                conn.done();
-                return Ok(None);
-            }
             let out = routines::acquire(&mut conn, lock.row(), call).await?;
             if out.is("granted") {
                 let lease = lease(&out, wish.owner, wish.ttl_ms)?;
@@ -99,8 +95,7 @@ impl Engine {
     /// attempt tried again that finds its mark answers what the earlier,
     /// committed one did.
     ///
-    /// On a Galera node, the general path's release instead. Within
-    /// `budget` (a release sent out of a batch keeps what it has left).
+    /// Within `budget` (a release sent out of a batch keeps what it has left).
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
@@ -121,15 +116,8 @@ impl Engine {
             released: true,
             hold_count: 0,
         };
-        let galera = std::sync::atomic::AtomicBool::new(false);
-        let routine = self
-            .retry(budget, || async {
+        self.retry(budget, || async {
             let mut conn = self.conn(budget).await?;
-            if conn.galera() {
-                conn.done();
-                galera.store(true, std::sync::atomic::Ordering::Relaxed);
-                return Ok(freed);
-            }
             let call = routines::release(
                 &mut conn,
                 lock.row(),
@@ -196,13 +184,7 @@ impl Engine {
             self.deliver(handed);
             Ok(freed)
         })
-        .await;
-        if galera.load(std::sync::atomic::Ordering::Relaxed) {
-            return self
-                .release_seat(lock, Seat::Whole, owner, token, mark)
-                .await;
-        }
-        routine
+        .await
     }
 }
 

@@ -56,6 +56,12 @@ impl Db {
         })
     }
 
+    /// Whether any of the servers was found to be a Galera node (known
+    /// once a connection to it opened: `prepare` opens one).
+    pub fn galera(&self) -> bool {
+        self.servers.iter().any(Pool::galera)
+    }
+
     /// Finds the first server that answers (in list order, within
     /// `patience` for the whole list), creates the database there if it is
     /// missing and runs the migrations. That server is then in use.

@@ -68,6 +68,8 @@ struct Inner {
     /// idle since before then are suspect and closed, not handed out.
     failed_at: Mutex<Option<Instant>>,
     closed: AtomicBool,
+    /// A connection found the server to be a Galera node.
+    galera: AtomicBool,
 }
 
 struct Idle {
@@ -124,12 +126,19 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             failed_at: Mutex::new(None),
             closed: AtomicBool::new(false),
+            galera: AtomicBool::new(false),
         }))
     }
 
     /// `host:port` of the server.
     pub fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// Whether a connection of this pool found its server to be a Galera
+    /// node.
+    pub fn galera(&self) -> bool {
+        self.0.galera.load(Ordering::Relaxed)
     }
 
     /// Connections handed out now (or being opened for a user).
@@ -212,6 +221,9 @@ impl Pool {
         };
         let mut conn = inner.options.connect().await.map_err(failed)?;
         let (session, ready) = setup(&mut conn, inner.setup).await.map_err(failed)?;
+        if session.galera {
+            inner.galera.store(true, Ordering::Relaxed);
+        }
         super::keepalive::apply(inner.options.get_port());
         if !ready {
             self.note_failure();
@@ -339,11 +351,6 @@ impl Conn {
     /// When the server started (Unix seconds, ±1 s).
     pub fn server_started(&self) -> i64 {
         self.session.server_started
-    }
-
-    /// Whether the server is a Galera node.
-    pub fn galera(&self) -> bool {
-        self.session.galera
     }
 
     /// `host:port` of the server.
