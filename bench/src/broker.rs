@@ -31,6 +31,11 @@ const HELD_TTL_MS: u64 = 3_600_000;
 const WAIT_MS: u64 = 5_000;
 /// Clients that fill and exercise the held leases.
 const HELD_CLIENTS: usize = 32;
+/// Keys per multi-lock when filling the held leases: each key's lease is an
+/// ordinary one (renewed and released one by one afterwards), but 64 new
+/// rows per transaction fill a million in minutes rather than the quarter
+/// of an hour one acquire per key took.
+const FILL_CHUNK: usize = 64;
 
 /// Where the broker is, and a prefix that keeps this run's keys apart.
 pub struct Broker {
@@ -1009,29 +1014,41 @@ async fn fill(b: &Broker, api_key: &str, held: &Arc<Mutex<Vec<(String, u64)>>>, 
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= target {
+                let first = next.fetch_add(FILL_CHUNK, Ordering::Relaxed);
+                if first >= target {
                     break;
                 }
-                if i > 0 && i % 10_000 == 0 {
-                    eprintln!("lockbench: held: acquiring lease {i} of {target}");
+                let last = (first + FILL_CHUNK).min(target);
+                if first / 10_000 != last / 10_000 {
+                    eprintln!("lockbench: held: acquiring lease {last} of {target}");
                 }
-                let key = format!("h{run}-{i}");
+                let keys: Vec<String> = (first..last).map(|i| format!("h{run}-{i}")).collect();
+                let body = serde_json::json!({
+                    "keys": keys, "owner": HOLDER, "ttl_ms": HELD_TTL_MS, "wait_ms": 0,
+                });
                 // A few tries: a lease must not be missing from the count.
                 for _ in 0..5 {
-                    match client.acquire(&key, HOLDER, HELD_TTL_MS, 0).await {
+                    match client.post("/v1/multilock/acquire", &body, 0).await {
                         Ok(r) if r.status == 200 => {
-                            mine.push((key.clone(), token(&r)));
-                            break;
+                            if let Ok(grant) = r.parse::<api::MultiLockLease>() {
+                                mine.extend(grant.locks.into_iter().map(|l| (l.key, l.token)));
+                                break;
+                            }
+                            if errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                                eprintln!("lockbench: held: unreadable answer {}", r.text());
+                            }
                         }
                         Ok(r) => {
                             if errors.fetch_add(1, Ordering::Relaxed) < 3 {
-                                eprintln!("lockbench: held: {key}: {}", describe(&r));
+                                eprintln!(
+                                    "lockbench: held: keys {first}..{last}: {}",
+                                    describe(&r)
+                                );
                             }
                         }
                         Err(e) => {
                             if errors.fetch_add(1, Ordering::Relaxed) < 3 {
-                                eprintln!("lockbench: held: {key}: {e}");
+                                eprintln!("lockbench: held: keys {first}..{last}: {e}");
                             }
                             pause().await;
                         }
