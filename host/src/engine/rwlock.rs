@@ -684,7 +684,8 @@ impl Engine {
         grant: &Undelivered,
     ) -> Result<(), EngineError> {
         let h = &mut held.header;
-        if h.writer.as_deref() == Some(&grant.owner[..]) && h.writer_token == Some(grant.granted_token)
+        if h.writer.as_deref() == Some(&grant.owner[..])
+            && h.writer_token == Some(grant.granted_token)
         {
             h.writer = None;
             h.writer_token = None;
@@ -834,6 +835,9 @@ mod tests {
         let mut w = held(None, &[], 0);
         let c = w.grant("c", RwMode::Write, 500);
         assert_eq!(c.token, 11);
-        assert_eq!(w.writer().map(|(o, t, _)| (o.to_vec(), t)), Some((b"c".to_vec(), 11)));
+        assert_eq!(
+            w.writer().map(|(o, t, _)| (o.to_vec(), t)),
+            Some((b"c".to_vec(), 11))
+        );
     }
 }

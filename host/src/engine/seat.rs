@@ -311,9 +311,7 @@ pub(super) async fn add_queued(conn: &mut Conn, lock: &LockRef, delta: i64) -> s
             semaphores::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?
         }
         Kind::Lock | Kind::Election => locks::add_queued(conn, lock.row(), delta).await?,
-        Kind::RwLock => {
-            rwlocks::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?
-        }
+        Kind::RwLock => rwlocks::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?,
     };
     Ok(())
 }

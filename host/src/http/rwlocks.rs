@@ -6,8 +6,8 @@
 use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
-    ErrorBody, ReleaseRequest, ReleaseResponse, RenewRequest, RwAcquireRequest, RwHolder,
-    RwLease, RwLockStatus, RwMode,
+    ErrorBody, ReleaseRequest, ReleaseResponse, RenewRequest, RwAcquireRequest, RwHolder, RwLease,
+    RwLockStatus, RwMode,
 };
 
 use super::{
@@ -87,7 +87,9 @@ impl Command for RwLockCommand {
     async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
         let (engine, lock) = (app.engine(&lock.tenant), &lock);
         Ok(match self {
-            RwLockCommand::Acquire { terms, mode } => ok(&acquire(engine, lock, terms, mode).await?),
+            RwLockCommand::Acquire { terms, mode } => {
+                ok(&acquire(engine, lock, terms, mode).await?)
+            }
             RwLockCommand::Release(request) => ok(&release(engine, lock, request).await?),
             RwLockCommand::Renew { terms, token } => ok(&renew(engine, lock, terms, token).await?),
             RwLockCommand::Status => ok(&status(engine, lock).await?),
