@@ -18,6 +18,7 @@ use lockbroker_tests::{
     Broker, Client, History, Outcome, Reply,
 };
 use serde_json::json;
+use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 async fn acquire(
     c: &Client,
@@ -291,6 +292,72 @@ async fn leases_end_by_the_database_clock_and_pass_to_waiters() {
     broker.stop().await;
 }
 
+/// Sends a waiting rwlock acquire over a raw connection, to drop it
+/// mid-wait.
+async fn raw_waiting_acquire(broker: &Broker, key: &str, owner: &str, mode: RwMode) -> TcpStream {
+    let addr = broker.url().trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let body = serde_json::to_string(&RwAcquireRequest {
+        ttl_ms: Some(30_000),
+        wait_ms: Some(60_000),
+        ..RwAcquireRequest::new(owner, mode)
+    })
+    .unwrap();
+    let request = format!(
+        "POST /v1/rwlocks/{key}/acquire HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        lockbroker_tests::KEY,
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    s
+}
+
+#[tokio::test]
+async fn departed_waiters_never_hold_the_rwlock() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let free = |what: String| {
+        let c = c.clone();
+        async move {
+            eventually(&what, Duration::from_secs(5), || async {
+                let s = status(&c, "dc").await;
+                s.writer.is_none() && s.readers.is_empty() && s.waiters == 0
+            })
+            .await;
+        }
+    };
+    let w = granted(&acquire(&c, "dc", "holder", RwMode::Write, 60_000, 0).await);
+    let conn = raw_waiting_acquire(&broker, "dc", "gone", RwMode::Read).await;
+    until_waiters(&c, "dc", 1).await;
+    drop(conn);
+    until_waiters(&c, "dc", 0).await;
+    assert_eq!(release(&c, "dc", "holder", w.token).await.status, 200);
+    free("the departed reader left the queue".into()).await;
+
+    // The race: two readers and a writer leave just as the key is handed
+    // to them. Their grants are given back, never left held by nobody.
+    for round in 0..5 {
+        let w = granted(&acquire(&c, "dc", "holder", RwMode::Write, 60_000, 0).await);
+        let r1 = raw_waiting_acquire(&broker, "dc", "gone-1", RwMode::Read).await;
+        until_waiters(&c, "dc", 1).await;
+        let r2 = raw_waiting_acquire(&broker, "dc", "gone-2", RwMode::Read).await;
+        until_waiters(&c, "dc", 2).await;
+        let w2 = raw_waiting_acquire(&broker, "dc", "gone-3", RwMode::Write).await;
+        until_waiters(&c, "dc", 3).await;
+        let (_, released) = tokio::join!(
+            async { drop((r1, r2, w2)) },
+            release(&c, "dc", "holder", w.token)
+        );
+        assert_eq!(released.status, 200);
+        free(format!(
+            "round {round}: the departed waiters' grants were given back"
+        ))
+        .await;
+    }
+    granted(&acquire(&c, "dc", "after", RwMode::Write, 30_000, 0).await);
+    broker.stop().await;
+}
+
 #[tokio::test]
 async fn max_waiters_gives_429() {
     let db = fresh_db_name();
@@ -397,12 +464,19 @@ async fn stress_reads_overlap_writes_never_and_tokens_increase() {
             (grants, most_readers)
         }));
     }
-    let (mut grants, mut most_readers) = (0, 0);
-    for task in tasks {
+    let (mut grants, mut writes, mut most_readers) = (0, 0, 0);
+    for (client, task) in tasks.into_iter().enumerate() {
         let (n, most) = task.await.unwrap();
         grants += n;
+        if client < WRITERS {
+            writes += n;
+        }
         most_readers = most_readers.max(most);
     }
+    assert!(
+        writes > 0 && writes < grants,
+        "both modes were granted: {writes} of {grants}"
+    );
     let report = history.check_shared(|op| op.owner.starts_with("reader"));
     report.assert_clean();
     assert!(grants > 50, "too few grants to mean anything: {grants}");
