@@ -17,9 +17,11 @@ CREATE TABLE IF NOT EXISTS rwlocks (
     writer_expires_at DATETIME(6) NULL,
     -- Pending waiters (kind 3 in `waiters`); changed only under this row's lock.
     queued INT UNSIGNED NOT NULL DEFAULT 0,
-    -- The mark of the last release of this key (see release_marks): a
-    -- release tried again after an error learns whether it committed.
-    released_by BIGINT UNSIGNED NULL,
+    -- The mark of the last transaction that changed this key: a random
+    -- number per transaction (per request, for a release), written with
+    -- the change. A commit whose answer was lost is found out by it (see
+    -- release_marks: a release tried again learns whether it committed).
+    changed_by BIGINT UNSIGNED NULL,
     PRIMARY KEY (tenant, rw_key)
 ) ENGINE = InnoDB;
 

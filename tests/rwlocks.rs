@@ -5,7 +5,7 @@
 //! write).
 
 use std::{
-    sync::Arc,
+    sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
@@ -13,9 +13,9 @@ use lockbroker_api::{
     ErrorCode, ReleaseRequest, RenewRequest, RwAcquireRequest, RwLease, RwLockStatus, RwMode,
 };
 use lockbroker_tests::{
-    config, eventually, fresh_db_name,
+    config, config_at, eventually, fresh_db_name,
     history::{Op, Request},
-    Broker, Client, History, Outcome, Reply,
+    Broker, Client, History, Outcome, Proxy, Reply,
 };
 use serde_json::json;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
@@ -355,6 +355,70 @@ async fn departed_waiters_never_hold_the_rwlock() {
         .await;
     }
     granted(&acquire(&c, "dc", "after", RwMode::Write, 30_000, 0).await);
+    broker.stop().await;
+}
+
+/// The answer to a `COMMIT` is lost after the server committed (a write
+/// grant, then a release that hands the key to a waiting reader): the
+/// broker reads the transaction's mark back and answers and delivers both.
+/// A `COMMIT` that never reached the server is found not to have happened
+/// and is tried again: one grant, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_commits_are_settled_by_the_header_mark() {
+    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
+    let name = fresh_db_name();
+    let server = format!(
+        "mysql://{}@{}",
+        lockbroker_tests::server_userinfo(),
+        proxy.addr
+    );
+    let mut config = config_at(&server, &name);
+    config.db_timeout_ms = 2000;
+    let broker = Broker::start_with(name, config).await;
+    let c = broker.client();
+    let hits = || proxy.commits_hit.load(Ordering::SeqCst);
+    // A first grant creates the key's header.
+    let first = granted(&acquire(&c, "a", "me", RwMode::Write, 60_000, 0).await);
+    assert_eq!(release(&c, "a", "me", first.token).await.status, 200);
+
+    proxy.lose_next_commit_answer();
+    let w = granted(&acquire(&c, "a", "me", RwMode::Write, 60_000, 0).await);
+    assert_eq!(hits(), 1, "the fault hit the grant's COMMIT");
+    assert_eq!(w.token, first.token + 1);
+    let writer = status(&c, "a").await.writer.expect("the grant committed");
+    assert_eq!((writer.owner.as_str(), writer.token), ("me", w.token));
+
+    let reader = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "a", "next", RwMode::Read, 60_000, 10_000).await })
+    };
+    until_waiters(&c, "a", 1).await;
+    proxy.lose_next_commit_answer();
+    let released = release(&c, "a", "me", w.token).await;
+    assert_eq!(hits(), 2, "the fault hit the release's COMMIT");
+    assert_eq!(released.status, 200, "{released:?}");
+    let handed = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the reader is answered")
+        .unwrap();
+    let r = granted(&handed);
+    assert_eq!(r.token, w.token + 1);
+
+    assert_eq!(release(&c, "a", "next", r.token).await.status, 200);
+    proxy.drop_next_commit();
+    let again = granted(&acquire(&c, "a", "me", RwMode::Write, 60_000, 0).await);
+    assert_eq!(hits(), 3, "the fault hit a COMMIT");
+    assert_eq!(again.token, r.token + 1, "granted once");
+
+    let text = c.get("/metrics").await.unwrap().text();
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"committed\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"not_committed\"} 1"),
+        "{text}"
+    );
     broker.stop().await;
 }
 

@@ -28,8 +28,12 @@
 //!   asking again for the mode it holds gets its lease back renewed, same
 //!   token (like a semaphore's permit).
 //!
-//! A lost answer to a COMMIT is not settled here (`Expect::Unchecked`): the
-//! request answers 503, and a grant that did commit runs out by its TTL.
+//! Every transaction writes a fresh mark of its own into the header
+//! (`changed_by`; a release, its request's mark on every attempt), so a
+//! COMMIT whose answer was lost is found out by reading it back
+//! (`Expect::Marked`, `settle`): committed, answered as such; not, tried
+//! again; unknown, `503`, and a new grant found later to have committed is
+//! given back.
 
 use chrono::NaiveDateTime;
 
@@ -343,8 +347,11 @@ impl Engine {
                 if mode == RwMode::Read {
                     self.rw_put_reader(&mut tx, lock, &lease).await?;
                 }
-                self.rw_write(&mut tx, lock, &held, None).await?;
-                self.commit(tx, lock, Expect::Unchecked).await?;
+                let mark = mark();
+                self.rw_write(&mut tx, lock, &held, mark).await?;
+                let grant = lease.fresh.then(|| (lease.owner.clone(), lease.token));
+                self.commit(tx, lock, Expect::Marked { mark, grant })
+                    .await?;
                 self.deliver(deliveries);
                 self.count_grant(lock, if lease.fresh { "direct" } else { "reentry" });
                 return Ok((Attempt::Granted(lease), held.readers_now()));
@@ -367,17 +374,19 @@ impl Engine {
         deliveries: Vec<Delivery>,
         busy: Attempt,
     ) -> Result<Attempt, EngineError> {
+        let mark = mark();
         if wish.wait_ms == 0 {
             if deliveries.is_empty() {
                 tx.rollback().await?;
             } else {
-                self.rw_write(&mut tx, lock, held, None).await?;
-                self.commit(tx, lock, Expect::Unchecked).await?;
+                self.rw_write(&mut tx, lock, held, mark).await?;
+                let expect = Expect::Marked { mark, grant: None };
+                self.commit(tx, lock, expect).await?;
                 self.deliver(deliveries);
             }
             return Ok(busy);
         }
-        self.rw_write(&mut tx, lock, held, None).await?;
+        self.rw_write(&mut tx, lock, held, mark).await?;
         let waiter = self.enqueue(&mut tx, lock, wish).await?;
         waiters::set_mode(&mut tx, waiter.id(), mode.code()).await?;
         // If this fails, dropping `waiter` takes it out again.
@@ -428,13 +437,13 @@ impl Engine {
     }
 
     /// Writes the header as `held` has it (token counter, writer), marked
-    /// by the release `released_by` if `Some`.
+    /// by the transaction's `mark`.
     async fn rw_write(
         &self,
         tx: &mut Conn,
         lock: &LockRef,
         held: &Held,
-        released_by: Option<u64>,
+        mark: u64,
     ) -> Result<(), EngineError> {
         let h = &held.header;
         let writer = match (&h.writer, h.writer_token, h.writer_expires_at) {
@@ -443,15 +452,7 @@ impl Engine {
             }
             _ => None,
         };
-        rwlocks::write_header(
-            tx,
-            &lock.tenant,
-            &lock.storage_key,
-            h.token,
-            writer,
-            released_by,
-        )
-        .await?;
+        rwlocks::write_header(tx, &lock.tenant, &lock.storage_key, h.token, writer, mark).await?;
         Ok(())
     }
 
@@ -540,7 +541,7 @@ impl Engine {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
-            if held.header.released_by == Some(mark) {
+            if held.header.changed_by == Some(mark) {
                 // An earlier attempt of this release committed.
                 tx.rollback().await?;
                 return Ok(());
@@ -561,8 +562,9 @@ impl Engine {
                 return Err(EngineError::LeaseLost);
             }
             let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
-            self.rw_write(&mut tx, lock, &held, Some(mark)).await?;
-            self.commit(tx, lock, Expect::Unchecked).await?;
+            self.rw_write(&mut tx, lock, &held, mark).await?;
+            let expect = Expect::Marked { mark, grant: None };
+            self.commit(tx, lock, expect).await?;
             self.deliver(deliveries);
             Ok(())
         })
@@ -621,15 +623,29 @@ impl Engine {
                 fresh: false,
             };
             held.set(mode, &lease);
-            match mode {
-                RwMode::Read => self.rw_put_reader(&mut tx, lock, &lease).await?,
-                RwMode::Write => self.rw_write(&mut tx, lock, &held, None).await?,
+            if mode == RwMode::Read {
+                self.rw_put_reader(&mut tx, lock, &lease).await?;
             }
-            self.commit(tx, lock, Expect::Unchecked).await?;
+            let mark = mark();
+            self.rw_write(&mut tx, lock, &held, mark).await?;
+            let expect = Expect::Marked { mark, grant: None };
+            self.commit(tx, lock, expect).await?;
             let readers = held.readers_now();
             Ok(RwGrant::new(lease, mode, readers))
         })
         .await
+    }
+
+    /// Whether the transaction marked `mark` is the last that changed the
+    /// rwlock (for `settle`: a lost commit found to have happened). Locks
+    /// the header, waiting for a transaction still holding it.
+    pub(super) async fn rw_marked(
+        conn: &mut Conn,
+        lock: &LockRef,
+        mark: u64,
+    ) -> sqlx::Result<bool> {
+        let header = rwlocks::header(conn, &lock.tenant, &lock.storage_key, Locking::Wait).await?;
+        Ok(header.is_some_and(|h| h.changed_by == Some(mark)))
     }
 
     /// Gives back a rwlock lease nobody will receive (its request is gone),
@@ -665,7 +681,8 @@ impl Engine {
         if held.header.queued > 0 {
             self.purge(&mut tx, lock).await?;
         }
-        self.rw_write(&mut tx, lock, &held, None).await?;
+        self.rw_write(&mut tx, lock, &held, mark()).await?;
+        // Background work: nobody waits for the answer.
         self.commit(tx, lock, Expect::Unchecked).await?;
         if !deliveries.is_empty() {
             self.metrics.inc("lockbroker_expiry_handoffs_total", &[]);
@@ -774,7 +791,7 @@ mod tests {
                 writer_token: writer.map(|(_, t, _)| t),
                 writer_expires_at: writer.map(|(_, _, ms)| at(ms)),
                 queued,
-                released_by: None,
+                changed_by: None,
                 now: at(0),
             },
             readers: readers

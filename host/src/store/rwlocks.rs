@@ -19,8 +19,8 @@ pub struct HeaderRow {
     pub writer_expires_at: Option<NaiveDateTime>,
     /// Pending waiters (exact while the row is locked).
     pub queued: u32,
-    /// The mark of the release that last changed this key.
-    pub released_by: Option<u64>,
+    /// The mark of the transaction that last changed this key.
+    pub changed_by: Option<u64>,
     pub now: NaiveDateTime,
 }
 
@@ -42,7 +42,7 @@ pub async fn header(
 ) -> sqlx::Result<Option<HeaderRow>> {
     let sql = format!(
         r#"
-SELECT token, writer, writer_token, writer_expires_at, queued, released_by, NOW(6) AS now
+SELECT token, writer, writer_token, writer_expires_at, queued, changed_by, NOW(6) AS now
 FROM rwlocks WHERE tenant = ? AND rw_key = ?
 {}
 "#,
@@ -92,14 +92,14 @@ WHERE tenant = ? AND rw_key = ? ORDER BY token
 }
 
 /// Writes the header's token counter and writer (`None`: no writer),
-/// marked by the release `released_by` if `Some`.
+/// marked by the transaction `changed_by`.
 pub async fn write_header(
     conn: &mut Conn,
     tenant: &str,
     key: &str,
     token: u64,
     writer: Option<(&str, u64, NaiveDateTime)>,
-    released_by: Option<u64>,
+    changed_by: u64,
 ) -> sqlx::Result<MySqlQueryResult> {
     let (owner, writer_token, expires_at) = match writer {
         Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
@@ -109,7 +109,7 @@ pub async fn write_header(
         sqlx::query(
             r#"
 UPDATE rwlocks SET token = ?, writer = ?, writer_token = ?, writer_expires_at = ?,
-  released_by = COALESCE(?, released_by)
+  changed_by = ?
 WHERE tenant = ? AND rw_key = ?
 "#,
         )
@@ -117,7 +117,7 @@ WHERE tenant = ? AND rw_key = ?
         .bind(owner)
         .bind(writer_token)
         .bind(expires_at)
-        .bind(released_by)
+        .bind(changed_by)
         .bind(tenant)
         .bind(key)
         .execute(c)
@@ -182,24 +182,6 @@ pub async fn delete_expired_readers(
         .bind(tenant)
         .bind(key)
         .execute(c)
-    })
-    .await
-}
-
-/// Marks the header with the release `released_by` (a release that changed
-/// only a reader row).
-pub async fn mark_released(
-    conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    released_by: u64,
-) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query("UPDATE rwlocks SET released_by = ? WHERE tenant = ? AND rw_key = ?")
-            .bind(released_by)
-            .bind(tenant)
-            .bind(key)
-            .execute(c)
     })
     .await
 }
