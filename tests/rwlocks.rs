@@ -266,6 +266,32 @@ async fn a_release_hands_on_to_every_reader_up_to_the_next_writer() {
 }
 
 #[tokio::test]
+async fn readers_behind_a_writer_that_left_the_queue_join_the_readers() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let r0 = granted(&acquire(&c, "left", "r0", RwMode::Read, 60_000, 0).await);
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "left", "w", RwMode::Write, 30_000, 500).await })
+    };
+    until_waiters(&c, "left", 1).await;
+    let reader = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "left", "r1", RwMode::Read, 30_000, 20_000).await })
+    };
+    until_waiters(&c, "left", 2).await;
+    // The writer gives up; the reader behind it is granted beside r0, which
+    // still reads (the reaper hands it on: nobody released anything).
+    held(&writer.await.unwrap());
+    let r1 = granted(&reader.await.unwrap());
+    assert!(r1.token > r0.token);
+    let now = status(&c, "left").await;
+    let readers: Vec<&str> = now.readers.iter().map(|r| r.owner.as_str()).collect();
+    assert_eq!(readers, ["r0", "r1"]);
+    broker.stop().await;
+}
+
+#[tokio::test]
 async fn leases_end_by_the_database_clock_and_pass_to_waiters() {
     let broker = Broker::start().await;
     let c = broker.client();

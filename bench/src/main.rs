@@ -344,7 +344,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         url: url.clone(),
         run: run.clone(),
     });
-    let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
+    let needs_broker = wanted
+        .iter()
+        .any(|s| BROKER_SCENARIOS.contains(s) || ["multilock-8", "rwlock"].contains(s));
     let second = args.second_broker_url.as_ref().map(|url| SecondBroker {
         url: url.clone(),
         start: args.second_broker_start.clone(),

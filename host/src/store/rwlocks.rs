@@ -205,8 +205,10 @@ pub async fn add_queued(
     .await
 }
 
-/// Rwlocks with pending waiters, no live writer and no live reader (nobody
-/// handed them on: the last lease expired), up to `limit`.
+/// Rwlocks with pending waiters and no live writer that nobody handed on:
+/// no live reader either (the last lease expired), or the oldest pending
+/// waiter is a reader (the writer it queued behind left the queue), up to
+/// `limit`.
 pub async fn free_with_waiters(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<KeyRow>> {
     conn.run(|c| {
         sqlx::query_as(
@@ -214,12 +216,19 @@ pub async fn free_with_waiters(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<
 SELECT h.tenant, CAST(? AS SIGNED) AS kind, h.rw_key AS lock_key FROM rwlocks h
 WHERE h.queued > 0
   AND (h.writer IS NULL OR h.writer_expires_at <= NOW(6))
-  AND NOT EXISTS (
-    SELECT 1 FROM rwlock_readers r
-    WHERE r.tenant = h.tenant AND r.rw_key = h.rw_key AND r.expires_at > NOW(6))
+  AND (
+    NOT EXISTS (
+      SELECT 1 FROM rwlock_readers r
+      WHERE r.tenant = h.tenant AND r.rw_key = h.rw_key AND r.expires_at > NOW(6))
+    OR (
+      SELECT w.mode FROM waiters w
+      WHERE w.tenant = h.tenant AND w.kind = ? AND w.lock_key = h.rw_key
+        AND w.granted_token IS NULL
+      ORDER BY w.id LIMIT 1) = 0)
 LIMIT ?
 "#,
         )
+        .bind(Kind::RwLock as u8)
         .bind(Kind::RwLock as u8)
         .bind(limit)
         .fetch_all(c)
