@@ -481,6 +481,10 @@ impl Engine {
     /// met on the way are cleared out. Bounded by `queued`, which each
     /// handoff lowers. The caller holds the header, writes `held` back and
     /// commits, then delivers.
+    ///
+    /// A fairness policy that picks a writer while readers still hold
+    /// counts its pass-over of older waiters (`choose`) although nobody is
+    /// granted yet; the built-in FIFO policy counts none.
     async fn rw_fill(
         &self,
         tx: &mut Conn,
