@@ -4,7 +4,7 @@ use std::{process::Output, time::Duration};
 
 use lockbroker_api::{
     ElectionEvent, ElectionStatus, ErrorBody, ErrorCode, Lease, LockStatus, ReleaseResponse,
-    SemaphoreStatus, TenantInfo,
+    RwLockStatus, SemaphoreStatus, TenantInfo,
 };
 use lockbroker_tests::{bin, eventually_some, Broker, KEY};
 use serde::de::DeserializeOwned;
@@ -128,6 +128,51 @@ async fn run_holds_the_lock_while_the_command_runs() {
         .unwrap();
     let out = lockctl(&broker, &["run", "busy", "--wait-ms", "200", "--", "true"]).await;
     assert_eq!(out.status.code(), Some(75));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn rw_holds_a_read_or_write_lease_while_the_command_runs() {
+    let broker = Broker::start().await;
+    // From inside a read held past its 600 ms TTL (lockctl renews it):
+    // the rwlock shows a reader, a second reader gets in, a writer waits
+    // out its --wait-ms and gives up with 75.
+    let l = bin("lockctl").display().to_string();
+    let script = format!(
+        "sleep 1.2; {l} status --rwlock cfg | grep -q '\"readers\":\\[{{' || exit 1; \
+         {l} rw read cfg --wait-ms 0 -- true || exit 2; \
+         {l} rw write cfg --wait-ms 200 -- true; [ $? -eq 75 ] && exit 7"
+    );
+    let out = lockctl(
+        &broker,
+        &[
+            "rw", "read", "cfg", "--ttl-ms", "600", "--", "sh", "-c", &script,
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "exit status of the command: {out:?}"
+    );
+    let out = lockctl(&broker, &["status", "--rwlock", "cfg"]).await;
+    let status: RwLockStatus = parsed(&out);
+    assert!(
+        status.readers.is_empty() && status.writer.is_none(),
+        "{status:?}"
+    );
+
+    // A write excludes a reader: `rw read` exits 75, the write is released
+    // after its command.
+    let script = format!("{l} rw read cfg --wait-ms 100 -- true; [ $? -eq 75 ] && exit 9");
+    let out = lockctl(&broker, &["rw", "write", "cfg", "--", "sh", "-c", &script]).await;
+    assert_eq!(out.status.code(), Some(9), "{out:?}");
+    let out = lockctl(
+        &broker,
+        &["rw", "write", "cfg", "--wait-ms", "0", "--", "true"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     broker.stop().await;
 }
 

@@ -329,6 +329,67 @@ async fn a_semaphore_admits_at_most_its_permits() {
 }
 
 #[tokio::test]
+async fn rwlock_guards_share_reads_and_exclude_a_write() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let r1 = c
+        .read_lock("cfg")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a read");
+    let r2 = c
+        .read_lock("cfg")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("another read");
+    assert!(r2.token() > r1.token());
+    assert_eq!(r2.grant().map(|g| g.readers), Some(2));
+    assert!(c.write_lock("cfg").try_acquire().await.unwrap().is_none());
+    let status = c.rwlocks().status("cfg").await.unwrap();
+    assert_eq!((status.readers.len(), status.writer), (2, None));
+
+    // A waiting writer gets the key once both readers let go (one drops
+    // its guard, which releases it).
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move { c.write_lock("cfg").wait(PROMPTLY).acquire().await })
+    };
+    eventually("the writer waits", PROMPTLY, || async {
+        c.rwlocks().status("cfg").await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(
+        c.read_lock("cfg").try_acquire().await.unwrap().is_none(),
+        "a queued writer blocks new readers"
+    );
+    let last_read = r2.token();
+    r1.release().await.unwrap();
+    drop(r2);
+    let w = writer.await.unwrap().unwrap();
+    assert!(w.token() > last_read);
+    let err = c
+        .read_lock("cfg")
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::LockHeld));
+    let writer = c
+        .rwlocks()
+        .status("cfg")
+        .await
+        .unwrap()
+        .writer
+        .expect("held");
+    assert_eq!(writer.token, w.token());
+    w.release().await.unwrap();
+    assert!(c.write_lock("cfg").try_acquire().await.unwrap().is_some());
+    broker.stop().await;
+}
+
+#[tokio::test]
 async fn observe_streams_each_change_of_leader() {
     let broker = Broker::start().await;
     let c = client(&broker);

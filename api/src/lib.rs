@@ -8,6 +8,7 @@
 //! - [`semaphore`], [`election`]: the semaphore and election bodies,
 //!   including the Server-Sent Event of `observe`.
 //! - [`multilock`]: several lock keys at once, all or none.
+//! - [`rwlock`]: reader-writer locks (many readers or one writer).
 //! - [`fencing`]: whether a token is still the live grant (validate).
 //! - [`admin`], [`ops`]: tenants and policies (and force-release); health
 //!   and readiness.
@@ -27,6 +28,7 @@ pub mod limits;
 pub mod multilock;
 mod num;
 pub mod ops;
+pub mod rwlock;
 pub mod semaphore;
 
 pub use admin::{ForceReleaseResponse, PolicyInfo, TenantInfo, TenantList};
@@ -43,6 +45,7 @@ pub use multilock::{
     MultiLockReleaseResponse, MultiLockReleased, MultiLockRenewRequest,
 };
 pub use ops::Status;
+pub use rwlock::{RwAcquireRequest, RwHolder, RwLease, RwLockStatus, RwMode};
 pub use semaphore::{
     SemaphoreAcquireRequest, SemaphoreHolder, SemaphoreLease, SemaphoreReleaseRequest,
     SemaphoreRenewRequest, SemaphoreStatus,

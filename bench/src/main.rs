@@ -18,6 +18,7 @@ mod multilock;
 mod policy_calls;
 mod report;
 mod run;
+mod rwlock;
 mod second;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -109,7 +110,9 @@ struct Args {
     /// election, held, wasm-vs-native, mysql-get-lock, lease-row-tx,
     /// skip-locked-claim, mysql-commit, redis, etcd;
     /// and, only when named, lease-row-tx-pooled (the lease-row pairs through
-    /// one shared sqlx pool, with and without its ping on acquire).
+    /// one shared sqlx pool, with and without its ping on acquire),
+    /// multilock-8, and rwlock (read pairs of all clients on one key, write
+    /// pairs on own keys).
     #[arg(long, default_value = "all")]
     scenarios: String,
     /// The broker's process id (for its RSS in `held`).
@@ -161,12 +164,14 @@ const BASELINE_SCENARIOS: [&str; 6] = [
     "etcd",
 ];
 /// Scenarios only run when named.
-const EXTRA_SCENARIOS: [&str; 2] = ["lease-row-tx-pooled", "multilock-8"];
+const EXTRA_SCENARIOS: [&str; 3] = ["lease-row-tx-pooled", "multilock-8", "rwlock"];
 
 /// How rows are grouped in the table.
-const ROW_ORDER: [&str; 20] = [
+const ROW_ORDER: [&str; 22] = [
     "uncontended",
     "multilock-8",
+    "rwlock-write",
+    "rwlock-read",
     "uncontended (galera)",
     "lease-row-tx",
     "lease-row-tx pooled (ping on acquire)",
@@ -339,7 +344,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         url: url.clone(),
         run: run.clone(),
     });
-    let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
+    let needs_broker = wanted
+        .iter()
+        .any(|s| BROKER_SCENARIOS.contains(s) || ["multilock-8", "rwlock"].contains(s));
     let second = args.second_broker_url.as_ref().map(|url| SecondBroker {
         url: url.clone(),
         start: args.second_broker_start.clone(),
@@ -507,6 +514,14 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 multilock::scenario(&broker, key, c, duration).await,
                 &mut rows,
             );
+        }
+        if want("rwlock") {
+            for mode in [rwlock::Mode::Write, rwlock::Mode::Read] {
+                push(
+                    rwlock::scenario(&broker, key, mode, c, duration).await,
+                    &mut rows,
+                );
+            }
         }
         if let Some(etcd) = &etcd {
             push(etcd::scenario(etcd, false, c, duration).await, &mut rows);

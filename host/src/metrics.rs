@@ -88,18 +88,18 @@ const HDB: Kind = Kind::Histogram(DB_BUCKETS);
 pub const CATALOGUE: &[Spec] = &[
     // HTTP
     spec("lockbroker_http_requests_total", C, &["route", "status"],
-        "HTTP requests answered, by route (locks, semaphores, elections, admin, internal, healthz, readyz, metrics, openapi, unknown, unparsed) and status"),
+        "HTTP requests answered, by route (locks, semaphores, rwlocks, elections, admin, internal, healthz, readyz, metrics, openapi, unknown, unparsed) and status"),
     spec("lockbroker_http_request_duration_seconds", H, &["route", "action", "status"],
         "Time from a request's headers to its response head, by route, action (acquire, release, renew, status, campaign, ..., empty for the operations endpoints) and status"),
     spec("lockbroker_acquires_total", C, &["tenant", "resource", "result"],
-        "Acquire requests (lock and semaphore acquire, election campaign) by tenant, resource (locks, semaphores, elections) and result (ok or the error code)"),
+        "Acquire requests (lock and semaphore acquire, election campaign) by tenant, resource (locks, semaphores, rwlocks, elections) and result (ok or the error code)"),
     spec("lockbroker_releases_total", C, &["tenant", "resource", "result"],
         "Release requests (lock and semaphore release, election resign) by tenant, resource and result (ok or the error code)"),
     // Engine
     spec("lockbroker_lock_grants_total", C, &["tenant", "via"],
         "Leases granted on locks and elections, by tenant and how (direct, reentry, handoff)"),
     spec("lockbroker_grant_latency_seconds", H, &["tenant", "kind"],
-        "Time from the start of an acquire to its grant (queueing included), by tenant and kind (lock, election, semaphore)"),
+        "Time from the start of an acquire to its grant (queueing included), by tenant and kind (lock, election, semaphore, rwlock)"),
     spec("lockbroker_handoff_latency_seconds", H, &["tenant"],
         "Time a waiter spent queued before a lease was handed to it, by tenant"),
     spec("lockbroker_handoffs_total", C, &[],

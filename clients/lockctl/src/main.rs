@@ -3,7 +3,7 @@
 //! `acquire|release|renew|status|validate` print the broker's JSON answer
 //! (`status` also of a semaphore or an election); `run KEY -- CMD...` holds
 //! the lock while CMD runs, `multi KEY... -- CMD...` several locks, all or
-//! none (`run.rs`); `force-release TENANT KEY` ends a stuck lease (admin); `watch ELECTION` prints changes of leader
+//! none, `rw read|write KEY -- CMD...` a reader-writer lock (`run.rs`); `force-release TENANT KEY` ends a stuck lease (admin); `watch ELECTION` prints changes of leader
 //! (`watch.rs`); `policy upload|status` uses the admin API (`policy.rs`).
 //! What is printed and the exit codes are in `output.rs`: 0 success (or
 //! CMD's own status for `run`), 1 the broker refused, 2 usage, 3 the broker
@@ -19,7 +19,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use lockbroker_client::{
-    api::{AcquireRequest, ReleaseRequest, RenewRequest},
+    api::{AcquireRequest, ReleaseRequest, RenewRequest, RwMode},
     Client, Result,
 };
 use serde::Serialize;
@@ -91,14 +91,18 @@ enum Command {
         #[arg(long, default_value_t = 30_000)]
         ttl_ms: u64,
     },
-    /// Show who holds a lock, a semaphore's holders, or an election's leader.
-    #[command(group(ArgGroup::new("what").required(true).args(["key", "semaphore", "election"])))]
+    /// Show who holds a lock, a semaphore's holders, a rwlock's writer or
+    /// readers, or an election's leader.
+    #[command(group(ArgGroup::new("what").required(true).args(["key", "semaphore", "rwlock", "election"])))]
     Status {
         /// The lock.
         key: Option<String>,
         /// A semaphore instead: its size, holders and waiters.
         #[arg(long, value_name = "NAME")]
         semaphore: Option<String>,
+        /// A reader-writer lock instead: its writer, readers and waiters.
+        #[arg(long, value_name = "NAME")]
+        rwlock: Option<String>,
         /// An election instead: its leader and term.
         #[arg(long, value_name = "NAME")]
         election: Option<String>,
@@ -135,6 +139,23 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Hold a reader-writer lock, shared (`read`) or alone (`write`), while
+    /// CMD runs (as `run`).
+    Rw {
+        #[arg(value_enum)]
+        mode: RwModeArg,
+        key: String,
+        /// Defaults to $LOCKBROKER_OWNER or host:pid.
+        #[arg(long, env = "LOCKBROKER_OWNER")]
+        owner: Option<String>,
+        #[arg(long, default_value_t = 30_000)]
+        ttl_ms: u64,
+        /// How long to wait for the lease before giving up with 75.
+        #[arg(long, default_value_t = 300_000)]
+        wait_ms: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Whether TOKEN is the lock's live grant now: prints the broker's
     /// answer; exits 0 when valid, 4 when not.
     Validate { key: String, token: u64 },
@@ -152,6 +173,15 @@ enum Command {
     /// A tenant's policy (admin token: --admin-token or $LOCKBROKER_ADMIN_TOKEN).
     #[command(subcommand)]
     Policy(PolicyCommand),
+}
+
+/// The mode of `lockctl rw`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum RwModeArg {
+    /// Shared with other readers.
+    Read,
+    /// Alone.
+    Write,
 }
 
 #[derive(Subcommand)]
@@ -236,12 +266,14 @@ async fn main() -> ExitCode {
         Command::Status {
             key,
             semaphore,
+            rwlock,
             election,
-        } => match (key, semaphore, election) {
-            (Some(key), _, _) => print(out, client.locks().status(&key).await),
-            (_, Some(name), _) => print(out, client.semaphores().status(&name).await),
-            (_, _, Some(name)) => print(out, client.elections().status(&name).await),
-            (None, None, None) => unreachable!("clap requires one of them"),
+        } => match (key, semaphore, rwlock, election) {
+            (Some(key), ..) => print(out, client.locks().status(&key).await),
+            (_, Some(name), ..) => print(out, client.semaphores().status(&name).await),
+            (_, _, Some(name), _) => print(out, client.rwlocks().status(&name).await),
+            (_, _, _, Some(name)) => print(out, client.elections().status(&name).await),
+            (None, None, None, None) => unreachable!("clap requires one of them"),
         },
         Command::Run {
             key,
@@ -280,6 +312,30 @@ async fn main() -> ExitCode {
                 command,
             };
             run::run_multi(&client, out, args).await
+        }
+        Command::Rw {
+            mode,
+            key,
+            owner,
+            ttl_ms,
+            wait_ms,
+            command,
+        } => {
+            let owner = owner.unwrap_or_else(|| {
+                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
+            });
+            let mode = match mode {
+                RwModeArg::Read => RwMode::Read,
+                RwModeArg::Write => RwMode::Write,
+            };
+            let args = run::RunArgs {
+                key,
+                owner,
+                ttl: Duration::from_millis(ttl_ms),
+                wait: Duration::from_millis(wait_ms),
+                command,
+            };
+            run::run_rw(&client, out, mode, args).await
         }
         Command::Validate { key, token } => match client.locks().validate(&key, token).await {
             Ok(validity) => {

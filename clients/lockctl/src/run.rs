@@ -1,13 +1,14 @@
 //! `lockctl run KEY -- CMD...`: hold the lock while CMD runs, like `flock`
 //! or `consul lock`; `lockctl multi KEY... -- CMD...` the same with several
-//! locks taken all or none. The lock is a [`Guard`]: it renews every third
+//! locks taken all or none; `lockctl rw read|write KEY -- CMD...` with a
+//! reader-writer lock (like `flock -s` / `flock -x`). The lock is a [`Guard`]: it renews every third
 //! of the TTL; when the lease is lost CMD is stopped (SIGTERM, SIGKILL 5 s
 //! later) and lockctl exits 76; otherwise it releases the lock when CMD
 //! ends and exits with CMD's status.
 
 use std::{process::ExitCode, time::Duration};
 
-use lockbroker_client::{Client, ErrorCode, Grant, Guard};
+use lockbroker_client::{api::RwMode, Client, ErrorCode, Grant, Guard};
 use serde::Serialize;
 use serde_json::json;
 
@@ -38,6 +39,18 @@ pub struct MultiArgs {
 pub async fn run(client: &Client, out: Output, args: RunArgs) -> ExitCode {
     let acquired = client
         .lock(&args.key)
+        .owner(&args.owner)
+        .ttl(args.ttl)
+        .wait(args.wait)
+        .acquire()
+        .await;
+    hold(acquired, out, &args.command).await
+}
+
+/// [`run`] with a reader-writer lock in `mode`.
+pub async fn run_rw(client: &Client, out: Output, mode: RwMode, args: RunArgs) -> ExitCode {
+    let acquired = client
+        .rwlock(&args.key, mode)
         .owner(&args.owner)
         .ttl(args.ttl)
         .wait(args.wait)

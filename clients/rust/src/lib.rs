@@ -31,7 +31,9 @@
 //!   [`Elections::observe`], a [`Stream`](futures_core::Stream) of leader
 //!   changes (`sse.rs` parses the events); [`MultiLocks`] /
 //!   [`Client::multilock`] → [`MultiLockGuard`] (several keys, all or
-//!   none); [`Admin`] for tenants, policies and force-release.
+//!   none); [`RwLocks`] / [`Client::read_lock`], [`Client::write_lock`]
+//!   → [`RwLockGuard`] (many readers or one writer); [`Admin`] for
+//!   tenants, policies and force-release.
 //! - [`Guard`] (`guard.rs`): the one guard implementation behind the three
 //!   guards: renewal every third of the TTL, [`Guard::lost`],
 //!   [`Guard::release`], release on drop.
@@ -85,6 +87,7 @@ mod multilock;
 mod options;
 mod owner;
 mod retry;
+mod rwlocks;
 mod semaphores;
 mod sse;
 mod transport;
@@ -99,6 +102,7 @@ pub use multilock::{MultiLockBuilder, MultiLockGuard, MultiLockGuardExt, MultiLo
 pub use options::DEFAULT_WAIT;
 pub use owner::host_name;
 pub use retry::RetryPolicy;
+pub use rwlocks::{RwLockBuilder, RwLockGuard, RwLocks};
 pub use semaphores::{PermitGuard, SemaphoreBuilder, Semaphores};
 
 pub use lockbroker_api as api;

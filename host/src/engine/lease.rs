@@ -114,6 +114,7 @@ impl Engine {
             Kind::Lock => "lock",
             Kind::Semaphore => "semaphore",
             Kind::Election => "election",
+            Kind::RwLock => "rwlock",
         };
         self.metrics.observe(
             "lockbroker_grant_latency_seconds",
@@ -123,9 +124,10 @@ impl Engine {
     }
 
     /// Counts a grant of a lock or election by how it came (`direct`,
-    /// `reentry`, `handoff`); permits are not counted as lock grants.
+    /// `reentry`, `handoff`); permits and rwlock leases are not counted as
+    /// lock grants.
     pub(super) fn count_grant(&self, lock: &LockRef, via: &str) {
-        if lock.kind != Kind::Semaphore {
+        if matches!(lock.kind, Kind::Lock | Kind::Election) {
             self.metrics.inc(
                 "lockbroker_lock_grants_total",
                 &[("tenant", &lock.tenant), ("via", via)],
@@ -425,6 +427,9 @@ impl Engine {
     /// trying again a few times if the database is away: otherwise the
     /// lease would only end with its TTL.
     pub(super) async fn give_back(&self, lock: &LockRef, seat: Seat, owner: &str, token: u64) {
+        if lock.kind == Kind::RwLock {
+            return self.give_back_rw(lock, owner, token).await;
+        }
         // One mark for every try: a try whose answer was lost is found out.
         let mark = mark();
         for _ in 0..GIVE_BACK_TRIES {
@@ -445,6 +450,9 @@ impl Engine {
     /// clear out stale waiters. Skips a key whose header another
     /// transaction (or another broker's reaper) holds.
     pub(super) async fn reap(&self, lock: &LockRef) -> Result<(), EngineError> {
+        if lock.kind == Kind::RwLock {
+            return self.reap_rw(lock).await;
+        }
         let budget = self.budget();
         let mut tx = self.begin(budget).await?;
         let Some(mut queued) = seat::header(&mut tx, lock, Locking::SkipLocked).await? else {
@@ -484,7 +492,7 @@ pub(super) fn mark() -> u64 {
 }
 
 /// Rounds of database budget a departed client's lease gets to be given back.
-const GIVE_BACK_TRIES: u32 = 5;
+pub(super) const GIVE_BACK_TRIES: u32 = 5;
 
 /// The lease a handoff granted to the waiter `wish`.
 fn handed(wish: Wish<'_>, handoff: Handoff) -> Lease {

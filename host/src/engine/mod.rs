@@ -14,6 +14,8 @@
 //! - `multilock`: several lock keys granted, renewed and released all or
 //!   none, in storage-key order.
 //! - `force`: an operator ending a stuck lease.
+//! - `rwlock`: reader-writer locks (a header row and one row per reader),
+//!   sharing the wait queue and its delivery with the other kinds.
 //! - `semaphore`: tries at semaphores (N slot rows per key, `SKIP LOCKED`).
 //! - `queue`: the durable wait queue, choosing the next waiter, waking.
 //! - `routine`: the built-in FIFO policy's lock path in stored procedures,
@@ -44,6 +46,7 @@ pub mod pacing;
 mod queue;
 mod reaper;
 mod routine;
+mod rwlock;
 mod seat;
 mod semaphore;
 mod settle;
@@ -73,6 +76,7 @@ pub use force::Forced;
 pub use lock::{Grant, LockState, Released, Validity};
 pub use multilock::{MultiRelease, MULTILOCK_MAX_KEYS};
 pub use pacing::Pacing;
+pub use rwlock::{RwGrant, RwHolder, RwMode, RwState};
 pub use seat::Seat;
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
 pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::{micros, Engine, EngineError, LockRef, Scope};
 use crate::store::{
-    locks, semaphores,
+    locks, rwlocks, semaphores,
     waiters::{self, Staleness},
     KeyRow, Kind,
 };
@@ -81,6 +81,7 @@ impl Engine {
         let mut conn = self.conn(self.budget()).await?;
         let mut keys = locks::free_with_waiters(&mut conn, BATCH).await?;
         keys.extend(semaphores::free_with_waiters(&mut conn, BATCH).await?);
+        keys.extend(rwlocks::free_with_waiters(&mut conn, BATCH).await?);
         keys.extend(waiters::keys_to_clean(&mut conn, stale, BATCH).await?);
         if sweep {
             waiters::delete_uncollected(&mut conn, micros(UNCOLLECTED_AFTER), SWEEP_BATCH).await?;
@@ -111,6 +112,7 @@ fn lock_ref(tenants: &HashMap<Vec<u8>, Scope>, key: &KeyRow) -> Option<LockRef> 
         0 => Kind::Lock,
         1 => Kind::Election,
         2 => Kind::Semaphore,
+        3 => Kind::RwLock,
         _ => return None,
     };
     let storage_key = String::from_utf8(key.lock_key.clone()).ok()?;

@@ -7,6 +7,9 @@
 //! it is the lease row itself, for a semaphore the `semaphores` row. Whoever
 //! changes the queue or hands a lease on holds the header first, then the
 //! seat: one lock order, no deadlocks.
+//!
+//! A rwlock (`rwlock`) has a header (its `rwlocks` row) but no seats: its
+//! queue count is kept here like the others', its leases are its own.
 
 use chrono::NaiveDateTime;
 
@@ -15,6 +18,7 @@ use crate::store::{
     elections,
     locks::{self, LockRow},
     pool::Conn,
+    rwlocks,
     semaphores::{self, SlotRow},
     Kind, Locking,
 };
@@ -138,6 +142,9 @@ pub(super) async fn header(
         Kind::Lock | Kind::Election => locks::select(conn, lock.row(), locking)
             .await?
             .map(|row| row.queued),
+        Kind::RwLock => rwlocks::header(conn, &lock.tenant, &lock.storage_key, locking)
+            .await?
+            .map(|h| h.queued),
     })
 }
 
@@ -191,6 +198,8 @@ pub(super) async fn free_one(conn: &mut Conn, lock: &LockRef) -> sqlx::Result<Op
         Kind::Lock | Kind::Election => Ok(read(conn, lock, Seat::Whole)
             .await?
             .filter(|row| row.live_owner().is_none())),
+        // A rwlock has no seats: `rwlock` hands it on itself.
+        Kind::RwLock => Ok(None),
     }
 }
 
@@ -302,6 +311,7 @@ pub(super) async fn add_queued(conn: &mut Conn, lock: &LockRef, delta: i64) -> s
             semaphores::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?
         }
         Kind::Lock | Kind::Election => locks::add_queued(conn, lock.row(), delta).await?,
+        Kind::RwLock => rwlocks::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?,
     };
     Ok(())
 }

@@ -49,6 +49,13 @@ pub(super) enum Expect {
     Waiter { id: u64 },
     /// A waiter row is gone.
     WaiterGone { id: u64 },
+    /// A rwlock's header carries the mark its transaction wrote (each
+    /// writes a fresh one); `grant`: the new lease (owner, token) it made,
+    /// given back if found committed after it was answered `503`.
+    Marked {
+        mark: u64,
+        grant: Option<(String, u64)>,
+    },
     /// Nobody waits for the answer (background work): not worth finding out.
     Unchecked,
 }
@@ -125,17 +132,20 @@ impl Engine {
     /// whether it happened and, if so, give it back (in the background,
     /// for at most [`UNDO_FOR`]).
     fn undo_later(&self, lock: &LockRef, expect: Expect, session: Session) {
-        let Expect::Lease {
-            seat,
-            owner,
-            token,
-            fresh: true,
-            ..
-        } = &expect
-        else {
-            return;
+        let (seat, owner, token) = match &expect {
+            Expect::Lease {
+                seat,
+                owner,
+                token,
+                fresh: true,
+                ..
+            } => (*seat, owner.clone(), *token),
+            Expect::Marked {
+                grant: Some((owner, token)),
+                ..
+            } => (Seat::Whole, owner.clone(), *token),
+            _ => return,
         };
-        let (seat, owner, token) = (*seat, owner.clone(), *token);
         let (engine, lock) = (self.clone(), lock.clone());
         tokio::spawn(async move {
             let budget = Budget {
@@ -313,6 +323,7 @@ async fn happened(conn: &mut Conn, lock: &LockRef, expect: &Expect) -> Result<bo
             let exists = waiters::get(conn, *id).await?.is_some();
             exists == matches!(expect, Expect::Waiter { .. })
         }
+        Expect::Marked { mark, .. } => Engine::rw_marked(conn, lock, *mark).await?,
         Expect::Unchecked => false,
     })
 }

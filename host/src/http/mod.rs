@@ -4,7 +4,7 @@
 //!
 //! - `router`: path and method to handler.
 //! - `request`: the shared pipeline steps (auth, body limits, JSON, key).
-//! - `locks`, `semaphores`, `elections`: the tenant resources (`sse` is
+//! - `locks`, `semaphores`, `rwlocks`, `elections`: the tenant resources (`sse` is
 //!   the event stream of `observe`); `multilock`: several lock keys at
 //!   once; `admin`: tenants, policies and force-release;
 //!   `ops`: health, readiness, metrics, OpenAPI; `internal`: calls
@@ -33,6 +33,7 @@ mod parse_errors;
 mod request;
 mod request_id;
 mod router;
+mod rwlocks;
 mod semaphores;
 mod sse;
 

@@ -17,7 +17,7 @@ use utoipa::{
     IntoParams, Modify, OpenApi, ToResponse,
 };
 
-use super::{admin, elections, locks, multilock, ops, semaphores};
+use super::{admin, elections, locks, multilock, ops, rwlocks, semaphores};
 
 /// The document as served, built once.
 pub fn document() -> &'static str {
@@ -64,6 +64,10 @@ commit."
         semaphores::release,
         semaphores::renew,
         semaphores::status,
+        rwlocks::acquire,
+        rwlocks::release,
+        rwlocks::renew,
+        rwlocks::status,
         elections::campaign,
         elections::resign,
         elections::renew,
@@ -99,6 +103,8 @@ commit."
         (name = "locks", description = "Exclusive, re-entrant locks with fencing tokens; several \
 at once (multi-lock); token validation."),
         (name = "semaphores", description = "Up to `permits` holders at once, each in its own slot."),
+        (name = "rwlocks", description = "Reader-writer locks: many readers or one writer; a \
+queued writer blocks new readers."),
         (name = "elections", description = "Leader election; the term is the fencing token."),
         (name = "admin", description = "Tenants, their policies and stuck leases (admin token)."),
         (name = "operations", description = "Health, readiness, metrics, this document."),

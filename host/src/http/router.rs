@@ -15,6 +15,7 @@ use super::{
     multilock, ops,
     request::{authenticate, name_lock, read_body},
     request_id::RequestId,
+    rwlocks::RwLockCommand,
     semaphores::SemaphoreCommand,
     ApiError, Response,
 };
@@ -73,6 +74,10 @@ async fn route(
         ["v1", "semaphores", key, tail @ ..] => (
             "semaphores",
             call::<SemaphoreCommand>(app, req, key, tail, seen).await,
+        ),
+        ["v1", "rwlocks", key, tail @ ..] => (
+            "rwlocks",
+            call::<RwLockCommand>(app, req, key, tail, seen).await,
         ),
         ["v1", "elections", key, tail @ ..] => (
             "elections",

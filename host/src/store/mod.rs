@@ -20,6 +20,7 @@ pub mod keepalive;
 pub mod locks;
 pub mod pool;
 pub mod routines;
+pub mod rwlocks;
 pub mod semaphores;
 pub mod waiters;
 
@@ -32,6 +33,8 @@ pub enum Kind {
     Lock = 0,
     Election = 1,
     Semaphore = 2,
+    /// A reader-writer lock (`rwlocks`; only its waiters share `waiters`).
+    RwLock = 3,
 }
 
 /// Which row: tenant, kind and storage key.

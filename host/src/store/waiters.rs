@@ -98,6 +98,9 @@ pub struct WaiterRow {
     pub attempts: u32,
     /// Enqueue time in ms since the Unix epoch, by the database clock.
     pub enqueued_ms: u64,
+    /// What a rwlock's waiter asks for (0 read, 1 write); `None` for the
+    /// other kinds.
+    pub mode: Option<u8>,
 }
 
 /// A waiter's grant, if the handoff happened.
@@ -153,6 +156,18 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
     Ok(done.last_insert_id())
 }
 
+/// Sets what waiter `id` (of a rwlock, just inserted by the caller's
+/// transaction) asks for: 0 read, 1 write.
+pub async fn set_mode(conn: &mut Conn, id: u64, mode: u8) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query("UPDATE waiters SET mode = ? WHERE id = ?")
+            .bind(mode)
+            .bind(id)
+            .execute(c)
+    })
+    .await
+}
+
 /// Which end of the queue to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
@@ -177,7 +192,7 @@ pub async fn pending(
     let sql = format!(
         r#"
 SELECT w.id, w.owner, w.priority, w.ttl_ms, w.broker, w.attempts,
-       CAST(UNIX_TIMESTAMP(w.enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms
+       CAST(UNIX_TIMESTAMP(w.enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms, w.mode
 FROM waiters w
 WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND w.granted_token IS NULL
   AND {ELIGIBLE}

@@ -20,7 +20,10 @@
 //! `503`. The default takes the answer at its word, as a client would.
 //!
 //! Re-entrant acquires (`hold_count` > 1) carry the same token and belong
-//! to the same hold. Holds with different tokens must not overlap.
+//! to the same hold. Holds with different tokens must not overlap, except
+//! two *shared* holds (the read leases of a rwlock, checked with
+//! [`History::check_shared`]): a shared hold may overlap other shared
+//! holds, never an exclusive one.
 //!
 //! Token order is checked on fresh grants (`hold_count` 1: the request
 //! itself created the grant, between its send and its answer): when one
@@ -68,6 +71,8 @@ pub struct HoldSeen {
     pub until: Duration,
     /// True when the lease, not a release, ends the hold.
     pub by_lease: bool,
+    /// A shared (read) hold: it may overlap other shared holds.
+    pub shared: bool,
     /// The grant's acquires, renewals and releases, one line each, to
     /// explain a violation.
     pub story: Vec<String>,
@@ -174,7 +179,14 @@ impl History {
 
     /// [`check`](Self::check) with another reading of `503` releases.
     pub fn check_with(&self, release_503: Release503) -> Report {
-        check_ops(&self.ops(), self.origin, release_503)
+        check_ops(&self.ops(), self.origin, release_503, &|_| false)
+    }
+
+    /// [`check`](Self::check) for reader-writer locks: a grant whose
+    /// acquire `shared` says is a read may overlap other reads, never a
+    /// write; tokens are ordered across both.
+    pub fn check_shared(&self, shared: impl Fn(&Op) -> bool) -> Report {
+        check_ops(&self.ops(), self.origin, Release503::default(), &shared)
     }
 }
 
@@ -186,7 +198,12 @@ struct Evidence<'a> {
     releases: Vec<&'a Op>,
 }
 
-fn check_ops(ops: &[Op], origin: Instant, release_503: Release503) -> Report {
+fn check_ops(
+    ops: &[Op],
+    origin: Instant,
+    release_503: Release503,
+    shared: &dyn Fn(&Op) -> bool,
+) -> Report {
     let at = |t: Instant| t.saturating_duration_since(origin);
     let mut report = Report {
         ops: ops.len(),
@@ -223,7 +240,9 @@ fn check_ops(ops: &[Op], origin: Instant, release_503: Release503) -> Report {
             }
             report.grants += 1;
             owners_of.entry(*token).or_default().push(*owner);
-            holds.push(hold(owner, *token, evidence, release_503, at));
+            let mut seen = hold(owner, *token, evidence, release_503, at);
+            seen.shared = evidence.acquires.iter().all(|op| shared(op));
+            holds.push(seen);
             for op in &evidence.acquires {
                 if matches!(op.outcome, Outcome::Reply { hold_count: Some(n), .. } if n > 1) {
                     continue; // re-entry: the grant was made before
@@ -330,6 +349,7 @@ fn hold(
         from: at(from),
         until: at(until),
         by_lease,
+        shared: false,
         story: ops.iter().map(|op| line(op, &at)).collect(),
     }
 }
@@ -391,14 +411,22 @@ fn ttl(request: Request) -> Duration {
 }
 
 /// Holds of one key that overlap: a sweep by start time against the hold
-/// that reaches furthest so far.
+/// that reaches furthest so far (any hold, for an exclusive one) and the
+/// exclusive hold that reaches furthest (for a shared one, which only
+/// exclusive holds may not overlap).
 fn overlaps(key: &str, mut holds: Vec<HoldSeen>, out: &mut Vec<Violation>) {
     // A hold whose lease ran out before its answer came was never usable.
     holds.retain(|h| h.until > h.from);
     holds.sort_by_key(|h| h.from);
     let mut reach: Option<HoldSeen> = None;
+    let mut reach_exclusive: Option<HoldSeen> = None;
     for hold in holds {
-        if let Some(prev) = &reach {
+        let against = if hold.shared {
+            &reach_exclusive
+        } else {
+            &reach
+        };
+        if let Some(prev) = against {
             if prev.until > hold.from && prev.token != hold.token {
                 out.push(Violation::Overlap {
                     key: key.to_owned(),
@@ -406,6 +434,13 @@ fn overlaps(key: &str, mut holds: Vec<HoldSeen>, out: &mut Vec<Violation>) {
                     second: hold.clone(),
                 });
             }
+        }
+        if !hold.shared
+            && reach_exclusive
+                .as_ref()
+                .is_none_or(|r| hold.until > r.until)
+        {
+            reach_exclusive = Some(hold.clone());
         }
         if reach.as_ref().is_none_or(|r| hold.until > r.until) {
             reach = Some(hold);
@@ -630,7 +665,7 @@ mod tests {
         }
 
         fn check(&self) -> Report {
-            check_ops(&self.ops, self.t0, Release503::default())
+            check_ops(&self.ops, self.t0, Release503::default(), &|_| false)
         }
     }
 
@@ -693,6 +728,42 @@ mod tests {
     }
 
     #[test]
+    fn shared_holds_overlap_each_other_but_never_an_exclusive_one() {
+        let readers = |op: &Op| op.owner.starts_with('r');
+        let mut s = Script::new();
+        s.grant("w0", 1, 1, (0, 2));
+        s.release("w0", 1, (3, 4), freed());
+        s.grant("r1", 2, 1, (5, 6));
+        s.grant("r2", 3, 1, (7, 8)); // with r1: both read
+        s.release("r1", 2, (20, 21), freed());
+        s.release("r2", 3, (22, 23), freed());
+        check_ops(&s.ops, s.t0, Release503::default(), &readers).assert_clean();
+        // The same reads checked as exclusive holds overlap.
+        assert!(!s.check().is_clean());
+
+        // A writer that reaches past a longer read, and a read inside it.
+        let mut s = Script::new();
+        s.grant("w", 1, 1, (0, 1));
+        s.grant("r1", 2, 1, (2, 3)); // overlaps w
+        s.grant("r2", 3, 1, (4, 5)); // overlaps w, not r1's concern
+        s.release("w", 1, (10, 11), freed());
+        s.release("r2", 3, (12, 13), freed());
+        s.release("r1", 2, (40, 41), freed());
+        let report = check_ops(&s.ops, s.t0, Release503::default(), &readers);
+        let second: Vec<&str> = report
+            .violations
+            .iter()
+            .filter_map(|v| match v {
+                Violation::Overlap { first, second, .. } if first.owner == "w" => {
+                    Some(second.owner.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(second, ["r1", "r2"], "{report}");
+    }
+
+    #[test]
     fn token_regressions_are_found() {
         let mut s = Script::new();
         s.grant("a", 7, 1, (0, 5));
@@ -752,7 +823,7 @@ mod tests {
         s.grant("a", 1, 1, (0, 5));
         s.release("a", 1, (10, 40), unavailable());
         s.grant("b", 2, 1, (500, 502));
-        check_ops(&s.ops, s.t0, Release503::MayHaveCommitted).assert_clean();
+        check_ops(&s.ops, s.t0, Release503::MayHaveCommitted, &|_| false).assert_clean();
         // Other refusals stay refusals: 409 says "not yours", not "freed".
         let mut s = Script::new();
         s.grant("a", 1, 1, (0, 5));
@@ -764,7 +835,7 @@ mod tests {
         };
         s.release("a", 1, (10, 40), lost);
         s.grant("b", 2, 1, (500, 502));
-        let report = check_ops(&s.ops, s.t0, Release503::MayHaveCommitted);
+        let report = check_ops(&s.ops, s.t0, Release503::MayHaveCommitted, &|_| false);
         assert_eq!(report.violations.len(), 1, "{report}");
     }
 

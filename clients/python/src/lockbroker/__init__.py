@@ -1,4 +1,4 @@
-"""Python client for lockbroker: locks, semaphores and leader election over its HTTP API.
+"""Python client for lockbroker: locks, semaphores, reader-writer locks and leader election over its HTTP API.
 
 A Python script guards its work with one ``with`` statement::
 
@@ -11,7 +11,7 @@ A Python script guards its work with one ``with`` statement::
 Standard library only. The package, one module per concern:
 
 - ``client``: :class:`Client`, every call of the API;
-- ``handles``: :class:`Lease`, :class:`Permit`, :class:`Leader`: held
+- ``handles``: :class:`Lease`, :class:`Permit`, :class:`RwLease`, :class:`Leader`: held
   leases that renew themselves and release on ``with`` exit;
 - ``renewal``: the renewal thread and when a lease counts as lost;
 - ``transport``: HTTP, key encoding, errors and retries;
@@ -39,7 +39,7 @@ from .errors import (
     Unavailable,
     Unreachable,
 )
-from .handles import Held, Leader, Lease, MultiLease, Permit
+from .handles import Held, Leader, Lease, MultiLease, Permit, RwLease
 from .models import (
     ForceReleased,
     Leadership,
@@ -49,6 +49,9 @@ from .models import (
     MultiLockGrant,
     MultiLockReleased,
     Released,
+    RwGrant,
+    RwHolder,
+    RwLockStatus,
     SemaphoreGrant,
     SemaphoreHolder,
     SemaphoreStatus,
@@ -86,6 +89,10 @@ __all__ = [
     "PermitsMismatch",
     "PolicyError",
     "Released",
+    "RwGrant",
+    "RwHolder",
+    "RwLease",
+    "RwLockStatus",
     "SemaphoreFull",
     "SemaphoreGrant",
     "SemaphoreHolder",

@@ -3,7 +3,8 @@
 Two layers, mirroring the broker's nouns:
 
 - guarded calls (``lock``, ``try_lock``, ``multilock``, ``try_multilock``,
-  ``semaphore``, ``try_semaphore``, ``campaign``, ``try_campaign``) return handles (``handles.py``) that renew
+  ``semaphore``, ``try_semaphore``, ``read_lock``, ``write_lock``, ``try_read_lock``,
+  ``try_write_lock``, ``campaign``, ``try_campaign``) return handles (``handles.py``) that renew
   in the background and release on ``with`` exit;
 - plain calls (``acquire``/``renew``/``release``/``status`` and their
   semaphore and election counterparts, ``leader``, ``observe``) do one
@@ -21,7 +22,7 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import Busy, Unreachable
-from .handles import Leader, Lease, MultiLease, Permit
+from .handles import Leader, Lease, MultiLease, Permit, RwLease
 from .models import (
     ForceReleased,
     Leadership,
@@ -30,6 +31,8 @@ from .models import (
     MultiLockGrant,
     MultiLockReleased,
     Released,
+    RwGrant,
+    RwLockStatus,
     SemaphoreGrant,
     SemaphoreStatus,
     Term,
@@ -289,6 +292,90 @@ class Client:
         """Like :meth:`semaphore` with no wait, but None when the semaphore is full."""
         try:
             return self.semaphore(key, permits, ttl=ttl, wait=0.0, owner=owner)
+        except Busy:
+            return None
+
+    # -- reader-writer locks ---------------------------------------------
+
+    def acquire_rw(
+        self,
+        key: str,
+        owner: str,
+        mode: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        priority: int = 0,
+    ) -> RwGrant:
+        """Takes the rwlock ``key`` in ``mode`` (``"read"`` or ``"write"``) for ``owner`` (no renewal: see :meth:`read_lock`).
+
+        Many readers or one writer; a queued writer blocks new readers. The
+        same owner asking again for the mode it holds gets its lease back
+        renewed (same token).
+
+        Raises:
+            LockHeld: the mode is not available (after ``wait``).
+        """
+        if mode not in ("read", "write"):
+            raise ValueError(f"mode must be 'read' or 'write', not {mode!r}")
+        body = {"owner": owner, "mode": mode, "ttl_ms": _ms(ttl), "wait_ms": _ms(wait), "priority": priority}
+        return RwGrant.from_json(self._acquire_call("rwlocks", key, "acquire", body, wait))
+
+    def renew_rw(self, key: str, owner: str, token: int, ttl: float = 30.0) -> RwGrant:
+        """Extends a held read or write lease. Raises ``LeaseLost`` once it expired."""
+        body = {"owner": owner, "token": token, "ttl_ms": _ms(ttl)}
+        return RwGrant.from_json(self._post("rwlocks", key, "renew", body, idempotent=True))
+
+    def release_rw(self, key: str, owner: str, token: int) -> Released:
+        """Ends a read or write lease. Raises ``LeaseLost`` when it is not the owner's live lease."""
+        body = {"owner": owner, "token": token}
+        return Released.from_json(self._post("rwlocks", key, "release", body, idempotent=True))
+
+    def rwlock_status(self, key: str) -> RwLockStatus:
+        """The rwlock's live writer or readers, and how many wait."""
+        return RwLockStatus.from_json(self._get("rwlocks", key))
+
+    def rwlock(
+        self,
+        key: str,
+        mode: str,
+        ttl: float = 30.0,
+        wait: float = MAX_WAIT,
+        owner: Optional[str] = None,
+        priority: int = 0,
+    ) -> RwLease:
+        """Takes the rwlock in ``mode``, waiting up to ``wait`` seconds, and keeps it renewed until released."""
+        owner = owner or default_owner()
+        sent = time.monotonic()
+        grant = self.acquire_rw(key, owner, mode, ttl, wait, priority)
+        return RwLease(self, grant, ttl, sent)
+
+    def read_lock(
+        self, key: str, ttl: float = 30.0, wait: float = MAX_WAIT, owner: Optional[str] = None, priority: int = 0
+    ) -> RwLease:
+        """A shared (read) lease of the rwlock ``key``, renewed until released::
+
+            with client.read_lock("config", wait=10) as lease:
+                read_config(fencing_token=lease.token)
+        """
+        return self.rwlock(key, "read", ttl, wait, owner, priority)
+
+    def write_lock(
+        self, key: str, ttl: float = 30.0, wait: float = MAX_WAIT, owner: Optional[str] = None, priority: int = 0
+    ) -> RwLease:
+        """An exclusive (write) lease of the rwlock ``key``, renewed until released."""
+        return self.rwlock(key, "write", ttl, wait, owner, priority)
+
+    def try_read_lock(self, key: str, ttl: float = 30.0, owner: Optional[str] = None) -> Optional[RwLease]:
+        """Like :meth:`read_lock` with no wait, but None when a writer holds it or waits."""
+        try:
+            return self.rwlock(key, "read", ttl=ttl, wait=0.0, owner=owner)
+        except Busy:
+            return None
+
+    def try_write_lock(self, key: str, ttl: float = 30.0, owner: Optional[str] = None) -> Optional[RwLease]:
+        """Like :meth:`write_lock` with no wait, but None when anyone holds it or waits."""
+        try:
+            return self.rwlock(key, "write", ttl=ttl, wait=0.0, owner=owner)
         except Busy:
             return None
 

@@ -1,7 +1,8 @@
 """What a guarded acquire returns: a held lease that renews itself and cleans up.
 
 :class:`Lease` (a lock), :class:`MultiLease` (several locks at once),
-:class:`Permit` (a semaphore slot) and :class:`Leader` (an election won)
+:class:`Permit` (a semaphore slot), :class:`RwLease` (a read or write
+lease of a reader-writer lock) and :class:`Leader` (an election won)
 share one shape, in :class:`Held`: the
 grant, a renewal thread (``renewal.py``), a ``lost`` event, and a release
 (or resignation) that runs when the ``with`` block ends, also when it ends
@@ -15,7 +16,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from .errors import LeaseLost, LockbrokerError
-from .models import LockGrant, MultiLockGrant, SemaphoreGrant, Term
+from .models import LockGrant, MultiLockGrant, RwGrant, SemaphoreGrant, Term
 from .renewal import Renewer
 
 log = logging.getLogger("lockbroker")
@@ -162,6 +163,42 @@ class Permit(Held):
     def __repr__(self) -> str:
         return (
             f"Permit(key={self.key!r}, owner={self.owner!r}, slot={self.slot}, "
+            f"token={self.token}, lost={self.lost.is_set()})"
+        )
+
+
+class RwLease(Held):
+    """A held read or write lease of a reader-writer lock (``mode``); ``token`` is its fencing token."""
+
+    def __init__(self, client: Any, grant: RwGrant, ttl: float, confirmed_at: float) -> None:
+        self.key = grant.key
+        self.owner = grant.owner
+        self.mode = grant.mode
+        self.token = grant.token
+        self.grant = grant
+        key, owner, token = grant.key, grant.owner, grant.token
+        super().__init__(
+            f"rwlock {key!r} {grant.mode} token {token}",
+            ttl,
+            confirmed_at,
+            lambda read_timeout: client._renew_once(
+                "rwlocks", key, {"owner": owner, "token": token}, ttl, read_timeout
+            ),
+            lambda: client.release_rw(key, owner, token),
+            client.timeout,
+            client.backoff,
+        )
+
+    def release(self):
+        """Ends the lease now (once; later calls return None). Raises as :meth:`Lease.release`."""
+        return self._end()
+
+    def __enter__(self) -> "RwLease":
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"RwLease(key={self.key!r}, owner={self.owner!r}, mode={self.mode!r}, "
             f"token={self.token}, lost={self.lost.is_set()})"
         )
 

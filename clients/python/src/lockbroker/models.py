@@ -140,6 +140,57 @@ class SemaphoreStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class RwGrant:
+    """The answer to a rwlock acquire or renew: ``mode`` is ``"read"`` or ``"write"``; ``readers`` live readers with it (0 for a write)."""
+
+    key: str
+    storage_key: str
+    owner: str
+    mode: str
+    token: int
+    ttl_ms: int
+    expires_at: Optional[datetime]
+    readers: int
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "RwGrant":
+        return _from_json(cls, body)
+
+
+@dataclasses.dataclass(frozen=True)
+class RwHolder:
+    """One live lease in a rwlock's status."""
+
+    owner: str
+    token: int
+    expires_at: Optional[datetime]
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "RwHolder":
+        return _from_json(cls, body)
+
+
+@dataclasses.dataclass(frozen=True)
+class RwLockStatus:
+    """``GET /v1/rwlocks/{key}``: the writer (or None), the readers, and how many wait."""
+
+    key: str
+    storage_key: str
+    writer: Optional[RwHolder]
+    readers: List[RwHolder]
+    waiters: int
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "RwLockStatus":
+        status = _from_json(cls, body)
+        writer = body.get("writer")
+        readers = [RwHolder.from_json(r) for r in body.get("readers") or []]
+        return dataclasses.replace(
+            status, writer=RwHolder.from_json(writer) if writer else None, readers=readers
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Term:
     """The answer to a campaign or an election renewal: ``term`` is the fencing token."""
 

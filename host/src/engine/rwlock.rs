@@ -1,0 +1,864 @@
+//! Reader-writer locks: many readers or one writer per key.
+//!
+//! One header row per key (`rwlocks`) holds the token counter, the writer's
+//! lease and the queue count; each reader's lease is a row of its own
+//! (`rwlock_readers`). Every operation is one short transaction that locks
+//! the header first (`FOR UPDATE`), then reads or writes the readers: one
+//! lock order, and the header serializes grants, so the rules below are
+//! decided on a consistent picture by the database clock read with it.
+//!
+//! - A read is granted when no writer holds the key *and nobody is
+//!   queued*; a write when nobody holds it and nobody is queued. So a
+//!   queued writer blocks new readers (they queue behind it) and writers
+//!   are not starved by a stream of readers.
+//! - Tokens: one counter per key, +1 for every grant, read or write, so
+//!   tokens strictly increase per key across both modes (a reader's token
+//!   orders it against every writer before and after it).
+//! - Waiters are rows of the shared queue (`waiters`, kind 3, with their
+//!   `mode`), ordered by the tenant's fairness policy, delivered and
+//!   cleaned up by the same machinery as locks' (`queue`). When the key
+//!   frees up, the transaction that freed it hands it on: the next waiter
+//!   by fairness; if it is a reader, every next reader up to the next
+//!   writer is granted with it, in the same transaction.
+//! - A grant is written to the reader's row or the header's writer
+//!   columns, never into a seat: rwlocks do not use `seat`'s lease rows;
+//!   their handoffs go through `waiters` with `Seat::Whole` (no slot).
+//! - No upgrades or downgrades: an owner holding a read that asks for a
+//!   write waits like anyone else (until its read ends). The same owner
+//!   asking again for the mode it holds gets its lease back renewed, same
+//!   token (like a semaphore's permit).
+//!
+//! Every transaction writes a fresh mark of its own into the header
+//! (`changed_by`; a release, its request's mark on every attempt), so a
+//! COMMIT whose answer was lost is found out by reading it back
+//! (`Expect::Marked`, `settle`): committed, answered as such; not, tried
+//! again; unknown, `503`, and a new grant found later to have committed is
+//! given back.
+
+use chrono::NaiveDateTime;
+
+use super::{
+    detach::{finish, Departure},
+    lease::{mark, Attempt, Wish},
+    plus_ms,
+    queue::Delivery,
+    seat::{Lease, Seat},
+    settle::Expect,
+    Budget, Engine, EngineError, LockRef,
+};
+use crate::store::{
+    pool::Conn,
+    rwlocks::{self, HeaderRow, ReaderRow},
+    waiters::{self, Undelivered},
+    Locking,
+};
+
+/// What a rwlock acquire asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RwMode {
+    /// Shared with other readers.
+    Read,
+    /// Alone.
+    Write,
+}
+
+impl RwMode {
+    /// The `waiters.mode` code.
+    fn code(self) -> u8 {
+        match self {
+            RwMode::Read => 0,
+            RwMode::Write => 1,
+        }
+    }
+
+    /// The mode a `waiters.mode` code names.
+    fn of_code(code: Option<u8>) -> RwMode {
+        if code == Some(1) {
+            RwMode::Write
+        } else {
+            RwMode::Read
+        }
+    }
+}
+
+/// A rwlock lease granted (or renewed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwGrant {
+    pub owner: String,
+    pub mode: RwMode,
+    /// Strictly increases with every grant of this key, read or write.
+    pub token: u64,
+    pub ttl_ms: u64,
+    pub expires_at: NaiveDateTime,
+    /// Live readers right after this grant (this one included; 0 for a write).
+    pub readers: u32,
+    /// A new grant, not the owner's live lease handed back renewed.
+    pub fresh: bool,
+}
+
+/// A live holder, as `GET /v1/rwlocks/{key}` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwHolder {
+    pub owner: String,
+    pub token: u64,
+    pub expires_at: NaiveDateTime,
+}
+
+/// What `GET /v1/rwlocks/{key}` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwState {
+    pub writer: Option<RwHolder>,
+    pub readers: Vec<RwHolder>,
+    pub waiters: u64,
+}
+
+/// A key's state read under its header lock: the header and its live
+/// readers, changed in memory as the transaction decides and written back
+/// by [`Engine::rw_write`].
+#[derive(Debug, Clone)]
+struct Held {
+    header: HeaderRow,
+    /// Live readers only (expired rows are deleted when read).
+    readers: Vec<ReaderRow>,
+}
+
+/// What a request gets from the state it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// The owner already holds this mode: renewed, same token.
+    Renew(u64),
+    /// A new grant.
+    Grant,
+    /// Not now.
+    Busy,
+}
+
+impl Held {
+    fn now(&self) -> NaiveDateTime {
+        self.header.now
+    }
+
+    /// The writer, if its lease is live by the database clock.
+    fn writer(&self) -> Option<(&[u8], u64, NaiveDateTime)> {
+        let h = &self.header;
+        match (&h.writer, h.writer_token, h.writer_expires_at) {
+            (Some(owner), Some(token), Some(at)) if at > h.now => Some((owner, token, at)),
+            _ => None,
+        }
+    }
+
+    fn reader(&self, owner: &str) -> Option<&ReaderRow> {
+        self.readers.iter().find(|r| r.owner == owner.as_bytes())
+    }
+
+    /// Whether `owner` may have `mode` now (see the module docs).
+    fn decide(&self, owner: &str, mode: RwMode) -> Decision {
+        let writer = self.writer();
+        match mode {
+            RwMode::Write => match writer {
+                Some((w, token, _)) if w == owner.as_bytes() => Decision::Renew(token),
+                None if self.readers.is_empty() && self.header.queued == 0 => Decision::Grant,
+                _ => Decision::Busy,
+            },
+            RwMode::Read => match self.reader(owner) {
+                Some(r) if writer.is_none() => Decision::Renew(r.token),
+                _ if writer.is_none() && self.header.queued == 0 => Decision::Grant,
+                _ => Decision::Busy,
+            },
+        }
+    }
+
+    /// Milliseconds until the key may free up (the longest live lease),
+    /// for the backoff hint.
+    fn remaining_ms(&self) -> u64 {
+        let last = self
+            .readers
+            .iter()
+            .map(|r| r.expires_at)
+            .chain(self.writer().map(|(_, _, at)| at))
+            .max();
+        last.map_or(0, |at| {
+            u64::try_from((at - self.now()).num_milliseconds()).unwrap_or(0)
+        })
+    }
+
+    /// Grants `mode` to `owner` for `ttl_ms` with the next token, in
+    /// memory; the lease (the caller writes a reader's row).
+    fn grant(&mut self, owner: &str, mode: RwMode, ttl_ms: u64) -> Lease {
+        self.header.token += 1;
+        let lease = Lease {
+            seat: Seat::Whole,
+            owner: owner.to_owned(),
+            token: self.header.token,
+            hold_count: 1,
+            ttl_ms,
+            expires_at: plus_ms(self.now(), ttl_ms),
+            fresh: true,
+        };
+        self.set(mode, &lease);
+        lease
+    }
+
+    /// Puts `lease` in `mode` into the in-memory state.
+    fn set(&mut self, mode: RwMode, lease: &Lease) {
+        match mode {
+            RwMode::Write => {
+                self.header.writer = Some(lease.owner.clone().into_bytes());
+                self.header.writer_token = Some(lease.token);
+                self.header.writer_expires_at = Some(lease.expires_at);
+            }
+            RwMode::Read => {
+                self.readers.retain(|r| r.owner != lease.owner.as_bytes());
+                self.readers.push(ReaderRow {
+                    owner: lease.owner.clone().into_bytes(),
+                    token: lease.token,
+                    expires_at: lease.expires_at,
+                });
+            }
+        }
+    }
+
+    fn readers_now(&self) -> u32 {
+        u32::try_from(self.readers.len()).unwrap_or(u32::MAX)
+    }
+}
+
+fn lock_held(retry_after_ms: u64) -> EngineError {
+    EngineError::LockHeld { retry_after_ms }
+}
+
+impl RwGrant {
+    fn new(lease: Lease, mode: RwMode, readers: u32) -> RwGrant {
+        RwGrant {
+            owner: lease.owner,
+            mode,
+            token: lease.token,
+            ttl_ms: lease.ttl_ms,
+            expires_at: lease.expires_at,
+            readers: if mode == RwMode::Write { 0 } else { readers },
+            fresh: lease.fresh,
+        }
+    }
+}
+
+impl Engine {
+    /// Takes `lock` (a rwlock) in `mode` for `owner`, waiting in the queue
+    /// up to `wait_ms` (0: one try). Runs to its end even if the caller
+    /// leaves; a grant nobody receives is given back.
+    ///
+    /// # Errors
+    /// [`EngineError::LockHeld`], [`EngineError::TooManyWaiters`],
+    /// [`EngineError::ShuttingDown`], [`EngineError::Unavailable`].
+    pub fn acquire_rw(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        mode: RwMode,
+        ttl_ms: u64,
+        wait_ms: u64,
+        priority: i32,
+    ) -> impl std::future::Future<Output = Result<RwGrant, EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |departure| async move {
+            let wish = Wish {
+                owner: &owner,
+                ttl_ms,
+                wait_ms,
+                priority,
+            };
+            engine.acquire_rw_now(&lock, wish, mode, departure).await
+        })
+    }
+
+    async fn acquire_rw_now(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        mode: RwMode,
+        mut departure: Departure,
+    ) -> Result<RwGrant, EngineError> {
+        let started = tokio::time::Instant::now();
+        let budget = self.budget();
+        let (attempt, readers) = self.rw_attempt(lock, wish, mode, budget).await?;
+        let handed = matches!(attempt, Attempt::Queued(_));
+        let lease = self
+            .conclude(lock, attempt, wish, &mut departure, lock_held)
+            .await?;
+        // A handoff does not say how many read with it: a plain read does.
+        let readers = if handed && mode == RwMode::Read {
+            self.inspect_rw_now(lock)
+                .await
+                .map_or(1, |state| u32::try_from(state.readers.len()).unwrap_or(1))
+        } else {
+            readers
+        };
+        self.time_grant(lock, started);
+        Ok(RwGrant::new(lease, mode, readers))
+    }
+
+    /// One transaction on the header: hands a freed key on to the queue,
+    /// then grants, renews, enqueues (`wait_ms` > 0) or answers busy. With
+    /// the grant, the live readers after it.
+    async fn rw_attempt(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        mode: RwMode,
+        budget: Budget,
+    ) -> Result<(Attempt, u32), EngineError> {
+        self.retry(budget, || async {
+            let mut inserted = false;
+            // Twice at most: the second `create_rw_row` fails.
+            loop {
+                let mut tx = self.begin(budget).await?;
+                let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
+                    tx.rollback().await?;
+                    drop(tx);
+                    self.create_rw_row(lock, budget, &mut inserted).await?;
+                    continue;
+                };
+                let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
+                let lease = match held.decide(wish.owner, mode) {
+                    Decision::Renew(token) => {
+                        let lease = Lease {
+                            seat: Seat::Whole,
+                            owner: wish.owner.to_owned(),
+                            token,
+                            hold_count: 1,
+                            ttl_ms: wish.ttl_ms,
+                            expires_at: plus_ms(held.now(), wish.ttl_ms),
+                            fresh: false,
+                        };
+                        held.set(mode, &lease);
+                        lease
+                    }
+                    Decision::Grant => held.grant(wish.owner, mode, wish.ttl_ms),
+                    Decision::Busy => {
+                        let busy = Attempt::Busy {
+                            remaining_ms: held.remaining_ms(),
+                            queued: held.header.queued,
+                        };
+                        return self
+                            .rw_refuse_or_enqueue(tx, lock, wish, mode, &held, deliveries, busy)
+                            .await
+                            .map(|attempt| (attempt, 0));
+                    }
+                };
+                if mode == RwMode::Read {
+                    self.rw_put_reader(&mut tx, lock, &lease).await?;
+                }
+                let mark = mark();
+                self.rw_write(&mut tx, lock, &held, mark).await?;
+                let grant = lease.fresh.then(|| (lease.owner.clone(), lease.token));
+                self.commit(tx, lock, Expect::Marked { mark, grant })
+                    .await?;
+                self.deliver(deliveries);
+                self.count_grant(lock, if lease.fresh { "direct" } else { "reentry" });
+                return Ok((Attempt::Granted(lease), held.readers_now()));
+            }
+        })
+        .await
+    }
+
+    /// The end of a try that could not grant: joins the queue as a waiter
+    /// for `mode` (`wait_ms` > 0) or answers `busy`, committing the handoffs
+    /// the transaction made, then delivering them.
+    #[allow(clippy::too_many_arguments)]
+    async fn rw_refuse_or_enqueue(
+        &self,
+        mut tx: Conn,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        mode: RwMode,
+        held: &Held,
+        deliveries: Vec<Delivery>,
+        busy: Attempt,
+    ) -> Result<Attempt, EngineError> {
+        let mark = mark();
+        if wish.wait_ms == 0 {
+            if deliveries.is_empty() {
+                tx.rollback().await?;
+            } else {
+                self.rw_write(&mut tx, lock, held, mark).await?;
+                let expect = Expect::Marked { mark, grant: None };
+                self.commit(tx, lock, expect).await?;
+                self.deliver(deliveries);
+            }
+            return Ok(busy);
+        }
+        self.rw_write(&mut tx, lock, held, mark).await?;
+        let waiter = self.enqueue(&mut tx, lock, wish).await?;
+        waiters::set_mode(&mut tx, waiter.id(), mode.code()).await?;
+        // If this fails, dropping `waiter` takes it out again.
+        self.commit(tx, lock, Expect::Waiter { id: waiter.id() })
+            .await?;
+        self.deliver(deliveries);
+        Ok(Attempt::Queued(waiter))
+    }
+
+    /// Creates the header of a key never seen before (once per operation).
+    async fn create_rw_row(
+        &self,
+        lock: &LockRef,
+        budget: Budget,
+        inserted: &mut bool,
+    ) -> Result<(), EngineError> {
+        if *inserted {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        let mut conn = self.conn(budget).await?;
+        // Idempotent: a lost answer is simply tried again.
+        rwlocks::insert_missing(&mut conn, &lock.tenant, &lock.storage_key).await?;
+        conn.done();
+        *inserted = true;
+        Ok(())
+    }
+
+    /// The header, locked as asked, and the live readers; expired reader
+    /// rows are deleted on the way. `None` for a key never used (or, with
+    /// `SkipLocked`, one another transaction holds).
+    async fn rw_read(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        locking: Locking,
+    ) -> Result<Option<Held>, EngineError> {
+        let (tenant, key) = (lock.tenant.as_str(), lock.storage_key.as_str());
+        let Some(header) = rwlocks::header(tx, tenant, key, locking).await? else {
+            return Ok(None);
+        };
+        let mut readers = rwlocks::readers(tx, tenant, key).await?;
+        let before = readers.len();
+        readers.retain(|r| r.expires_at > header.now);
+        if readers.len() < before {
+            rwlocks::delete_expired_readers(tx, tenant, key).await?;
+        }
+        Ok(Some(Held { header, readers }))
+    }
+
+    /// Writes the header as `held` has it (token counter, writer), marked
+    /// by the transaction's `mark`.
+    async fn rw_write(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        held: &Held,
+        mark: u64,
+    ) -> Result<(), EngineError> {
+        let h = &held.header;
+        let writer = match (&h.writer, h.writer_token, h.writer_expires_at) {
+            (Some(owner), Some(token), Some(at)) => {
+                Some((std::str::from_utf8(owner).unwrap_or_default(), token, at))
+            }
+            _ => None,
+        };
+        rwlocks::write_header(tx, &lock.tenant, &lock.storage_key, h.token, writer, mark).await?;
+        Ok(())
+    }
+
+    async fn rw_put_reader(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        lease: &Lease,
+    ) -> Result<(), EngineError> {
+        rwlocks::put_reader(
+            tx,
+            &lock.tenant,
+            &lock.storage_key,
+            &lease.owner,
+            lease.token,
+            lease.expires_at,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Hands the key on to its queue as far as it goes: while no writer
+    /// holds it, the next waiter by the tenant's fairness is granted if it
+    /// is a reader, or a writer while no reader holds it; a writer that
+    /// cannot be granted stops the handoff (it stays first). Stale waiters
+    /// met on the way are cleared out. Bounded by `queued`, which each
+    /// handoff lowers. The caller holds the header, writes `held` back and
+    /// commits, then delivers.
+    ///
+    /// A fairness policy that picks a writer while readers still hold
+    /// counts its pass-over of older waiters (`choose`) although nobody is
+    /// granted yet; the built-in FIFO policy counts none.
+    async fn rw_fill(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        held: &mut Held,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        let mut deliveries = Vec::new();
+        while held.header.queued > 0 && held.writer().is_none() {
+            let Some(waiter) = self.choose(tx, lock).await? else {
+                let purged = self.purge(tx, lock).await?;
+                held.header.queued = held.header.queued.saturating_sub(purged);
+                break;
+            };
+            let mode = RwMode::of_code(waiter.mode);
+            if mode == RwMode::Write && !held.readers.is_empty() {
+                break;
+            }
+            let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
+            let lease = held.grant(&owner, mode, waiter.ttl_ms);
+            if mode == RwMode::Read {
+                self.rw_put_reader(tx, lock, &lease).await?;
+            }
+            deliveries.push(self.record_handoff(tx, lock, waiter, &lease).await?);
+            held.header.queued = held.header.queued.saturating_sub(1);
+        }
+        Ok(deliveries)
+    }
+
+    /// Ends `owner`'s lease with `token` (read or write) and hands the key
+    /// on. Runs to its end even if the caller leaves.
+    ///
+    /// # Errors
+    /// [`EngineError::LeaseLost`] when that lease is not live (nothing
+    /// changes); [`EngineError::Unavailable`].
+    pub fn release_rw(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |_| async move { engine.release_rw_now(&lock, &owner, token, mark()).await })
+    }
+
+    /// [`Engine::release_rw`], marked `mark`: an attempt tried again after
+    /// an error finds the mark on the header if an earlier one committed.
+    pub(super) async fn release_rw_now(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+    ) -> Result<(), EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
+                tx.rollback().await?;
+                return Err(EngineError::LeaseLost);
+            };
+            if held.header.changed_by == Some(mark) {
+                // An earlier attempt of this release committed.
+                tx.rollback().await?;
+                return Ok(());
+            }
+            let writes = held
+                .writer()
+                .is_some_and(|(w, t, _)| w == owner.as_bytes() && t == token);
+            let reads = held.reader(owner).is_some_and(|r| r.token == token);
+            if writes {
+                held.header.writer = None;
+                held.header.writer_token = None;
+                held.header.writer_expires_at = None;
+            } else if reads {
+                rwlocks::delete_reader(&mut tx, &lock.tenant, &lock.storage_key, owner).await?;
+                held.readers.retain(|r| r.owner != owner.as_bytes());
+            } else {
+                tx.rollback().await?;
+                return Err(EngineError::LeaseLost);
+            }
+            let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
+            self.rw_write(&mut tx, lock, &held, mark).await?;
+            let expect = Expect::Marked { mark, grant: None };
+            self.commit(tx, lock, expect).await?;
+            self.deliver(deliveries);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Extends `owner`'s live lease with `token` (read or write) to
+    /// `ttl_ms` from now, by the database clock; the token stays.
+    ///
+    /// # Errors
+    /// [`EngineError::LeaseLost`] once it has expired, even if nobody took
+    /// the key since.
+    pub fn renew_rw(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> impl std::future::Future<Output = Result<RwGrant, EngineError>> + Send + 'static {
+        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+        finish(move |_| async move { engine.renew_rw_now(&lock, &owner, token, ttl_ms).await })
+    }
+
+    async fn renew_rw_now(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<RwGrant, EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
+                tx.rollback().await?;
+                return Err(EngineError::LeaseLost);
+            };
+            let mode = if held
+                .writer()
+                .is_some_and(|(w, t, _)| w == owner.as_bytes() && t == token)
+            {
+                RwMode::Write
+            } else if held.reader(owner).is_some_and(|r| r.token == token) {
+                RwMode::Read
+            } else {
+                tx.rollback().await?;
+                return Err(EngineError::LeaseLost);
+            };
+            let lease = Lease {
+                seat: Seat::Whole,
+                owner: owner.to_owned(),
+                token,
+                hold_count: 1,
+                ttl_ms,
+                expires_at: plus_ms(held.now(), ttl_ms),
+                fresh: false,
+            };
+            held.set(mode, &lease);
+            if mode == RwMode::Read {
+                self.rw_put_reader(&mut tx, lock, &lease).await?;
+            }
+            let mark = mark();
+            self.rw_write(&mut tx, lock, &held, mark).await?;
+            let expect = Expect::Marked { mark, grant: None };
+            self.commit(tx, lock, expect).await?;
+            let readers = held.readers_now();
+            Ok(RwGrant::new(lease, mode, readers))
+        })
+        .await
+    }
+
+    /// Whether the transaction marked `mark` is the last that changed the
+    /// rwlock (for `settle`: a lost commit found to have happened). Locks
+    /// the header, waiting for a transaction still holding it.
+    pub(super) async fn rw_marked(
+        conn: &mut Conn,
+        lock: &LockRef,
+        mark: u64,
+    ) -> sqlx::Result<bool> {
+        let header = rwlocks::header(conn, &lock.tenant, &lock.storage_key, Locking::Wait).await?;
+        Ok(header.is_some_and(|h| h.changed_by == Some(mark)))
+    }
+
+    /// Gives back a rwlock lease nobody will receive (its request is gone),
+    /// trying again a few times if the database is away.
+    pub(super) async fn give_back_rw(&self, lock: &LockRef, owner: &str, token: u64) {
+        let mark = mark();
+        for _ in 0..super::lease::GIVE_BACK_TRIES {
+            match self.release_rw_now(lock, owner, token, mark).await {
+                Ok(()) | Err(EngineError::LeaseLost) => return,
+                Err(err) => {
+                    tracing::debug!(error = %err, "could not give back a departed client's rwlock lease yet");
+                    tokio::time::sleep(self.settings.db_timeout).await;
+                }
+            }
+        }
+        tracing::warn!(key = %lock.storage_key, "could not give back a departed client's rwlock lease");
+    }
+
+    /// The reaper's work on one rwlock: take back grants that gone brokers
+    /// never delivered, hand the key on to eligible waiters, clear out
+    /// stale ones. Skips a key whose header another transaction holds.
+    pub(super) async fn reap_rw(&self, lock: &LockRef) -> Result<(), EngineError> {
+        let budget = self.budget();
+        let mut tx = self.begin(budget).await?;
+        let Some(mut held) = self.rw_read(&mut tx, lock, Locking::SkipLocked).await? else {
+            tx.rollback().await?;
+            return Ok(());
+        };
+        for grant in self.take_back(&mut tx, lock).await? {
+            self.rw_drop_grant(&mut tx, lock, &mut held, &grant).await?;
+        }
+        let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
+        if held.header.queued > 0 {
+            self.purge(&mut tx, lock).await?;
+        }
+        self.rw_write(&mut tx, lock, &held, mark()).await?;
+        // Background work: nobody waits for the answer.
+        self.commit(tx, lock, Expect::Unchecked).await?;
+        if !deliveries.is_empty() {
+            self.metrics.inc("lockbroker_expiry_handoffs_total", &[]);
+        }
+        self.deliver(deliveries);
+        Ok(())
+    }
+
+    /// Ends the lease of an undelivered grant taken back, if the key still
+    /// holds it (nobody received it).
+    async fn rw_drop_grant(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        held: &mut Held,
+        grant: &Undelivered,
+    ) -> Result<(), EngineError> {
+        let h = &mut held.header;
+        if h.writer.as_deref() == Some(&grant.owner[..])
+            && h.writer_token == Some(grant.granted_token)
+        {
+            h.writer = None;
+            h.writer_token = None;
+            h.writer_expires_at = None;
+        }
+        let reader = held
+            .readers
+            .iter()
+            .any(|r| r.owner == grant.owner && r.token == grant.granted_token);
+        if reader {
+            let owner = String::from_utf8_lossy(&grant.owner);
+            rwlocks::delete_reader(tx, &lock.tenant, &lock.storage_key, &owner).await?;
+            held.readers.retain(|r| r.owner != grant.owner);
+        }
+        Ok(())
+    }
+
+    /// The rwlock's live writer, readers and queue, without locking.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub fn inspect_rw(
+        &self,
+        lock: &LockRef,
+    ) -> impl std::future::Future<Output = Result<RwState, EngineError>> + Send + 'static {
+        let (engine, lock) = (self.clone(), lock.clone());
+        finish(move |_| async move { engine.inspect_rw_now(&lock).await })
+    }
+
+    async fn inspect_rw_now(&self, lock: &LockRef) -> Result<RwState, EngineError> {
+        let (tenant, key) = (lock.tenant.as_str(), lock.storage_key.as_str());
+        let budget = self.budget();
+        let read = self
+            .retry(budget, || async {
+                let mut conn = self.conn(budget).await?;
+                let header = rwlocks::header(&mut conn, tenant, key, Locking::None).await?;
+                let readers = match header {
+                    Some(_) => rwlocks::readers(&mut conn, tenant, key).await?,
+                    None => Vec::new(),
+                };
+                conn.done();
+                Ok(header.map(|header| Held { header, readers }))
+            })
+            .await?;
+        let Some(mut held) = read else {
+            return Ok(RwState {
+                writer: None,
+                readers: Vec::new(),
+                waiters: 0,
+            });
+        };
+        let now = held.now();
+        held.readers.retain(|r| r.expires_at > now);
+        let holder = |owner: &[u8], token, expires_at| RwHolder {
+            owner: String::from_utf8_lossy(owner).into_owned(),
+            token,
+            expires_at,
+        };
+        Ok(RwState {
+            writer: held.writer().map(|(w, t, at)| holder(w, t, at)),
+            readers: held
+                .readers
+                .iter()
+                .map(|r| holder(&r.owner, r.token, r.expires_at))
+                .collect(),
+            waiters: u64::from(held.header.queued),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> NaiveDateTime {
+        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
+            .unwrap()
+            .naive_utc()
+    }
+
+    fn held(writer: Option<(&str, u64, i64)>, readers: &[(&str, u64)], queued: u32) -> Held {
+        Held {
+            header: HeaderRow {
+                token: 10,
+                writer: writer.map(|(w, _, _)| w.as_bytes().to_vec()),
+                writer_token: writer.map(|(_, t, _)| t),
+                writer_expires_at: writer.map(|(_, _, ms)| at(ms)),
+                queued,
+                changed_by: None,
+                now: at(0),
+            },
+            readers: readers
+                .iter()
+                .map(|(o, t)| ReaderRow {
+                    owner: o.as_bytes().to_vec(),
+                    token: *t,
+                    expires_at: at(1000),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_is_alone() {
+        let free = held(None, &[], 0);
+        assert_eq!(free.decide("a", RwMode::Read), Decision::Grant);
+        assert_eq!(free.decide("a", RwMode::Write), Decision::Grant);
+        let reading = held(None, &[("r", 3)], 0);
+        assert_eq!(reading.decide("a", RwMode::Read), Decision::Grant);
+        assert_eq!(reading.decide("a", RwMode::Write), Decision::Busy);
+        let writing = held(Some(("w", 4, 500)), &[], 0);
+        assert_eq!(writing.decide("a", RwMode::Read), Decision::Busy);
+        assert_eq!(writing.decide("a", RwMode::Write), Decision::Busy);
+    }
+
+    #[test]
+    fn a_queue_blocks_new_readers() {
+        // A writer queued behind readers: a new reader waits behind it.
+        let reading = held(None, &[("r", 3)], 1);
+        assert_eq!(reading.decide("a", RwMode::Read), Decision::Busy);
+        // A reader already in keeps its lease (renewed).
+        assert_eq!(reading.decide("r", RwMode::Read), Decision::Renew(3));
+    }
+
+    #[test]
+    fn an_expired_writer_holds_nothing() {
+        let expired = held(Some(("w", 4, 0)), &[], 0);
+        assert_eq!(expired.decide("a", RwMode::Write), Decision::Grant);
+        let live = held(Some(("w", 4, 1)), &[], 0);
+        assert_eq!(live.decide("w", RwMode::Write), Decision::Renew(4));
+        // No downgrade or upgrade.
+        assert_eq!(live.decide("w", RwMode::Read), Decision::Busy);
+        assert_eq!(
+            held(None, &[("r", 3)], 0).decide("r", RwMode::Write),
+            Decision::Busy
+        );
+    }
+
+    #[test]
+    fn every_grant_takes_the_next_token() {
+        let mut h = held(None, &[], 0);
+        let a = h.grant("a", RwMode::Read, 1000);
+        let b = h.grant("b", RwMode::Read, 1000);
+        assert_eq!((a.token, b.token), (11, 12));
+        assert_eq!(h.readers_now(), 2);
+        assert_eq!(h.remaining_ms(), 1000);
+        let mut w = held(None, &[], 0);
+        let c = w.grant("c", RwMode::Write, 500);
+        assert_eq!(c.token, 11);
+        assert_eq!(
+            w.writer().map(|(o, t, _)| (o.to_vec(), t)),
+            Some((b"c".to_vec(), 11))
+        );
+    }
+}

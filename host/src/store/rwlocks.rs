@@ -1,0 +1,237 @@
+//! The `rwlocks` (header: token counter, writer, queue) and
+//! `rwlock_readers` (one row per reader) tables. Every write here happens
+//! while the caller holds the key's header row (`FOR UPDATE`), so these
+//! statements take no locks of their own beyond the rows they touch.
+
+use chrono::NaiveDateTime;
+use sqlx::mysql::MySqlQueryResult;
+
+use super::{pool::Conn, KeyRow, Kind, Locking};
+
+/// A rwlock's header, read with the database clock (the engine judges
+/// whether the writer's lease is live by `now`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HeaderRow {
+    /// The last token granted, read or write.
+    pub token: u64,
+    pub writer: Option<Vec<u8>>,
+    pub writer_token: Option<u64>,
+    pub writer_expires_at: Option<NaiveDateTime>,
+    /// Pending waiters (exact while the row is locked).
+    pub queued: u32,
+    /// The mark of the transaction that last changed this key.
+    pub changed_by: Option<u64>,
+    pub now: NaiveDateTime,
+}
+
+/// One reader's row (live while `expires_at` is after the `now` it was
+/// read with).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReaderRow {
+    pub owner: Vec<u8>,
+    pub token: u64,
+    pub expires_at: NaiveDateTime,
+}
+
+/// The header, locked as asked.
+pub async fn header(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    locking: Locking,
+) -> sqlx::Result<Option<HeaderRow>> {
+    let sql = format!(
+        r#"
+SELECT token, writer, writer_token, writer_expires_at, queued, changed_by, NOW(6) AS now
+FROM rwlocks WHERE tenant = ? AND rw_key = ?
+{}
+"#,
+        locking.suffix()
+    );
+    conn.run(|c| {
+        sqlx::query_as(&sql)
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(c)
+    })
+    .await
+}
+
+/// Creates the header of a key never seen before, in its own autocommit
+/// statement (two first acquirers racing both succeed; they then meet on
+/// the row lock as usual).
+pub async fn insert_missing(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query("INSERT IGNORE INTO rwlocks (tenant, rw_key) VALUES (?, ?)")
+            .bind(tenant)
+            .bind(key)
+            .execute(c)
+    })
+    .await
+}
+
+/// Every reader row of the key, expired ones included (the caller judges
+/// them by the header's `now`).
+pub async fn readers(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec<ReaderRow>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
+SELECT owner, token, expires_at FROM rwlock_readers
+WHERE tenant = ? AND rw_key = ? ORDER BY token
+"#,
+        )
+        .bind(tenant)
+        .bind(key)
+        .fetch_all(c)
+    })
+    .await
+}
+
+/// Writes the header's token counter and writer (`None`: no writer),
+/// marked by the transaction `changed_by`.
+pub async fn write_header(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    token: u64,
+    writer: Option<(&str, u64, NaiveDateTime)>,
+    changed_by: u64,
+) -> sqlx::Result<MySqlQueryResult> {
+    let (owner, writer_token, expires_at) = match writer {
+        Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
+        None => (None, None, None),
+    };
+    conn.run(|c| {
+        sqlx::query(
+            r#"
+UPDATE rwlocks SET token = ?, writer = ?, writer_token = ?, writer_expires_at = ?,
+  changed_by = ?
+WHERE tenant = ? AND rw_key = ?
+"#,
+        )
+        .bind(token)
+        .bind(owner)
+        .bind(writer_token)
+        .bind(expires_at)
+        .bind(changed_by)
+        .bind(tenant)
+        .bind(key)
+        .execute(c)
+    })
+    .await
+}
+
+/// Writes `owner`'s read lease (a new one, or its renewal).
+pub async fn put_reader(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    owner: &str,
+    token: u64,
+    expires_at: NaiveDateTime,
+) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query(
+            r#"
+INSERT INTO rwlock_readers (tenant, rw_key, owner, token, expires_at) VALUES (?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)
+"#,
+        )
+        .bind(tenant)
+        .bind(key)
+        .bind(owner)
+        .bind(token)
+        .bind(expires_at)
+        .execute(c)
+    })
+    .await
+}
+
+/// Removes `owner`'s reader row.
+pub async fn delete_reader(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    owner: &str,
+) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query("DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND owner = ?")
+            .bind(tenant)
+            .bind(key)
+            .bind(owner)
+            .execute(c)
+    })
+    .await
+}
+
+/// Removes the key's expired reader rows (their tokens live on in the
+/// header's counter).
+pub async fn delete_expired_readers(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query(
+            "DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND expires_at <= NOW(6)",
+        )
+        .bind(tenant)
+        .bind(key)
+        .execute(c)
+    })
+    .await
+}
+
+/// Adds `delta` to the count of pending waiters (header locked by the caller).
+pub async fn add_queued(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    delta: i64,
+) -> sqlx::Result<MySqlQueryResult> {
+    conn.run(|c| {
+        sqlx::query(
+            "UPDATE rwlocks SET queued = CAST(queued AS SIGNED) + ? WHERE tenant = ? AND rw_key = ?",
+        )
+        .bind(delta)
+        .bind(tenant)
+        .bind(key)
+        .execute(c)
+    })
+    .await
+}
+
+/// Rwlocks with pending waiters and no live writer that nobody handed on:
+/// no live reader either (the last lease expired), or the oldest pending
+/// waiter is a reader (the writer it queued behind left the queue), up to
+/// `limit`.
+pub async fn free_with_waiters(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<KeyRow>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
+SELECT h.tenant, CAST(? AS SIGNED) AS kind, h.rw_key AS lock_key FROM rwlocks h
+WHERE h.queued > 0
+  AND (h.writer IS NULL OR h.writer_expires_at <= NOW(6))
+  AND (
+    NOT EXISTS (
+      SELECT 1 FROM rwlock_readers r
+      WHERE r.tenant = h.tenant AND r.rw_key = h.rw_key AND r.expires_at > NOW(6))
+    OR (
+      SELECT w.mode FROM waiters w
+      WHERE w.tenant = h.tenant AND w.kind = ? AND w.lock_key = h.rw_key
+        AND w.granted_token IS NULL
+      ORDER BY w.id LIMIT 1) = 0)
+LIMIT ?
+"#,
+        )
+        .bind(Kind::RwLock as u8)
+        .bind(Kind::RwLock as u8)
+        .bind(limit)
+        .fetch_all(c)
+    })
+    .await
+}
