@@ -9,6 +9,7 @@
 //!   including the Server-Sent Event of `observe`.
 //! - [`multilock`]: several lock keys at once, all or none.
 //! - [`fencing`]: whether a token is still the live grant (validate).
+//! - [`history`]: a lock's recorded grants, releases, expiries, handoffs.
 //! - [`admin`], [`ops`]: tenants and policies (and force-release); health
 //!   and readiness.
 //! - [`error`]: the error envelope and every error code.
@@ -22,6 +23,7 @@ pub mod admin;
 pub mod election;
 pub mod error;
 pub mod fencing;
+pub mod history;
 pub mod lease;
 pub mod limits;
 pub mod multilock;
@@ -36,6 +38,9 @@ pub use election::{
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fencing::{ValidateRequest, Validity};
+pub use history::{
+    LockEvent, LockEventKind, LockHistory, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
+};
 pub use lease::{AcquireRequest, Lease, LockStatus, ReleaseRequest, ReleaseResponse, RenewRequest};
 pub use limits::*;
 pub use multilock::{

@@ -14,6 +14,9 @@
 //! - `multilock`: several lock keys granted, renewed and released all or
 //!   none, in storage-key order.
 //! - `force`: an operator ending a stuck lease.
+//! - `history`: each lock's events, appended by the transactions that
+//!   make them; read and pruned.
+//! - `delay`: lock-delay and minimum hold, when a key may be granted again.
 //! - `semaphore`: tries at semaphores (N slot rows per key, `SKIP LOCKED`).
 //! - `queue`: the durable wait queue, choosing the next waiter, waking.
 //! - `routine`: the built-in FIFO policy's lock path in stored procedures,
@@ -34,9 +37,11 @@
 
 mod batch;
 mod brokers;
+mod delay;
 mod detach;
 mod election;
 mod force;
+mod history;
 mod lease;
 mod lock;
 mod multilock;
@@ -68,8 +73,10 @@ use crate::{
     tenant::Tenant,
 };
 
+pub use delay::Delays;
 pub use election::{Leadership, Observation};
 pub use force::Forced;
+pub use history::LockEvent;
 pub use lock::{Grant, LockState, Released, Validity};
 pub use multilock::{MultiRelease, MULTILOCK_MAX_KEYS};
 pub use pacing::Pacing;
@@ -225,6 +232,8 @@ pub struct LockRef {
     pub max_waiters: u64,
     /// The tenant's fairness and backoff.
     pub pacing: Arc<dyn Pacing>,
+    /// The tenant's lock-delay and minimum hold.
+    pub delays: Delays,
 }
 
 impl std::fmt::Debug for LockRef {
@@ -245,6 +254,7 @@ pub struct Scope {
     pub tenant: String,
     pub max_waiters: u64,
     pub pacing: Arc<dyn Pacing>,
+    pub delays: Delays,
 }
 
 impl Scope {
@@ -254,6 +264,7 @@ impl Scope {
             tenant: tenant.name.clone(),
             max_waiters: tenant.max_waiters,
             pacing: pacing::of(tenant),
+            delays: tenant.delays,
         }
     }
 
@@ -267,6 +278,7 @@ impl Scope {
             storage_key,
             max_waiters: self.max_waiters,
             pacing: self.pacing.clone(),
+            delays: self.delays,
         }
     }
 }
@@ -327,6 +339,9 @@ pub struct Inner {
     wake: wake::Wake,
     /// Uncontended operations gathered for the next shared transaction.
     batcher: batch::Batcher,
+    /// Keys (tenant, storage key) with a timer to hand them on when their
+    /// lock-delay or minimum hold ends (`delay`).
+    delayed: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Deref for Engine {
@@ -355,6 +370,7 @@ impl Engine {
             pollers: election::Pollers::default(),
             wake: wake::Wake::default(),
             batcher: batch::Batcher::default(),
+            delayed: Mutex::new(std::collections::HashSet::new()),
         }))
     }
 

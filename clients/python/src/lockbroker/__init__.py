@@ -43,6 +43,7 @@ from .handles import Held, Leader, Lease, MultiLease, Permit
 from .models import (
     ForceReleased,
     Leadership,
+    LockEvent,
     LockGrant,
     LockStatus,
     MultiLockEntry,
@@ -72,6 +73,7 @@ __all__ = [
     "Leadership",
     "Lease",
     "LeaseLost",
+    "LockEvent",
     "LockGrant",
     "LockHeld",
     "LockStatus",
