@@ -462,3 +462,177 @@ async fn old_history_is_pruned_in_bounded_batches() {
     );
     broker.stop().await;
 }
+
+/// What the clients of a stress run saw: grants and clean releases, as
+/// (key, owner, token).
+#[derive(Default)]
+struct Seen {
+    grants: Vec<(usize, String, u64)>,
+    releases: Vec<(usize, String, u64)>,
+}
+
+/// Clients on a few keys, waiting or trying once, some letting their short
+/// leases expire; then every key's `lock_events` (by id) must be a
+/// well-formed sequence (each grant ended before the next, by its own
+/// owner and token, tokens increasing) and match what the clients saw one
+/// to one; under delays, no grant earlier than they allow.
+async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64, hold_ms: i64) {
+    const CLIENTS: usize = 12;
+    const KEYS: usize = 3;
+    const RUN_FOR: Duration = Duration::from_secs(4);
+    const MAX_ROUNDS: usize = 10_000;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let deadline = tokio::time::Instant::now() + RUN_FOR;
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let (c, seen) = (c.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("c{client}");
+            for n in 0..MAX_ROUNDS {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                let key = (client + n) % KEYS;
+                let name = format!("s{key}");
+                let wait_ms = if client % 2 == 0 { 1_000 } else { 0 };
+                // Every eighth hold is abandoned: its short lease expires.
+                let abandon = n % 8 == 7;
+                let ttl_ms = if abandon { 100 } else { 5_000 };
+                let reply = c.acquire(&name, &owner, ttl_ms, wait_ms).await.unwrap();
+                match reply.status {
+                    200 => {}
+                    409 => continue,
+                    other => panic!("acquire answered {other}: {}", reply.text()),
+                }
+                let token = reply.json()["token"].as_u64().unwrap();
+                // A re-entry (of a lease this client abandoned, still
+                // live) is no grant, and its release frees nothing.
+                if reply.json()["hold_count"] == 1 {
+                    seen.lock()
+                        .unwrap()
+                        .grants
+                        .push((key, owner.clone(), token));
+                }
+                if abandon {
+                    continue;
+                }
+                let r = c.release(&name, &owner, token).await.unwrap();
+                assert_eq!(r.status, 200, "{}", r.text());
+                if r.json()["released"] == true {
+                    seen.lock()
+                        .unwrap()
+                        .releases
+                        .push((key, owner.clone(), token));
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(
+        seen.grants.len() >= 10,
+        "too few grants: {}",
+        seen.grants.len()
+    );
+    let mut db = db_conn(&broker.db).await;
+    let mut expiries = 0;
+    for key in 0..KEYS {
+        let rows: Vec<(u8, Vec<u8>, u64, NaiveDateTime)> = sqlx::query_as(
+            "SELECT event, owner, token, at FROM lock_events WHERE tenant = ? AND lock_key = ? ORDER BY id",
+        )
+        .bind(tenant)
+        .bind(format!("s{key}"))
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+        let mut held: Option<(String, u64, NaiveDateTime)> = None;
+        let mut last_end: Option<(u8, NaiveDateTime)> = None;
+        let mut last_token = 0;
+        let (mut starts, mut releases) = (Vec::new(), Vec::new());
+        for (event, owner, token, at) in rows {
+            let owner = String::from_utf8(owner).unwrap();
+            match event {
+                // granted, handed_off
+                1 | 4 => {
+                    assert!(
+                        held.is_none(),
+                        "s{key}: {owner}/{token} granted while {held:?} held"
+                    );
+                    assert!(
+                        token > last_token,
+                        "s{key}: token {token} after {last_token}"
+                    );
+                    if let Some((_, _, prev_at)) = starts.last() {
+                        let gap = at - *prev_at;
+                        assert!(
+                            gap >= chrono::Duration::milliseconds(hold_ms),
+                            "s{key}: granted {gap} after the previous grant"
+                        );
+                    }
+                    if let Some((3, expired_at)) = last_end {
+                        assert!(
+                            at - expired_at >= chrono::Duration::milliseconds(delay_ms),
+                            "s{key}: granted {} after an expiry",
+                            at - expired_at
+                        );
+                    }
+                    last_token = token;
+                    held = Some((owner.clone(), token, at));
+                    starts.push((owner, token, at));
+                }
+                // released, expired, force_released
+                2 | 3 | 5 => {
+                    let Some((h_owner, h_token, _)) = held.take() else {
+                        panic!("s{key}: {owner}/{token} ended while nobody held it");
+                    };
+                    assert_eq!((&h_owner, h_token), (&owner, token), "s{key}");
+                    if event == 2 {
+                        releases.push((owner, token));
+                    }
+                    if event == 3 {
+                        expiries += 1;
+                    }
+                    last_end = Some((event, at));
+                }
+                other => panic!("unknown event {other}"),
+            }
+        }
+        let mut recorded: Vec<(String, u64)> = starts.into_iter().map(|(o, t, _)| (o, t)).collect();
+        let mut granted: Vec<(String, u64)> = seen
+            .grants
+            .iter()
+            .filter(|g| g.0 == key)
+            .map(|g| (g.1.clone(), g.2))
+            .collect();
+        recorded.sort();
+        granted.sort();
+        assert_eq!(recorded, granted, "s{key}: grants recorded vs seen");
+        let mut clean: Vec<(String, u64)> = seen
+            .releases
+            .iter()
+            .filter(|r| r.0 == key)
+            .map(|r| (r.1.clone(), r.2))
+            .collect();
+        releases.sort();
+        clean.sort();
+        assert_eq!(releases, clean, "s{key}: releases recorded vs seen");
+    }
+    assert!(expiries > 0, "no abandoned lease expired and was replaced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_changes_leave_a_well_formed_history_on_the_fast_paths() {
+    let broker = Broker::start().await;
+    stress_history(&broker, &broker.client(), "default", 0, 0).await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_changes_keep_lock_delay_and_minimum_hold() {
+    let broker = broker_with(tenant("paced", 120, 40)).await;
+    let c = broker.client_with(Some("paced-key"));
+    stress_history(&broker, &c, "paced", 120, 40).await;
+    broker.stop().await;
+}

@@ -242,7 +242,11 @@ impl Engine {
                 }
                 _ => {}
             }
-            seat::free(conn, lock, row, released_by).await?;
+            // A seat already free has nothing to write (a blocked key the
+            // reaper meets again).
+            if row.owner.is_some() {
+                seat::free(conn, lock, row, released_by).await?;
+            }
             return Ok(None);
         };
         let lease = Lease {

@@ -269,7 +269,8 @@ impl Scope {
     }
 
     /// This tenant's lock of `kind` named `storage_key` (`key` as the
-    /// client sent it).
+    /// client sent it). Lock-delay and minimum hold are the tenant's for
+    /// locks, none for semaphores and elections.
     pub fn lock(&self, kind: Kind, key: String, storage_key: String) -> LockRef {
         LockRef {
             tenant: self.tenant.clone(),
@@ -278,7 +279,11 @@ impl Scope {
             storage_key,
             max_waiters: self.max_waiters,
             pacing: self.pacing.clone(),
-            delays: self.delays,
+            delays: if kind == Kind::Lock {
+                self.delays
+            } else {
+                Delays::default()
+            },
         }
     }
 }
