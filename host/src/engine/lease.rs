@@ -435,8 +435,12 @@ impl Engine {
             }
             Err(err) if store::classify(&err) == Failure::Other => Err(err.into()),
             // A collision or a broken connection before the commit:
-            // nothing happened, the full path follows.
-            Err(_) => Ok(false),
+            // nothing happened, the full path follows (a broken
+            // connection fails its rollback and is closed).
+            Err(_) => {
+                let _ = tx.rollback().await;
+                Ok(false)
+            }
         }
     }
 
