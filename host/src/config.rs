@@ -824,6 +824,9 @@ api_key = "k2"
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\n[[tenant]]\nname = \"b\"\napi_key = \"k\"",
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\npolicy = \"../x.wasm\"",
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_ttl_ms = 5",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nlock_delay_ms = 86400001",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmin_hold_ms = 86400001",
+            "history_retention_hours = 0\n[[tenant]]\nname = \"a\"\napi_key = \"k\"",
             "",
         ];
         for text in bad {
@@ -831,5 +834,31 @@ api_key = "k2"
             assert!(config.validate().is_err(), "accepted: {text}");
         }
         assert!(Config::from_toml("nonsense = 1").is_err());
+    }
+
+    #[test]
+    fn history_retention_and_tenant_delays_default_and_parse() {
+        let config = Config::dev();
+        assert_eq!(config.history_retention_hours, 168);
+        assert_eq!(
+            (
+                config.tenants[0].lock_delay_ms,
+                config.tenants[0].min_hold_ms
+            ),
+            (0, 0)
+        );
+        let config = Config::from_toml(
+            "history_retention_hours = 24\n[[tenant]]\nname = \"cron\"\napi_key = \"k\"\nlock_delay_ms = 15000\nmin_hold_ms = 3600000",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.history_retention_hours, 24);
+        assert_eq!(
+            (
+                config.tenants[0].lock_delay_ms,
+                config.tenants[0].min_hold_ms
+            ),
+            (15_000, 3_600_000)
+        );
     }
 }

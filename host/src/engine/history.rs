@@ -141,3 +141,83 @@ impl Engine {
         Ok(pruned)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::NaiveDateTime;
+
+    use super::*;
+    use crate::engine::{seat::Seat, Scope};
+
+    struct NoPacing;
+
+    impl crate::engine::Pacing for NoPacing {
+        fn always_oldest(&self) -> bool {
+            true
+        }
+        fn pick_next<'a>(
+            &'a self,
+            _key: &'a str,
+            _waiters: Vec<crate::policy::Waiter>,
+        ) -> crate::engine::pacing::Pending<'a, usize> {
+            Box::pin(async { 0 })
+        }
+        fn next_delay(
+            &self,
+            _contention: crate::policy::Contention,
+        ) -> crate::engine::pacing::Pending<'_, crate::policy::Decision> {
+            Box::pin(async { crate::policy::Decision::GiveUp })
+        }
+    }
+
+    fn at(ms: i64) -> NaiveDateTime {
+        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
+            .unwrap()
+            .naive_utc()
+    }
+
+    fn lock(kind: Kind) -> LockRef {
+        Scope {
+            tenant: "t".into(),
+            max_waiters: 10,
+            pacing: Arc::new(NoPacing),
+            delays: Default::default(),
+        }
+        .lock(kind, "k".into(), "k".into())
+    }
+
+    fn row(owner: Option<&str>, expires_ms: Option<i64>) -> LeaseRow {
+        LeaseRow {
+            seat: Seat::Whole,
+            owner: owner.map(|o| o.as_bytes().to_vec()),
+            token: 3,
+            hold_count: 1,
+            expires_at: expires_ms.map(at),
+            released_by: None,
+            not_before: None,
+            now: at(0),
+        }
+    }
+
+    #[test]
+    fn an_expiry_is_a_lease_still_in_its_row_past_its_end_at_that_end() {
+        let e = expiry(&lock(Kind::Lock), &row(Some("a"), Some(-20))).unwrap();
+        assert_eq!(
+            (e.event, e.owner.as_str(), e.token, e.at),
+            (EventKind::Expired, "a", 3, Some(at(-20)))
+        );
+        // Live, freed (released), or never held: no expiry.
+        assert!(expiry(&lock(Kind::Lock), &row(Some("a"), Some(20))).is_none());
+        assert!(expiry(&lock(Kind::Lock), &row(None, None)).is_none());
+    }
+
+    #[test]
+    fn only_locks_have_a_history() {
+        let expired = row(Some("a"), Some(-20));
+        assert!(expiry(&lock(Kind::Election), &expired).is_none());
+        assert!(event(&lock(Kind::Semaphore), EventKind::Granted, b"a", 1, None).is_none());
+        assert!(event(&lock(Kind::Lock), EventKind::Granted, b"a", 1, None).is_some());
+    }
+}
