@@ -498,6 +498,13 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                 // Every eighth hold is abandoned: its short lease expires.
                 let abandon = n % 8 == 7;
                 let ttl_ms = if abandon { 100 } else { 5_000 };
+                // An abandoned lease's owner never comes back (a re-entry
+                // would renew it).
+                let owner = if abandon {
+                    format!("{owner}-gone-{n}")
+                } else {
+                    owner.clone()
+                };
                 let reply = c.acquire(&name, &owner, ttl_ms, wait_ms).await.unwrap();
                 match reply.status {
                     200 => {}
@@ -620,6 +627,11 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
         assert_eq!(releases, clean, "s{key}: releases recorded vs seen");
     }
     assert!(expiries > 0, "no abandoned lease expired and was replaced");
+    println!(
+        "{tenant}: {} grants, {} clean releases, {expiries} expiries",
+        seen.grants.len(),
+        seen.releases.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
