@@ -127,13 +127,14 @@ impl Engine {
     }
 
     /// Deletes one batch of events older than `retention` (the reaper's,
-    /// once per pass); how many.
+    /// once per pass), in one autocommit statement; how many.
     pub(super) async fn prune_history(
         &self,
-        conn: &mut Conn,
         retention: std::time::Duration,
     ) -> Result<u64, EngineError> {
-        let pruned = history::prune(conn, micros(retention), PRUNE_BATCH).await?;
+        let mut conn = self.conn(self.budget()).await?;
+        let pruned = history::prune(&mut conn, micros(retention), PRUNE_BATCH).await?;
+        conn.done();
         if pruned > 0 {
             self.metrics
                 .add_counter("lockbroker_history_pruned_total", &[], pruned);

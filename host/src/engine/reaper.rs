@@ -97,10 +97,6 @@ impl Engine {
         if sweep {
             waiters::delete_uncollected(&mut conn, micros(UNCOLLECTED_AFTER), SWEEP_BATCH).await?;
         }
-        let mut full = false;
-        if let Some(retention) = prune {
-            full = self.prune_history(&mut conn, retention).await? == u64::from(PRUNE_BATCH);
-        }
         conn.done();
         drop(conn);
         keys.sort_by(|a, b| {
@@ -116,7 +112,19 @@ impl Engine {
                 tracing::debug!(error = %err, key = %lock.storage_key, "reaping a key failed");
             }
         }
-        Ok(full)
+        // Last, and on its own: a failed pruning (another broker's pruning
+        // deadlocked with it) delays no handoff, and is tried again.
+        let Some(retention) = prune else {
+            return Ok(false);
+        };
+        match self.prune_history(retention).await {
+            Ok(pruned) => Ok(pruned == u64::from(PRUNE_BATCH)),
+            Err(err) => {
+                self.metrics.inc("lockbroker_reaper_errors_total", &[]);
+                tracing::debug!(error = %err, "pruning lock history failed");
+                Ok(false)
+            }
+        }
     }
 }
 
