@@ -13,9 +13,10 @@
 //! it cannot deadlock), each member is decided by that clock exactly as its
 //! own transaction would decide it, every new lease state is written in one
 //! statement, their history events in one more, and one `COMMIT` makes them
-//! durable. Each member is answered
-//! only after that commit returned (a refusal, which writes nothing, right
-//! after the read). Anything out of the ordinary leaves the batch for the
+//! durable. Each member is answered only after that commit returned (a
+//! refusal, which writes nothing, right after the read). Tenants with a
+//! lock-delay or minimum hold never join a batch. Anything out of the
+//! ordinary leaves the batch for the
 //! individual path, which behaves as it always has: a row another
 //! transaction holds (contention), a key never seen (no row yet), a free
 //! lock with queued waiters or a release that must hand on, a wait that
