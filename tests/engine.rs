@@ -100,6 +100,7 @@ impl Harness {
             tenant: "t".into(),
             max_waiters: 100,
             pacing: pacing.clone(),
+            delays: Default::default(),
         };
         let tasks = vec![
             tokio::spawn(engine.clone().run_heartbeat(stopped.clone())),
@@ -107,6 +108,7 @@ impl Harness {
             tokio::spawn(engine.clone().run_reaper(
                 vec![scope.clone()],
                 Duration::from_millis(25),
+                Duration::from_secs(3600),
                 stopped,
             )),
         ];

@@ -841,5 +841,27 @@ async fn lost_commits_are_settled() {
         text.contains("lockbroker_lost_commits_total{outcome=\"not_committed\"} 1"),
         "{text}"
     );
+
+    // The history holds each change once: the settled commits' events
+    // (written in their transactions) once, the dropped one's not at all.
+    let history: lockbroker_api::LockHistory = c.get("/v1/locks/a/history").await.unwrap().ok();
+    let events: Vec<_> = history
+        .events
+        .iter()
+        .map(|e| (e.event, e.owner.as_str(), e.token))
+        .collect();
+    use lockbroker_api::LockEventKind::{Granted, HandedOff, Released};
+    assert_eq!(
+        events,
+        vec![
+            (Granted, "me", again.token),
+            (Released, "next", next_token),
+            (HandedOff, "next", next_token),
+            (Released, "me", token),
+            (Granted, "me", token),
+            (Released, "me", first_token),
+            (Granted, "me", first_token),
+        ]
+    );
     broker.stop().await;
 }

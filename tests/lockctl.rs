@@ -3,8 +3,8 @@
 use std::{process::Output, time::Duration};
 
 use lockbroker_api::{
-    ElectionEvent, ElectionStatus, ErrorBody, ErrorCode, Lease, LockStatus, ReleaseResponse,
-    RwLockStatus, SemaphoreStatus, TenantInfo,
+    ElectionEvent, ElectionStatus, ErrorBody, ErrorCode, Lease, LockEventKind, LockHistory,
+    LockStatus, ReleaseResponse, RwLockStatus, SemaphoreStatus, TenantInfo,
 };
 use lockbroker_tests::{bin, eventually_some, Broker, KEY};
 use serde::de::DeserializeOwned;
@@ -75,6 +75,28 @@ async fn acquire_status_renew_release() {
     .await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(code(&out), ErrorCode::LeaseLost);
+
+    // The history of what just happened, newest first (the refused
+    // acquire and release are not in it).
+    let out = lockctl(&broker, &["history", "cli-job"]).await;
+    assert!(out.status.success());
+    let events: Vec<_> = parsed::<LockHistory>(&out)
+        .events
+        .into_iter()
+        .map(|e| (e.event, e.owner, e.token))
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            (LockEventKind::Released, "me".to_owned(), token),
+            (LockEventKind::Granted, "me".to_owned(), token),
+        ]
+    );
+    let out = lockctl(&broker, &["history", "cli-job", "--limit", "1"]).await;
+    assert_eq!(parsed::<LockHistory>(&out).events.len(), 1);
+    let out = lockctl(&broker, &["history", "cli-job", "--limit", "0"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(code(&out), ErrorCode::BadRequest);
 
     // A wrong key and an unreachable broker are told apart.
     let out = tokio::process::Command::new(bin("lockctl"))

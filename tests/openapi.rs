@@ -120,10 +120,16 @@ impl Spec {
         example
     }
 
-    /// The example value of the path parameter of `op`.
+    /// The example values of the path parameters of `op`.
     fn path_with_example(&self, path: &str, op: &Value) -> String {
         let mut path = path.to_owned();
-        for p in op["parameters"].as_array().into_iter().flatten() {
+        // Query parameters (a history's `limit`) are optional: left out.
+        for p in op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["in"] == "path")
+        {
             let name = p["name"].as_str().unwrap();
             let example = p["example"].as_str().unwrap();
             path = path.replace(&format!("{{{name}}}"), example);

@@ -443,3 +443,43 @@ async fn next(events: &mut LeaderEvents) -> ElectionStatus {
     let ElectionEvent::Leader(now) = event;
     now
 }
+
+#[tokio::test]
+async fn history_reads_a_locks_events_newest_first() {
+    use lockbroker_client::api::LockEventKind;
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let locks = c.locks();
+    let a = locks
+        .acquire("audited", &lockbroker_client::api::AcquireRequest::new("a"))
+        .await
+        .unwrap();
+    let release = lockbroker_client::api::ReleaseRequest {
+        owner: "a".into(),
+        token: a.token,
+    };
+    locks.release("audited", &release).await.unwrap();
+    let b = locks
+        .acquire("audited", &lockbroker_client::api::AcquireRequest::new("b"))
+        .await
+        .unwrap();
+    let all = locks.history("audited", None).await.unwrap();
+    let seen: Vec<_> = all
+        .events
+        .iter()
+        .map(|e| (e.event, e.owner.as_str(), e.token))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (LockEventKind::Granted, "b", b.token),
+            (LockEventKind::Released, "a", a.token),
+            (LockEventKind::Granted, "a", a.token),
+        ]
+    );
+    let newest = locks.history("audited", Some(1)).await.unwrap();
+    assert_eq!(newest.events, all.events[..1].to_vec());
+    let err = locks.history("audited", Some(0)).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err:?}");
+    broker.stop().await;
+}

@@ -10,6 +10,7 @@
 //! - [`multilock`]: several lock keys at once, all or none.
 //! - [`rwlock`]: reader-writer locks (many readers or one writer).
 //! - [`fencing`]: whether a token is still the live grant (validate).
+//! - [`history`]: a lock's recorded grants, releases, expiries, handoffs.
 //! - [`admin`], [`ops`]: tenants and policies (and force-release); health
 //!   and readiness.
 //! - [`error`]: the error envelope and every error code.
@@ -23,6 +24,7 @@ pub mod admin;
 pub mod election;
 pub mod error;
 pub mod fencing;
+pub mod history;
 pub mod lease;
 pub mod limits;
 pub mod multilock;
@@ -38,6 +40,9 @@ pub use election::{
 };
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fencing::{ValidateRequest, Validity};
+pub use history::{
+    LockEvent, LockEventKind, LockHistory, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
+};
 pub use lease::{AcquireRequest, Lease, LockStatus, ReleaseRequest, ReleaseResponse, RenewRequest};
 pub use limits::*;
 pub use multilock::{

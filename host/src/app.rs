@@ -229,6 +229,8 @@ impl Server {
         let app = Arc::new(App::build(config, stopped.clone()).await?);
         let tenants: Vec<_> = app.tenants.iter().cloned().collect();
         let reap_every = Duration::from_millis(app.config.reaper_interval_ms.max(1));
+        let retention =
+            Duration::from_secs(app.config.history_retention_hours.saturating_mul(3600));
         let mut background = Vec::new();
         for (i, engine) in app.engines.iter().enumerate() {
             let own: Vec<_> = tenants
@@ -241,6 +243,7 @@ impl Server {
             background.push(tokio::spawn(engine.clone().run_reaper(
                 own,
                 reap_every,
+                retention,
                 stopped.clone(),
             )));
         }

@@ -118,6 +118,10 @@ pub struct Config {
     /// How often the reaper looks for expired leases with waiters, in ms.
     #[serde(default = "default_reaper_interval_ms")]
     pub reaper_interval_ms: u64,
+    /// How long lock history events are kept, in hours; older ones are
+    /// deleted by the reaper in bounded batches.
+    #[serde(default = "default_history_retention_hours")]
+    pub history_retention_hours: u64,
     /// Where compiled policy components are cached, keyed by sha256 and
     /// wasmtime build. Default `$XDG_CACHE_HOME/lockbroker` or
     /// `~/.cache/lockbroker`; none if neither is known.
@@ -165,6 +169,11 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+/// The longest `lock_delay_ms` or `min_hold_ms` (one day).
+pub const MAX_DELAY_MS: u64 = 86_400_000;
+/// The longest `history_retention_hours` (about ten years).
+pub const MAX_HISTORY_RETENTION_HOURS: u64 = 87_600;
+
 /// One `[[tenant]]` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +199,14 @@ pub struct TenantConfig {
     /// `policy_memory_bytes` (a trivial componentize-py policy ran in 16 MiB).
     #[serde(default)]
     pub policy_memory_bytes: Option<usize>,
+    /// After a lease of this tenant *expires*, its key is not granted again
+    /// for this long, in ms (0: at once). A clean release does not delay.
+    #[serde(default)]
+    pub lock_delay_ms: u64,
+    /// A released lock stays unavailable until this long after its grant,
+    /// in ms (0: none), for jobs that must not run twice in one period.
+    #[serde(default)]
+    pub min_hold_ms: u64,
 }
 
 impl TenantConfig {
@@ -205,6 +222,8 @@ impl TenantConfig {
             database_url: None,
             policy_deadline_ms: None,
             policy_memory_bytes: None,
+            lock_delay_ms: 0,
+            min_hold_ms: 0,
         }
     }
 }
@@ -238,6 +257,9 @@ fn default_max_policy_bytes() -> usize {
 }
 fn default_reaper_interval_ms() -> u64 {
     25
+}
+fn default_history_retention_hours() -> u64 {
+    168
 }
 fn default_header_read_timeout_ms() -> u64 {
     10_000
@@ -385,6 +407,11 @@ api_key = "dev-key"
         if let Some(why) = policy_memory_problem(self.policy_memory_bytes) {
             return invalid(format!("policy_memory_bytes {why}"));
         }
+        if !(1..=MAX_HISTORY_RETENTION_HOURS).contains(&self.history_retention_hours) {
+            return invalid(format!(
+                "history_retention_hours must be 1 to {MAX_HISTORY_RETENTION_HOURS}"
+            ));
+        }
         if matches!(&self.admin_token, Some(t) if t.is_empty()) {
             return invalid("admin_token must not be empty".into());
         }
@@ -405,6 +432,16 @@ api_key = "dev-key"
             }
             if tenant.max_ttl_ms < 100 {
                 return invalid(format!("tenant {name}: max_ttl_ms must be at least 100"));
+            }
+            for (field, ms) in [
+                ("lock_delay_ms", tenant.lock_delay_ms),
+                ("min_hold_ms", tenant.min_hold_ms),
+            ] {
+                if ms > MAX_DELAY_MS {
+                    return invalid(format!(
+                        "tenant {name}: {field} must be at most {MAX_DELAY_MS}"
+                    ));
+                }
             }
             if let Some(why) = tenant.policy_deadline_ms.and_then(policy_deadline_problem) {
                 return invalid(format!("tenant {name}: policy_deadline_ms {why}"));
@@ -787,6 +824,9 @@ api_key = "k2"
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\n[[tenant]]\nname = \"b\"\napi_key = \"k\"",
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\npolicy = \"../x.wasm\"",
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_ttl_ms = 5",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nlock_delay_ms = 86400001",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmin_hold_ms = 86400001",
+            "history_retention_hours = 0\n[[tenant]]\nname = \"a\"\napi_key = \"k\"",
             "",
         ];
         for text in bad {
@@ -794,5 +834,31 @@ api_key = "k2"
             assert!(config.validate().is_err(), "accepted: {text}");
         }
         assert!(Config::from_toml("nonsense = 1").is_err());
+    }
+
+    #[test]
+    fn history_retention_and_tenant_delays_default_and_parse() {
+        let config = Config::dev();
+        assert_eq!(config.history_retention_hours, 168);
+        assert_eq!(
+            (
+                config.tenants[0].lock_delay_ms,
+                config.tenants[0].min_hold_ms
+            ),
+            (0, 0)
+        );
+        let config = Config::from_toml(
+            "history_retention_hours = 24\n[[tenant]]\nname = \"cron\"\napi_key = \"k\"\nlock_delay_ms = 15000\nmin_hold_ms = 3600000",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.history_retention_hours, 24);
+        assert_eq!(
+            (
+                config.tenants[0].lock_delay_ms,
+                config.tenants[0].min_hold_ms
+            ),
+            (15_000, 3_600_000)
+        );
     }
 }

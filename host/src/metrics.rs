@@ -120,6 +120,8 @@ pub const CATALOGUE: &[Spec] = &[
         "Grants to waiters of dead brokers that were never claimed, taken back and handed on"),
     spec("lockbroker_election_pollers", G, &[],
         "Election pollers running on this broker (one per observed election)"),
+    spec("lockbroker_history_pruned_total", C, &[],
+        "Lock history events deleted for being older than history_retention_hours"),
     spec("lockbroker_reaper_errors_total", C, &[],
         "Reaper passes or keys that failed (the next pass retries)"),
     spec("lockbroker_heartbeat_errors_total", C, &[],

@@ -35,6 +35,8 @@ pub struct Tenant {
     pub policy: TenantPolicy,
     /// Which of the broker's databases holds this tenant's locks.
     pub database: usize,
+    /// Lock-delay and minimum hold of this tenant's locks.
+    pub delays: crate::engine::Delays,
 }
 
 impl std::fmt::Debug for Tenant {
@@ -53,6 +55,10 @@ impl Tenant {
             max_waiters: config.max_waiters,
             policy_file: config.policy.clone(),
             policy,
+            delays: crate::engine::Delays {
+                lock_delay_ms: config.lock_delay_ms,
+                min_hold_ms: config.min_hold_ms,
+            },
         }
     }
 }

@@ -3,7 +3,9 @@
 //! `acquire|release|renew|status|validate` print the broker's JSON answer
 //! (`status` also of a semaphore or an election); `run KEY -- CMD...` holds
 //! the lock while CMD runs, `multi KEY... -- CMD...` several locks, all or
-//! none, `rw read|write KEY -- CMD...` a reader-writer lock (`run.rs`); `force-release TENANT KEY` ends a stuck lease (admin); `watch ELECTION` prints changes of leader
+//! none (`run.rs`), `rw read|write KEY -- CMD...` a reader-writer lock;
+//! `history KEY [--limit N]` prints the lock's recorded events, newest
+//! first; `force-release TENANT KEY` ends a stuck lease (admin); `watch ELECTION` prints changes of leader
 //! (`watch.rs`); `policy upload|status` uses the admin API (`policy.rs`).
 //! What is printed and the exit codes are in `output.rs`: 0 success (or
 //! CMD's own status for `run`), 1 the broker refused, 2 usage, 3 the broker
@@ -159,6 +161,14 @@ enum Command {
     /// Whether TOKEN is the lock's live grant now: prints the broker's
     /// answer; exits 0 when valid, 4 when not.
     Validate { key: String, token: u64 },
+    /// Print the lock's latest events (grants, releases, expiries,
+    /// handoffs, force-releases), newest first, as the broker's JSON.
+    History {
+        key: String,
+        /// How many events at most (1 to 1000; the broker's default: 100).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
     /// End the live lease of TENANT's lock KEY, whoever holds it (admin
     /// token); prints the lease that was ended.
     ForceRelease { tenant: String, key: String },
@@ -348,6 +358,7 @@ async fn main() -> ExitCode {
             }
             Err(err) => out.fail("request failed", &err, true),
         },
+        Command::History { key, limit } => print(out, client.locks().history(&key, limit).await),
         Command::ForceRelease { tenant, key } => {
             print(out, client.admin().force_release(&tenant, &key).await)
         }

@@ -172,6 +172,23 @@ class PlainCalls(unittest.TestCase):
         self.assertGreater(got[0].token, first.token)
         got[0].release()
 
+    def test_history_lists_the_locks_events_newest_first(self):
+        c, key = client(), unique("audited")
+        a = c.acquire(key, "a", ttl=30)
+        c.release(key, "a", a.token)
+        b = c.acquire(key, "b", ttl=30)
+        events = c.history(key)
+        self.assertEqual(
+            [(e.event, e.owner, e.token) for e in events],
+            [("granted", "b", b.token), ("released", "a", a.token), ("granted", "a", a.token)],
+        )
+        self.assertTrue(all(e.at.tzinfo is not None for e in events))
+        self.assertGreaterEqual(events[0].at, events[-1].at)
+        self.assertEqual(c.history(key, limit=1), events[:1])
+        with self.assertRaises(lockbroker.BadRequest):
+            c.history(key, limit=0)
+        c.release(key, "b", b.token)
+
 
 class KeysAndTenants(unittest.TestCase):
     def test_keys_are_sent_byte_for_byte(self):

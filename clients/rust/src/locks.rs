@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use hyper::Method;
 use lockbroker_api::{
-    AcquireRequest, ErrorCode, Lease, LockStatus, ReleaseRequest, ReleaseResponse, RenewRequest,
-    ValidateRequest, Validity,
+    AcquireRequest, ErrorCode, Lease, LockHistory, LockStatus, ReleaseRequest, ReleaseResponse,
+    RenewRequest, ValidateRequest, Validity,
 };
 use tokio::time::Instant;
 
@@ -111,6 +111,26 @@ impl Locks<'_> {
                 Method::POST,
                 &path(key, "/validate"),
                 Some(&ValidateRequest { token }),
+                Duration::ZERO,
+                Idempotent::Yes,
+            )
+            .await
+    }
+
+    /// `GET /v1/locks/{key}/history?limit=`: the lock's latest events
+    /// (grants, releases, expiries, handoffs, force-releases), newest
+    /// first; `limit` 1 to 1000, `None` for the broker's default (100).
+    ///
+    /// # Errors
+    /// Every error of [`Error`](crate::Error); `bad_request` for a `limit`
+    /// out of range.
+    pub async fn history(&self, key: &str, limit: Option<u32>) -> Result<LockHistory> {
+        let query = limit.map_or_else(String::new, |n| format!("?limit={n}"));
+        self.client
+            .call(
+                Method::GET,
+                &path(key, &format!("/history{query}")),
+                None::<&()>,
                 Duration::ZERO,
                 Idempotent::Yes,
             )

@@ -12,9 +12,11 @@
 //! `FOR UPDATE SKIP LOCKED` and `NOW(6)` (one statement, never waiting, so
 //! it cannot deadlock), each member is decided by that clock exactly as its
 //! own transaction would decide it, every new lease state is written in one
-//! statement, and one `COMMIT` makes them durable. Each member is answered
-//! only after that commit returned (a refusal, which writes nothing, right
-//! after the read). Anything out of the ordinary leaves the batch for the
+//! statement, their history events in one more, and one `COMMIT` makes them
+//! durable. Each member is answered only after that commit returned (a
+//! refusal, which writes nothing, right after the read). Tenants with a
+//! lock-delay or minimum hold never join a batch. Anything out of the
+//! ordinary leaves the batch for the
 //! individual path, which behaves as it always has: a row another
 //! transaction holds (contention), a key never seen (no row yet), a free
 //! lock with queued waiters or a release that must hand on, a wait that
@@ -34,6 +36,7 @@ use std::{collections::HashSet, sync::Mutex};
 use tokio::{sync::oneshot, time::Instant};
 
 use super::{
+    history,
     lease::{Attempt, Wish},
     lock::decide,
     seat::{Lease, LeaseRow, Seat},
@@ -43,6 +46,7 @@ use super::{
 use crate::store::{
     self,
     batch::{KeyedLockRow, LeaseWrite},
+    history::{EventKind, NewEvent},
     Kind,
 };
 
@@ -117,11 +121,13 @@ enum Plan {
     /// Answered without writing anything.
     Answer(Reply),
     Individual,
-    /// Write this lease state; once committed, answer `reply`.
+    /// Write this lease state and these history events; once committed,
+    /// answer `reply`.
     Write {
         state: RowState,
         reply: Reply,
         expect: Expect,
+        events: Vec<NewEvent>,
     },
 }
 
@@ -169,10 +175,24 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                 priority: 0,
             };
             if let Some(lease) = decide(&row, queued, lock, wish) {
+                let mut events = Vec::new();
+                if lease.fresh {
+                    events.extend(history::expiry(lock, &row));
+                    let owner = lease.owner.as_bytes();
+                    let at = Some(lease.granted_at());
+                    events.extend(history::event(
+                        lock,
+                        EventKind::Granted,
+                        owner,
+                        lease.token,
+                        at,
+                    ));
+                }
                 return Plan::Write {
                     state: RowState::of(&lease),
                     expect: Expect::lease(&lease),
                     reply: Reply::Granted(lease),
+                    events,
                 };
             }
             if row.live_owner().is_some() && *wait_ms == 0 {
@@ -212,6 +232,7 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                         released: false,
                         hold_count: lease.hold_count,
                     }),
+                    events: Vec::new(),
                 };
             }
             if queued > 0 {
@@ -234,6 +255,15 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                     released: true,
                     hold_count: 0,
                 }),
+                events: history::event(
+                    lock,
+                    EventKind::Released,
+                    owner.as_bytes(),
+                    *token,
+                    Some(row.now),
+                )
+                .into_iter()
+                .collect(),
             }
         }
     }
@@ -245,13 +275,21 @@ struct Written {
     state: RowState,
     reply: Reply,
     expect: Expect,
+    events: Vec<NewEvent>,
 }
 
 impl Engine {
+    /// Whether operations on `lock` may share a batch: locks of tenants
+    /// without lock-delay or minimum hold (the general path judges those),
+    /// when group commit is on.
+    fn batchable(&self, lock: &LockRef) -> bool {
+        lock.kind == Kind::Lock && lock.delays.is_none() && self.settings.group_commit
+    }
+
     /// An acquire of a lock tried in a batch, or the budget left for the
     /// individual path (`attempt`) when it takes that instead.
     pub(super) async fn batch_acquire(&self, lock: &LockRef, wish: Wish<'_>) -> Batched<Attempt> {
-        if lock.kind != Kind::Lock || !self.settings.group_commit {
+        if !self.batchable(lock) {
             return Batched::Alone(self.budget());
         }
         let op = Op::Acquire {
@@ -285,7 +323,7 @@ impl Engine {
         token: u64,
         mark: u64,
     ) -> Batched<Released> {
-        if lock.kind != Kind::Lock || !self.settings.group_commit {
+        if !self.batchable(lock) {
             return Batched::Alone(self.budget());
         }
         let op = Op::Release {
@@ -459,11 +497,13 @@ impl Engine {
                     state,
                     reply,
                     expect,
+                    events,
                 } => written.push(Written {
                     member,
                     state,
                     reply,
                     expect,
+                    events,
                 }),
             }
         }
@@ -483,8 +523,14 @@ impl Engine {
                 released_by: w.state.released_by,
             })
             .collect();
-        let wrote = store::batch::write_rows(&mut tx, &writes).await;
+        let mut wrote = store::batch::write_rows(&mut tx, &writes).await;
         drop(writes);
+        if wrote.is_ok() {
+            // Every member's events, in one statement of the same
+            // transaction.
+            let events: Vec<NewEvent> = written.iter().flat_map(|w| w.events.clone()).collect();
+            wrote = store::history::append(&mut tx, &events).await;
+        }
         if let Err(err) = wrote {
             let members = written.into_iter().map(|w| w.member).collect();
             return Err((err.into(), members));
@@ -627,6 +673,7 @@ mod tests {
             tenant: "t".into(),
             max_waiters: 10,
             pacing: Arc::new(NoPacing),
+            delays: Default::default(),
         }
         .lock(Kind::Lock, "k".into(), "k".into())
     }
@@ -645,6 +692,7 @@ mod tests {
             expires_at: expires_ms.map(at),
             queued,
             released_by: None,
+            not_before: None,
             now: at(0),
         };
         Some(KeyedLockRow {
@@ -657,6 +705,7 @@ mod tests {
             expires_at: r.expires_at,
             queued: r.queued,
             released_by: None,
+            not_before: None,
             now: r.now,
         })
     }
@@ -704,6 +753,48 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn history_events_are_planned_with_their_writes() {
+        let kinds = |p: Plan| match p {
+            Plan::Write { events, .. } => events
+                .iter()
+                .map(|e| (e.event, e.owner.clone(), e.token, e.at))
+                .collect::<Vec<_>>(),
+            other => panic!("expected a write, got {other:?}"),
+        };
+        // A grant over an expired lease: its expiry (at its end), then the grant.
+        let p = plan(&lock(), &acquire("a", 0), row(Some("b"), 7, 1, Some(-5), 0));
+        assert_eq!(
+            kinds(p),
+            vec![
+                (EventKind::Expired, "b".into(), 7, Some(at(-5))),
+                (EventKind::Granted, "a".into(), 8, Some(at(0))),
+            ]
+        );
+        // A last release; a re-entry and a release of one of two holds: none.
+        let p = plan(
+            &lock(),
+            &release("a", 7),
+            row(Some("a"), 7, 1, Some(500), 0),
+        );
+        assert_eq!(
+            kinds(p),
+            vec![(EventKind::Released, "a".into(), 7, Some(at(0)))]
+        );
+        let p = plan(
+            &lock(),
+            &acquire("a", 0),
+            row(Some("a"), 7, 1, Some(500), 0),
+        );
+        assert_eq!(kinds(p), vec![]);
+        let p = plan(
+            &lock(),
+            &release("a", 7),
+            row(Some("a"), 7, 2, Some(500), 0),
+        );
+        assert_eq!(kinds(p), vec![]);
     }
 
     #[test]

@@ -6,11 +6,12 @@
 
 use super::{
     detach::finish,
+    history,
     seat::{LeaseRow, Seat},
     settle::Expect,
     Engine, EngineError, LockRef,
 };
-use crate::store::{locks, Locking};
+use crate::store::{history::EventKind, locks, Locking};
 
 /// The lease a force-release ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,11 +54,11 @@ impl Engine {
                 tx.rollback().await?;
                 return Err(EngineError::NotHeld);
             };
-            let delivery = self.hand_on(&mut tx, lock, &row, &mut queued).await?;
-            // History (issue #12): the `force_released` event of (owner,
-            // row.token) is appended here, in this transaction, before the
-            // commit, so that it exists exactly when the change does.
+            // Recorded in this transaction: it exists exactly when the
+            // change does (then the handoff's own event, if any).
             let token = row.token;
+            history::note(&mut tx, lock, EventKind::ForceReleased, &owner, token, row.now);
+            let delivery = self.hand_on(&mut tx, lock, &row, &mut queued).await?;
             self.commit(
                 tx,
                 lock,

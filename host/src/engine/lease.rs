@@ -9,14 +9,15 @@
 //! reported granted or released before the commit returns.
 
 use super::{
+    delay,
     detach::Departure,
-    plus_ms,
+    history, plus_ms,
     queue::{Delivery, Queued},
     seat::{self, Lease, LeaseRow, Seat},
     settle::Expect,
     Budget, DbFailure, Engine, EngineError, Handoff, LockRef, Released,
 };
-use crate::store::{self, pool::Conn, Failure, Kind, Locking};
+use crate::store::{self, history::EventKind, pool::Conn, Failure, Kind, Locking};
 
 /// One try at a lease.
 pub(super) enum Attempt {
@@ -30,6 +31,11 @@ pub(super) enum Attempt {
     },
     /// Joined the queue.
     Queued(Queued),
+    /// Free, but not grantable before its lock-delay or minimum hold ends,
+    /// in `retry_after_ms`.
+    Delayed {
+        retry_after_ms: u64,
+    },
 }
 
 /// What an acquire asks for.
@@ -78,6 +84,7 @@ impl Engine {
                 remaining_ms,
                 queued,
             } => return Err(busy(self.retry_after(lock, queued, remaining_ms, 0).await)),
+            Attempt::Delayed { retry_after_ms } => return Err(busy(retry_after_ms)),
             Attempt::Queued(queued) => {
                 match self
                     .await_handoff(lock, queued, wish.wait_ms, departure)
@@ -143,6 +150,17 @@ impl Engine {
         lease: Lease,
     ) -> Result<Attempt, EngineError> {
         seat::write(&mut tx, lock, &lease).await?;
+        if lease.fresh {
+            let at = lease.granted_at();
+            history::note(
+                &mut tx,
+                lock,
+                EventKind::Granted,
+                &lease.owner,
+                lease.token,
+                at,
+            );
+        }
         self.commit(tx, lock, Expect::lease(&lease)).await?;
         self.count_grant(lock, if lease.fresh { "direct" } else { "reentry" });
         Ok(Attempt::Granted(lease))
@@ -207,16 +225,30 @@ impl Engine {
         queued: &mut u32,
         released_by: Option<u64>,
     ) -> Result<Option<Delivery>, EngineError> {
-        let chosen = if *queued > 0 {
+        history::note_expired(conn, lock, row);
+        // Under a lock-delay or minimum hold, waiters wait for its end (a
+        // timer hands the key on then).
+        let blocked = delay::blocked_until(row, lock.delays);
+        let chosen = if *queued > 0 && blocked.is_none() {
             self.choose(conn, lock).await?
         } else {
             None
         };
         let Some(waiter) = chosen else {
-            if *queued > 0 {
-                *queued = queued.saturating_sub(self.purge(conn, lock).await?);
+            match blocked {
+                Some(until) if *queued > 0 => {
+                    self.hand_on_later(lock, delay::ms_until(row, until));
+                }
+                None if *queued > 0 => {
+                    *queued = queued.saturating_sub(self.purge(conn, lock).await?);
+                }
+                _ => {}
             }
-            seat::free(conn, lock, row.seat, released_by).await?;
+            // A seat already free has nothing to write (a blocked key the
+            // reaper meets again).
+            if row.owner.is_some() {
+                seat::free(conn, lock, row, released_by).await?;
+            }
             return Ok(None);
         };
         let lease = Lease {
@@ -229,6 +261,14 @@ impl Engine {
             fresh: true,
         };
         seat::write_marked(conn, lock, &lease, released_by).await?;
+        history::note(
+            conn,
+            lock,
+            EventKind::HandedOff,
+            &lease.owner,
+            lease.token,
+            row.now,
+        );
         let delivery = self.record_handoff(conn, lock, waiter, &lease).await?;
         *queued = queued.saturating_sub(1);
         Ok(Some(delivery))
@@ -340,6 +380,7 @@ impl Engine {
                     hold_count: lease.hold_count,
                 });
             }
+            history::note(&mut tx, lock, EventKind::Released, owner, token, row.now);
             let delivery = self
                 .hand_on_marked(&mut tx, lock, &row, &mut queued, Some(mark))
                 .await?;
@@ -351,8 +392,9 @@ impl Engine {
     }
 
     /// The common case of a release, a sole hold and nobody waiting, in one
-    /// statement that does not serialize on the header; false when it is
-    /// not that case (re-entry, waiters, a lost lease, a collision): the
+    /// statement that does not serialize on the header (for a lock, with
+    /// its `released` event in the same short transaction); false when it
+    /// is not that case (re-entry, waiters, a lost lease, a collision): the
     /// full transaction follows.
     async fn release_alone(
         &self,
@@ -363,13 +405,60 @@ impl Engine {
         mark: u64,
         budget: Budget,
     ) -> Result<bool, EngineError> {
-        let mut conn = self.conn(budget).await?;
-        match seat::free_alone(&mut conn, lock, seat, owner, token, mark).await {
-            Ok(done) => {
-                conn.done();
-                Ok(done)
+        let Some(released) =
+            history::event(lock, EventKind::Released, owner.as_bytes(), token, None)
+        else {
+            // Not a lock: no history, one autocommit statement.
+            let mut conn = self.conn(budget).await?;
+            return match seat::free_alone(&mut conn, lock, seat, owner, token, mark).await {
+                Ok(done) => {
+                    conn.done();
+                    Ok(done)
+                }
+                Err(err) => self.alone_failed(conn, err, lock, seat, token).await,
+            };
+        };
+        // A lock: the release and its event in one transaction.
+        let mut tx = self.begin(budget).await?;
+        match seat::free_alone(&mut tx, lock, seat, owner, token, mark).await {
+            Ok(true) => {
+                tx.note(released);
+                match self.commit(tx, lock, Expect::Ended { seat, token }).await {
+                    Ok(()) => Ok(true),
+                    // Not committed (a collision, or a lost answer found not
+                    // to have happened): the full path follows.
+                    Err(err) if err.retry().is_some() => Ok(false),
+                    Err(err) => Err(err),
+                }
             }
-            Err(err) if store::classify(&err) == Failure::Disconnected => {
+            Ok(false) => {
+                tx.rollback().await?;
+                Ok(false)
+            }
+            Err(err) if store::classify(&err) == Failure::Other => Err(err.into()),
+            // A collision or a broken connection before the commit:
+            // nothing happened, the full path follows (a broken
+            // connection fails its rollback and is closed).
+            Err(_) => {
+                let _ = tx.rollback().await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// The failure `err` of [`Engine::release_alone`]'s autocommit
+    /// statement: found out if the connection broke, the full path after a
+    /// collision.
+    async fn alone_failed(
+        &self,
+        conn: Conn,
+        err: sqlx::Error,
+        lock: &LockRef,
+        seat: Seat,
+        token: u64,
+    ) -> Result<bool, EngineError> {
+        match err {
+            err if store::classify(&err) == Failure::Disconnected => {
                 match self
                     .find_out(conn, err, lock, Expect::Ended { seat, token })
                     .await
@@ -379,9 +468,9 @@ impl Engine {
                     Err(err) => Err(err),
                 }
             }
-            Err(err) if store::classify(&err) == Failure::Other => Err(err.into()),
+            err if store::classify(&err) == Failure::Other => Err(err.into()),
             // A collision: the full path waits its turn.
-            Err(_) => Ok(false),
+            _ => Ok(false),
         }
     }
 
@@ -453,9 +542,19 @@ impl Engine {
         if lock.kind == Kind::RwLock {
             return self.reap_rw(lock).await;
         }
+        self.reap_with(lock, Locking::SkipLocked).await
+    }
+
+    /// [`Engine::reap`], taking the key's header as `locking` says (a
+    /// timer at the end of a lock-delay waits its turn: `Wait`).
+    pub(super) async fn reap_with(
+        &self,
+        lock: &LockRef,
+        locking: Locking,
+    ) -> Result<(), EngineError> {
         let budget = self.budget();
         let mut tx = self.begin(budget).await?;
-        let Some(mut queued) = seat::header(&mut tx, lock, Locking::SkipLocked).await? else {
+        let Some(mut queued) = seat::header(&mut tx, lock, locking).await? else {
             tx.rollback().await?;
             return Ok(());
         };
@@ -467,7 +566,17 @@ impl Engine {
                 if row.token == grant.granted_token
                     && row.owner.as_deref() == Some(&grant.owner[..])
                 {
-                    seat::free(&mut tx, lock, seat, None).await?;
+                    // Its `handed_off` was recorded: record its end.
+                    if let Some(e) = history::event(
+                        lock,
+                        EventKind::Released,
+                        &grant.owner,
+                        grant.granted_token,
+                        Some(row.now),
+                    ) {
+                        tx.note(e);
+                    }
+                    seat::free(&mut tx, lock, &row, None).await?;
                 }
             }
         }

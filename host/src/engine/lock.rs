@@ -14,7 +14,9 @@ use chrono::NaiveDateTime;
 
 use super::{
     batch::Batched,
+    delay,
     detach::{finish, Departure},
+    history,
     lease::{Attempt, Wish},
     plus_ms,
     seat::{Lease, LeaseRow, Seat},
@@ -93,6 +95,8 @@ pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>
         }),
         Some(_) => None,
         None if queued > 0 => None,
+        // A lock-delay or minimum hold is not over.
+        None if delay::blocked_until(row, lock.delays).is_some() => None,
         None => Some(Lease {
             seat: Seat::Whole,
             owner: wish.owner.to_owned(),
@@ -217,15 +221,32 @@ impl Engine {
                 };
                 let (mut queued, row) = LeaseRow::of_lock(row);
                 // A free lease with queued waiters goes to the next one that
-                // can take it; waiters that cannot are cleared out.
+                // can take it; waiters that cannot are cleared out (and an
+                // expired lease recorded).
                 let mut deliveries = Vec::new();
-                if row.live_owner().is_none() && queued > 0 {
+                let filled = row.live_owner().is_none() && queued > 0;
+                if filled {
                     deliveries = self.fill(&mut tx, lock, &mut queued).await?;
                 }
                 if deliveries.is_empty() {
                     if let Some(lease) = decide(&row, queued, lock, wish) {
+                        if lease.fresh && !filled {
+                            history::note_expired(&mut tx, lock, &row);
+                        }
                         return self.commit_grant(tx, lock, lease).await;
                     }
+                }
+                // Free, but a lock-delay or minimum hold is not over: a try
+                // is told when it ends; a waiter is handed the key then.
+                let blocked = delay::blocked_until(&row, lock.delays)
+                    .filter(|_| row.live_owner().is_none() && deliveries.is_empty());
+                if let Some(until) = blocked {
+                    let ms = delay::ms_until(&row, until);
+                    if wish.wait_ms == 0 {
+                        tx.rollback().await?;
+                        return Ok(Attempt::Delayed { retry_after_ms: ms });
+                    }
+                    self.hand_on_later(lock, ms);
                 }
                 let busy = (row.remaining_ms(), queued);
                 let handed = Expect::Ended {

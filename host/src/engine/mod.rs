@@ -16,6 +16,9 @@
 //! - `force`: an operator ending a stuck lease.
 //! - `rwlock`: reader-writer locks (a header row and one row per reader),
 //!   sharing the wait queue and its delivery with the other kinds.
+//! - `history`: each lock's events, appended by the transactions that
+//!   make them; read and pruned.
+//! - `delay`: lock-delay and minimum hold, when a key may be granted again.
 //! - `semaphore`: tries at semaphores (N slot rows per key, `SKIP LOCKED`).
 //! - `queue`: the durable wait queue, choosing the next waiter, waking.
 //! - `routine`: the built-in FIFO policy's lock path in stored procedures,
@@ -36,9 +39,11 @@
 
 mod batch;
 mod brokers;
+mod delay;
 mod detach;
 mod election;
 mod force;
+mod history;
 mod lease;
 mod lock;
 mod multilock;
@@ -71,8 +76,10 @@ use crate::{
     tenant::Tenant,
 };
 
+pub use delay::Delays;
 pub use election::{Leadership, Observation};
 pub use force::Forced;
+pub use history::LockEvent;
 pub use lock::{Grant, LockState, Released, Validity};
 pub use multilock::{MultiRelease, MULTILOCK_MAX_KEYS};
 pub use pacing::Pacing;
@@ -229,6 +236,8 @@ pub struct LockRef {
     pub max_waiters: u64,
     /// The tenant's fairness and backoff.
     pub pacing: Arc<dyn Pacing>,
+    /// The tenant's lock-delay and minimum hold.
+    pub delays: Delays,
 }
 
 impl std::fmt::Debug for LockRef {
@@ -249,6 +258,7 @@ pub struct Scope {
     pub tenant: String,
     pub max_waiters: u64,
     pub pacing: Arc<dyn Pacing>,
+    pub delays: Delays,
 }
 
 impl Scope {
@@ -258,11 +268,13 @@ impl Scope {
             tenant: tenant.name.clone(),
             max_waiters: tenant.max_waiters,
             pacing: pacing::of(tenant),
+            delays: tenant.delays,
         }
     }
 
     /// This tenant's lock of `kind` named `storage_key` (`key` as the
-    /// client sent it).
+    /// client sent it). Lock-delay and minimum hold are the tenant's for
+    /// locks, none for semaphores and elections.
     pub fn lock(&self, kind: Kind, key: String, storage_key: String) -> LockRef {
         LockRef {
             tenant: self.tenant.clone(),
@@ -271,6 +283,11 @@ impl Scope {
             storage_key,
             max_waiters: self.max_waiters,
             pacing: self.pacing.clone(),
+            delays: if kind == Kind::Lock {
+                self.delays
+            } else {
+                Delays::default()
+            },
         }
     }
 }
@@ -331,6 +348,9 @@ pub struct Inner {
     wake: wake::Wake,
     /// Uncontended operations gathered for the next shared transaction.
     batcher: batch::Batcher,
+    /// Keys (tenant, storage key) with a timer to hand them on when their
+    /// lock-delay or minimum hold ends (`delay`).
+    delayed: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Deref for Engine {
@@ -359,6 +379,7 @@ impl Engine {
             pollers: election::Pollers::default(),
             wake: wake::Wake::default(),
             batcher: batch::Batcher::default(),
+            delayed: Mutex::new(std::collections::HashSet::new()),
         }))
     }
 

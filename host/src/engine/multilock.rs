@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 use super::{
     detach::{finish, Departure},
+    history,
     lease::Wish,
     lock::{decide, lock_held, Grant, Released},
     plus_ms,
@@ -45,7 +46,7 @@ use super::{
     settle::Expect,
     DbFailure, Engine, EngineError, LockRef,
 };
-use crate::store::{self, locks, pool::Conn, Failure, Locking};
+use crate::store::{self, history::EventKind, locks, pool::Conn, Failure, Locking};
 
 /// Most keys in one multi-lock.
 pub const MULTILOCK_MAX_KEYS: usize = lockbroker_api::MAX_MULTILOCK_KEYS;
@@ -239,6 +240,8 @@ impl Engine {
                 });
             };
             let mut leases = Vec::with_capacity(set.len());
+            // The history of the grants, noted only if they are written.
+            let mut events = Vec::new();
             let mut deliveries: Vec<Delivery> = Vec::new();
             // The first key that cannot be granted: index, lease time left,
             // queue length (after any handoff made here).
@@ -264,7 +267,8 @@ impl Engine {
                         continue;
                     }
                 }
-                if row.live_owner().is_none() && queued > 0 {
+                let filled = row.live_owner().is_none() && queued > 0;
+                if filled {
                     // A free key with waiters goes to them, as for a single
                     // key: the queue goes first.
                     let handoffs = self.fill(&mut tx, lock, &mut queued).await?;
@@ -276,19 +280,46 @@ impl Engine {
                     }
                 }
                 match decide(row, queued, lock, wish) {
-                    Some(lease) => leases.push(lease),
+                    Some(lease) => {
+                        if lease.fresh {
+                            if !filled {
+                                events.extend(history::expiry(lock, row));
+                            }
+                            let (owner, at) = (lease.owner.as_bytes(), Some(lease.granted_at()));
+                            events.extend(history::event(
+                                lock,
+                                EventKind::Granted,
+                                owner,
+                                lease.token,
+                                at,
+                            ));
+                        }
+                        leases.push(lease);
+                    }
                     None => {
                         busy.get_or_insert((index, row.remaining_ms(), queued));
                     }
                 }
             }
             let Some((first_busy, remaining_ms, queued)) = busy else {
+                for event in events {
+                    tx.note(event);
+                }
                 return self.commit_set(tx, set, leases).await;
             };
             if let Some(h) = handed {
                 let (mut queued, row) = rows[h.index].clone();
                 if row.owned_by(wish.owner, h.token) {
                     let lock = &set[h.index];
+                    // Handed to this waiter, passed on unused: its end.
+                    history::note(
+                        &mut tx,
+                        lock,
+                        EventKind::Released,
+                        wish.owner,
+                        h.token,
+                        row.now,
+                    );
                     deliveries.extend(self.hand_on(&mut tx, lock, &row, &mut queued).await?);
                     ended = Some((h.index, h.token));
                 }
@@ -520,6 +551,7 @@ impl Engine {
                             continue;
                         }
                         let mut queued = *queued;
+                        history::note(&mut tx, lock, EventKind::Released, &owner, *token, row.now);
                         deliveries.extend(engine.hand_on(&mut tx, lock, row, &mut queued).await?);
                         let ended = Expect::Ended {
                             seat: Seat::Whole,
@@ -610,6 +642,7 @@ mod tests {
             tenant: "t".into(),
             max_waiters: 10,
             pacing: Arc::new(Unused),
+            delays: Default::default(),
         }
         .lock(Kind::Lock, key.into(), storage_key.into())
     }

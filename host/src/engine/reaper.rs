@@ -1,6 +1,8 @@
 //! The reaper: hands expired leases on to their waiters, takes back
-//! grants that dead brokers never delivered, and clears out waiters past
-//! their deadline or of dead brokers.
+//! grants that dead brokers never delivered, clears out waiters past
+//! their deadline or of dead brokers, and prunes lock history older than
+//! its retention (one bounded batch every [`PRUNE_EVERY`] ticks, or every
+//! tick while batches come back full).
 //!
 //! Every broker runs one. Each tick it decides which keys need work: those
 //! with pending waiters but a free or expired lease (nobody handed it on),
@@ -15,7 +17,7 @@ use std::{collections::HashMap, time::Duration};
 
 use tokio::sync::watch;
 
-use super::{micros, Engine, EngineError, LockRef, Scope};
+use super::{history::PRUNE_BATCH, micros, Engine, EngineError, LockRef, Scope};
 use crate::store::{
     locks, rwlocks, semaphores,
     waiters::{self, Staleness},
@@ -33,6 +35,8 @@ const GRACE: Duration = Duration::from_secs(1);
 const UNCOLLECTED_AFTER: Duration = Duration::from_secs(60);
 /// Granted rows swept per sweep.
 const SWEEP_BATCH: u32 = 1000;
+/// Ticks between prunings of old history (sooner while there is a backlog).
+const PRUNE_EVERY: u32 = 40;
 
 impl Engine {
     /// Runs until `stop`, once every `interval`, on the keys of the
@@ -41,6 +45,7 @@ impl Engine {
         self,
         scopes: Vec<Scope>,
         interval: Duration,
+        retention: Duration,
         mut stop: watch::Receiver<bool>,
     ) {
         let tenants: HashMap<Vec<u8>, Scope> = scopes
@@ -48,6 +53,7 @@ impl Engine {
             .map(|t| (t.tenant.clone().into_bytes(), t))
             .collect();
         let mut tick = 0u32;
+        let mut backlog = false;
         let mut last_warning: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
@@ -55,10 +61,14 @@ impl Engine {
                 () = crate::shutdown::stopped(&mut stop) => return,
             }
             tick = tick.wrapping_add(1);
-            if let Err(err) = self
-                .reap_once(&tenants, tick.is_multiple_of(SWEEP_EVERY))
-                .await
-            {
+            let prune = (backlog || tick.is_multiple_of(PRUNE_EVERY)).then_some(retention);
+            let reaped = self
+                .reap_once(&tenants, tick.is_multiple_of(SWEEP_EVERY), prune)
+                .await;
+            if let Ok(full) = reaped {
+                backlog = full;
+            }
+            if let Err(err) = reaped {
                 self.metrics.inc("lockbroker_reaper_errors_total", &[]);
                 // At most one warning every 10 s: the database may be down.
                 if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
@@ -69,11 +79,13 @@ impl Engine {
         }
     }
 
+    /// One pass; whether a pruning deleted a full batch (more may be due).
     async fn reap_once(
         &self,
         tenants: &HashMap<Vec<u8>, Scope>,
         sweep: bool,
-    ) -> Result<(), EngineError> {
+        prune: Option<Duration>,
+    ) -> Result<bool, EngineError> {
         let stale = Staleness {
             alive_us: self.alive_us(),
             grace_us: micros(GRACE),
@@ -101,7 +113,19 @@ impl Engine {
                 tracing::debug!(error = %err, key = %lock.storage_key, "reaping a key failed");
             }
         }
-        Ok(())
+        // Last, and on its own: a failed pruning (another broker's pruning
+        // deadlocked with it) delays no handoff, and is tried again.
+        let Some(retention) = prune else {
+            return Ok(false);
+        };
+        match self.prune_history(retention).await {
+            Ok(pruned) => Ok(pruned == u64::from(PRUNE_BATCH)),
+            Err(err) => {
+                self.metrics.inc("lockbroker_reaper_errors_total", &[]);
+                tracing::debug!(error = %err, "pruning lock history failed");
+                Ok(false)
+            }
+        }
     }
 }
 

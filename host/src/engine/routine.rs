@@ -38,9 +38,13 @@ use crate::store::{
 
 impl Engine {
     /// Whether `lock` takes the routine path: a lock of a tenant on the
-    /// built-in FIFO fairness.
+    /// built-in FIFO fairness, without lock-delay or minimum hold (the
+    /// procedures know nothing of them).
     pub(super) fn on_routine_path(&self, lock: &LockRef) -> bool {
-        lock.kind == Kind::Lock && lock.pacing.always_oldest() && !self.db().galera()
+        lock.kind == Kind::Lock
+            && lock.pacing.always_oldest()
+            && lock.delays.is_none()
+            && !self.db().galera()
     }
 
     /// A waiting acquire (`wish.wait_ms` > 0) in one `CALL` and a `COMMIT`:

@@ -13,7 +13,7 @@
 
 use chrono::NaiveDateTime;
 
-use super::LockRef;
+use super::{delay, LockRef};
 use crate::store::{
     elections,
     locks::{self, LockRow},
@@ -59,6 +59,8 @@ pub(super) struct LeaseRow {
     pub expires_at: Option<NaiveDateTime>,
     /// The mark of the release that last ended a lease in this row.
     pub released_by: Option<u64>,
+    /// No new grant before this (`delay`; locks only).
+    pub not_before: Option<NaiveDateTime>,
     pub now: NaiveDateTime,
 }
 
@@ -72,6 +74,7 @@ impl LeaseRow {
             hold_count: row.hold_count,
             expires_at: row.expires_at,
             released_by: row.released_by,
+            not_before: row.not_before,
             now: row.now,
         };
         (row.queued, lease)
@@ -85,6 +88,7 @@ impl LeaseRow {
             token: row.token,
             expires_at: row.expires_at,
             released_by: row.released_by,
+            not_before: None,
             now: row.now,
         }
     }
@@ -126,6 +130,14 @@ pub(super) struct Lease {
     pub expires_at: NaiveDateTime,
     /// A new grant (a new token), not a re-entry or a renewal.
     pub fresh: bool,
+}
+
+impl Lease {
+    /// When a fresh lease was granted, by the database clock: its expiry
+    /// less its TTL (both from the clock read with its row).
+    pub fn granted_at(&self) -> NaiveDateTime {
+        self.expires_at - chrono::Duration::milliseconds(i64::try_from(self.ttl_ms).unwrap_or(0))
+    }
 }
 
 /// The key's header, locked as asked: its count of pending waiters, or
@@ -218,16 +230,15 @@ pub(super) async fn write_marked(
 ) -> sqlx::Result<()> {
     match lease.seat {
         Seat::Whole => {
-            locks::write_lease(
-                conn,
-                lock.row(),
-                &lease.owner,
-                lease.token,
-                lease.hold_count,
-                lease.expires_at,
+            let write = locks::LeaseWrite {
+                owner: &lease.owner,
+                token: lease.token,
+                hold_count: lease.hold_count,
+                expires_at: lease.expires_at,
                 released_by,
-            )
-            .await?;
+                not_before: delay::after_grant(lease, lock.delays),
+            };
+            locks::write_lease(conn, lock.row(), write).await?;
         }
         Seat::Slot(n) => {
             semaphores::write_slot(
@@ -257,17 +268,21 @@ pub(super) async fn write_marked(
     Ok(())
 }
 
-/// Frees a seat (the caller holds the row), by the release marked
-/// `released_by` if `Some`. Its token stays: the next grant continues from
-/// it.
+/// Frees the seat of `row` (the caller holds the row), by the release
+/// marked `released_by` if `Some`. Its token stays: the next grant
+/// continues from it; so does a lock-delay the row's expired lease
+/// started (`delay::after_free`).
 pub(super) async fn free(
     conn: &mut Conn,
     lock: &LockRef,
-    seat: Seat,
+    row: &LeaseRow,
     released_by: Option<u64>,
 ) -> sqlx::Result<()> {
-    match seat {
-        Seat::Whole => locks::free(conn, lock.row(), released_by).await?,
+    match row.seat {
+        Seat::Whole => {
+            let not_before = delay::after_free(row, lock.delays);
+            locks::free(conn, lock.row(), released_by, not_before).await?
+        }
         Seat::Slot(n) => {
             semaphores::free_slot(conn, &lock.tenant, &lock.storage_key, n, released_by).await?
         }
@@ -334,6 +349,7 @@ mod tests {
             hold_count: 1,
             expires_at: expires_ms.map(at),
             released_by: None,
+            not_before: None,
             now: at(0),
         }
     }

@@ -61,8 +61,9 @@ pub(super) enum Expect {
 }
 
 impl Engine {
-    /// Commits `conn`'s transaction. If the answer is lost, finds out
-    /// whether it happened (see the module docs).
+    /// Appends the history events noted on `conn`'s transaction, then
+    /// commits it. If the answer is lost, finds out whether it happened
+    /// (see the module docs).
     ///
     /// # Errors
     /// A collision or other server error (the transaction did not happen);
@@ -74,6 +75,8 @@ impl Engine {
         lock: &LockRef,
         expect: Expect,
     ) -> Result<(), EngineError> {
+        let events = conn.take_events();
+        crate::store::history::append(&mut conn, &events).await?;
         match conn.commit().await {
             Ok(()) => Ok(()),
             Err(err) => {

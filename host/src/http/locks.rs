@@ -1,18 +1,19 @@
-//! `/v1/locks/{key}`: acquire, release, renew, status.
+//! `/v1/locks/{key}`: acquire, release, renew, validate, status, history.
 
 use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
-    AcquireRequest, ErrorBody, Lease, LockStatus, ReleaseRequest, ReleaseResponse, RenewRequest,
-    ValidateRequest, Validity,
+    AcquireRequest, ErrorBody, Lease, LockEvent, LockEventKind, LockHistory, LockStatus,
+    ReleaseRequest, ReleaseResponse, RenewRequest, ValidateRequest, Validity,
+    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
 };
 
 use super::{
     lease::{check_holder, lease, rfc3339, Terms},
     ok,
     openapi::{
-        BadRequest, InvalidKey, KeyPath, MethodNotAllowed, PolicyError, TooLarge, TooManyWaiters,
-        Unauthenticated, Unavailable,
+        BadRequest, HistoryQuery, InvalidKey, KeyPath, MethodNotAllowed, PolicyError, TooLarge,
+        TooManyWaiters, Unauthenticated, Unavailable,
     },
     request::parse_json,
     router::{route_action, Command},
@@ -21,7 +22,7 @@ use super::{
 use crate::{
     app::App,
     engine::{Engine, LockRef},
-    store::Kind,
+    store::{history::EventKind, Kind},
     tenant::Tenant,
 };
 
@@ -30,9 +31,16 @@ use crate::{
 pub enum LockCommand {
     Acquire(Terms),
     Release(ReleaseRequest),
-    Renew { terms: Terms, token: u64 },
+    Renew {
+        terms: Terms,
+        token: u64,
+    },
     Validate(ValidateRequest),
     Status,
+    /// The latest `limit` events.
+    History {
+        limit: u32,
+    },
 }
 
 impl Command for LockCommand {
@@ -43,8 +51,22 @@ impl Command for LockCommand {
             method,
             tail,
             &["acquire", "release", "renew", "validate"],
-            &[],
+            &["history"],
         )
+    }
+
+    fn parse_with_query(
+        action: &str,
+        query: Option<&str>,
+        body: &Bytes,
+        tenant: &Tenant,
+    ) -> Result<LockCommand, ApiError> {
+        if action == "history" {
+            return Ok(LockCommand::History {
+                limit: history_limit(query)?,
+            });
+        }
+        Self::parse(action, body, tenant)
     }
 
     fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<LockCommand, ApiError> {
@@ -77,6 +99,7 @@ impl Command for LockCommand {
             LockCommand::Renew { terms, token } => ok(&renew(engine, lock, terms, token).await?),
             LockCommand::Validate(request) => ok(&validate(engine, lock, request).await?),
             LockCommand::Status => ok(&status(engine, lock).await?),
+            LockCommand::History { limit } => ok(&history(engine, lock, limit).await?),
         })
     }
 }
@@ -279,4 +302,83 @@ pub async fn validate(
         valid: validity.valid,
         token: validity.current,
     })
+}
+
+/// The `limit` of a history query: 1 to [`HISTORY_MAX_LIMIT`], default
+/// [`HISTORY_DEFAULT_LIMIT`]; other parameters are refused (400).
+fn history_limit(query: Option<&str>) -> Result<u32, ApiError> {
+    let mut limit = HISTORY_DEFAULT_LIMIT;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != "limit" {
+            return Err(ApiError::bad_request(format!(
+                "unknown query parameter {name:?} (only limit)"
+            )));
+        }
+        limit = value
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=HISTORY_MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "limit must be a whole number from 1 to {HISTORY_MAX_LIMIT}"
+                ))
+            })?;
+    }
+    Ok(limit)
+}
+
+/// Show a lock's history
+///
+/// The lock's latest events, newest first: grants, releases, expiries,
+/// handoffs to waiters and operators' force-releases, each written in the
+/// same transaction as the change it records (a change that rolled back
+/// left none). Re-entries, renewals and releases of one of several holds
+/// are not events; an expiry is recorded by the next change of the key,
+/// with `at` the moment the lease ran out. Kept for the broker's
+/// `history_retention_hours` (168 unless configured).
+#[utoipa::path(
+    get,
+    path = "/v1/locks/{key}/history",
+    operation_id = "getLockHistory",
+    tag = "locks",
+    params(KeyPath, HistoryQuery),
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "The latest events, newest first.", body = LockHistory),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthenticated),
+        (status = 405, response = MethodNotAllowed),
+        (status = 422, response = InvalidKey),
+        (status = 500, response = PolicyError),
+        (status = 503, response = Unavailable),
+    )
+)]
+pub async fn history(engine: &Engine, lock: &LockRef, limit: u32) -> Result<LockHistory, ApiError> {
+    let events = engine.history(lock, limit).await?;
+    Ok(LockHistory {
+        events: events
+            .into_iter()
+            .map(|e| LockEvent {
+                event: event_kind(e.event),
+                owner: e.owner,
+                token: e.token,
+                at: e
+                    .at
+                    .and_utc()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            })
+            .collect(),
+    })
+}
+
+/// The wire name of a stored event kind.
+fn event_kind(kind: EventKind) -> LockEventKind {
+    match kind {
+        EventKind::Granted => LockEventKind::Granted,
+        EventKind::Released => LockEventKind::Released,
+        EventKind::Expired => LockEventKind::Expired,
+        EventKind::HandedOff => LockEventKind::HandedOff,
+        EventKind::ForceReleased => LockEventKind::ForceReleased,
+    }
 }

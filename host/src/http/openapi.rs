@@ -57,6 +57,7 @@ commit."
         locks::renew,
         locks::status,
         locks::validate,
+        locks::history,
         multilock::acquire,
         multilock::renew,
         multilock::release,
@@ -101,7 +102,7 @@ commit."
     modifiers(&SecuritySchemes),
     tags(
         (name = "locks", description = "Exclusive, re-entrant locks with fencing tokens; several \
-at once (multi-lock); token validation."),
+at once (multi-lock); token validation; history."),
         (name = "semaphores", description = "Up to `permits` holders at once, each in its own slot."),
         (name = "rwlocks", description = "Reader-writer locks: many readers or one writer; a \
 queued writer blocks new readers."),
@@ -171,6 +172,16 @@ pub struct KeyPath {
     /// message names it and its byte offset).
     #[param(example = "job-1")]
     key: String,
+}
+
+/// The `limit` query parameter of a history read.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct HistoryQuery {
+    /// How many events at most, newest first: 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
+    limit: Option<u32>,
 }
 
 /// The `{name}` of an election.

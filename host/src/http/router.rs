@@ -31,6 +31,18 @@ pub trait Command: Sized {
     fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError>;
     /// The request, checked (400).
     fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<Self, ApiError>;
+    /// The request with its URI's query string (`GET` actions that take
+    /// parameters, such as a lock's `history?limit=`); by default the
+    /// query is not looked at.
+    fn parse_with_query(
+        action: &str,
+        query: Option<&str>,
+        body: &Bytes,
+        tenant: &Tenant,
+    ) -> Result<Self, ApiError> {
+        let _ = query;
+        Self::parse(action, body, tenant)
+    }
     /// Carries it out.
     fn apply(
         self,
@@ -153,12 +165,13 @@ async fn call<C: Command>(
     seen.action = action;
     let tenant = authenticate(app, req.headers())?;
     seen.tenant = Some(tenant.name.clone());
+    let query = req.uri().query().map(str::to_owned);
     let body = if req.method() == Method::POST {
         read_body(req, lockbroker_api::MAX_BODY_BYTES).await?
     } else {
         Bytes::new()
     };
-    let command = C::parse(action, &body, &tenant)?;
+    let command = C::parse_with_query(action, query.as_deref(), &body, &tenant)?;
     let lock = name_lock(tenant, C::KIND, key).await?;
     command.apply(app, lock).await
 }

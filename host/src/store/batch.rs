@@ -19,6 +19,7 @@ pub struct KeyedLockRow {
     pub expires_at: Option<NaiveDateTime>,
     pub queued: u32,
     pub released_by: Option<u64>,
+    pub not_before: Option<NaiveDateTime>,
     pub now: NaiveDateTime,
 }
 
@@ -39,6 +40,7 @@ impl KeyedLockRow {
             expires_at: self.expires_at,
             queued: self.queued,
             released_by: self.released_by,
+            not_before: self.not_before,
             now: self.now,
         }
     }
@@ -56,7 +58,7 @@ pub async fn lock_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec
     let sql = format!(
         r#"
 SELECT tenant, kind, lock_key, owner, token, hold_count, expires_at, queued, released_by,
-  NOW(6) AS now
+  not_before, NOW(6) AS now
 FROM locks WHERE (tenant, kind, lock_key) IN ({tuples})
 FOR UPDATE SKIP LOCKED
 "#

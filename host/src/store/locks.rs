@@ -18,6 +18,8 @@ pub struct LockRow {
     pub queued: u32,
     /// The mark of the release that last ended a lease here.
     pub released_by: Option<u64>,
+    /// No new grant before this (lock-delay, minimum hold).
+    pub not_before: Option<NaiveDateTime>,
     /// `NOW(6)` when the row was read: expiry is judged by this clock only.
     pub now: NaiveDateTime,
 }
@@ -31,7 +33,7 @@ pub async fn select(
     let suffix = locking.suffix();
     let sql = format!(
         r#"
-SELECT owner, token, hold_count, expires_at, queued, released_by, NOW(6) AS now
+SELECT owner, token, hold_count, expires_at, queued, released_by, not_before, NOW(6) AS now
 FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 {suffix}
 "#
@@ -64,30 +66,40 @@ INSERT IGNORE INTO locks (tenant, kind, lock_key) VALUES (?, ?, ?)
     .await
 }
 
-/// Writes a lease: holder, token, hold count and expiry; `released_by`
-/// marks a write made by a release (a handoff), `None` keeps the mark.
+/// A lease to write into a lock row.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseWrite<'a> {
+    pub owner: &'a str,
+    pub token: u64,
+    pub hold_count: u32,
+    pub expires_at: NaiveDateTime,
+    /// Marks a write made by a release (a handoff); `None` keeps the mark.
+    pub released_by: Option<u64>,
+    /// No new grant before this; `None` keeps the row's.
+    pub not_before: Option<NaiveDateTime>,
+}
+
+/// Writes a lease: holder, token, hold count and expiry, and the marks of
+/// [`LeaseWrite`].
 pub async fn write_lease(
     conn: &mut Conn,
     k: RowKey<'_>,
-    owner: &str,
-    token: u64,
-    hold_count: u32,
-    expires_at: NaiveDateTime,
-    released_by: Option<u64>,
+    w: LeaseWrite<'_>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.run(|c| {
         sqlx::query(
             r#"
 UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?,
-  released_by = COALESCE(?, released_by)
+  released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
         )
-        .bind(owner)
-        .bind(token)
-        .bind(hold_count)
-        .bind(expires_at)
-        .bind(released_by)
+        .bind(w.owner)
+        .bind(w.token)
+        .bind(w.hold_count)
+        .bind(w.expires_at)
+        .bind(w.released_by)
+        .bind(w.not_before)
         .bind(k.tenant)
         .bind(k.kind as u8)
         .bind(k.key)
@@ -97,21 +109,23 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
 }
 
 /// Frees a key. The token stays: the next grant continues from it.
-/// `released_by` as for [`write_lease`].
+/// `released_by` and `not_before` as for [`LeaseWrite`].
 pub async fn free(
     conn: &mut Conn,
     k: RowKey<'_>,
     released_by: Option<u64>,
+    not_before: Option<NaiveDateTime>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.run(|c| {
         sqlx::query(
             r#"
 UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL,
-  released_by = COALESCE(?, released_by)
+  released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
         )
         .bind(released_by)
+        .bind(not_before)
         .bind(k.tenant)
         .bind(k.kind as u8)
         .bind(k.key)

@@ -1,7 +1,7 @@
 //! MySQL access: connections ([`pool`], one server; [`db`], the servers
 //! of one database with failover; [`keepalive`] on their sockets),
 //! migrations, and one small function per
-//! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`; `batch`
+//! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`, `history`; `batch`
 //! for statements over many lock rows at once), and the stored procedures
 //! of the built-in policy's lock path (`routines`).
 //!
@@ -16,6 +16,7 @@ pub mod batch;
 pub mod brokers;
 pub mod db;
 pub mod elections;
+pub mod history;
 pub mod keepalive;
 pub mod locks;
 pub mod pool;

@@ -195,6 +195,7 @@ impl Pool {
             deadline,
             pool: self.0.clone(),
             _permit: permit,
+            events: Vec::new(),
         }
     }
 
@@ -340,9 +341,25 @@ pub struct Conn {
     deadline: Instant,
     pool: Arc<Inner>,
     _permit: OwnedSemaphorePermit,
+    /// History events of the open transaction, appended just before its
+    /// commit (`history::append`, by the engine's commit), so that they
+    /// exist exactly when the changes they describe do; a rollback drops
+    /// them.
+    events: Vec<super::history::NewEvent>,
 }
 
 impl Conn {
+    /// Notes `event` for the open transaction (see `events`).
+    pub fn note(&mut self, event: super::history::NewEvent) {
+        self.events.push(event);
+    }
+
+    /// The events noted since the last take, for the caller to append
+    /// before committing.
+    pub fn take_events(&mut self) -> Vec<super::history::NewEvent> {
+        std::mem::take(&mut self.events)
+    }
+
     /// The server-side id of this session (`CONNECTION_ID()`), for `KILL`.
     pub fn id(&self) -> u64 {
         self.session.id
@@ -406,6 +423,7 @@ impl Conn {
     /// # Errors
     /// The server's or the connection's error.
     pub async fn begin(&mut self) -> sqlx::Result<()> {
+        self.events.clear();
         self.statement("BEGIN").await
     }
 
@@ -437,6 +455,7 @@ impl Conn {
     /// # Errors
     /// The connection failed: it is closed on drop.
     pub async fn rollback(&mut self) -> sqlx::Result<()> {
+        self.events.clear();
         self.statement("ROLLBACK").await?;
         self.clean = true;
         Ok(())

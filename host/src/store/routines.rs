@@ -1,7 +1,8 @@
 //! The stored procedures of the built-in (FIFO) policy's path for locks
-//! (migration `20261124000001_lock_routines.sql`): a waiting acquire and a
-//! release in one `CALL` each, where the general path takes 6 to 8
-//! statements. Both may leave a transaction open (their answer says so):
+//! (migration `20261124000002_lock_routines.sql`, re-created with their
+//! history inserts by `20261125000003_history_routines.sql`): a waiting
+//! acquire and a release in one `CALL` each, where the general path takes
+//! 6 to 8 statements; each writes its `lock_events` rows itself. Both may leave a transaction open (their answer says so):
 //! the engine commits it, or rolls it back, itself.
 
 use chrono::NaiveDateTime;

@@ -43,6 +43,7 @@ from .handles import Held, Leader, Lease, MultiLease, Permit, RwLease
 from .models import (
     ForceReleased,
     Leadership,
+    LockEvent,
     LockGrant,
     LockStatus,
     MultiLockEntry,
@@ -75,6 +76,7 @@ __all__ = [
     "Leadership",
     "Lease",
     "LeaseLost",
+    "LockEvent",
     "LockGrant",
     "LockHeld",
     "LockStatus",

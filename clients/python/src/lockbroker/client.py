@@ -26,6 +26,7 @@ from .handles import Leader, Lease, MultiLease, Permit, RwLease
 from .models import (
     ForceReleased,
     Leadership,
+    LockEvent,
     LockGrant,
     LockStatus,
     MultiLockGrant,
@@ -163,6 +164,13 @@ class Client:
     def validate(self, key: str, token: int) -> Validity:
         """Whether ``token`` is the live grant of ``key`` now (a sequencer check; may be stale on arrival)."""
         return Validity.from_json(self._post("locks", key, "validate", {"token": token}, idempotent=True))
+
+    def history(self, key: str, limit: Optional[int] = None) -> List[LockEvent]:
+        """The latest events of ``key`` (grants, releases, expiries, handoffs, force-releases), newest
+        first; ``limit`` 1 to 1000, None for the broker's default (100). Raises ``BadRequest`` out of range."""
+        query = "" if limit is None else f"?limit={int(limit)}"
+        answer = self._http.request("GET", f"/v1/locks/{quote_key(key)}/history{query}", idempotent=True)
+        return [LockEvent.from_json(e) for e in answer["events"]]
 
     # -- multi-locks -----------------------------------------------------
 

@@ -235,6 +235,22 @@ class Validity:
 
 
 @dataclasses.dataclass(frozen=True)
+class LockEvent:
+    """One event of a lock's history: ``event`` is ``granted``, ``released``, ``expired``,
+    ``handed_off`` or ``force_released``; ``at`` by the database clock (for ``expired``, when the
+    lease ran out)."""
+
+    event: str
+    owner: str
+    token: int
+    at: datetime
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "LockEvent":
+        return cls(event=body["event"], owner=body["owner"], token=body["token"], at=parse_time(body["at"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class MultiLockEntry:
     """One key of a multi-lock, with its own fencing ``token``."""
 

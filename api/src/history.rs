@@ -1,0 +1,53 @@
+//! Lock history: `GET /v1/locks/{key}/history?limit=N`.
+
+use serde::{Deserialize, Serialize};
+
+/// `limit` when the query gives none.
+pub const HISTORY_DEFAULT_LIMIT: u32 = 100;
+/// The largest `limit` accepted.
+pub const HISTORY_MAX_LIMIT: u32 = 1000;
+
+/// What happened to a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LockEventKind {
+    /// A new grant (a new token) to a requester that found the key free.
+    Granted,
+    /// The holder released its last hold.
+    Released,
+    /// The lease ran out without a release; `at` is when it ran out
+    /// (recorded by the next change of the key).
+    Expired,
+    /// A new grant to a queued waiter, by the change that freed the key.
+    HandedOff,
+    /// An operator ended the lease (`POST /v1/admin/tenants/{t}/locks/{key}/release`).
+    ForceReleased,
+}
+
+/// One event of a lock's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(examples(json!({"event": "granted", "owner": "worker-7", "token": 42,
+                           "at": "2026-11-21T10:00:00.123456Z"})))
+)]
+pub struct LockEvent {
+    pub event: LockEventKind,
+    /// The lease's holder.
+    pub owner: String,
+    /// The lease's fencing token.
+    pub token: u64,
+    /// When, by the database clock (RFC 3339, UTC, microseconds).
+    pub at: String,
+}
+
+/// `GET /v1/locks/{key}/history`: newest first. Events are written in the
+/// same transaction as the change they record; re-entries, renewals and
+/// releases of one of several holds are not events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LockHistory {
+    pub events: Vec<LockEvent>,
+}

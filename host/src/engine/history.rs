@@ -1,0 +1,224 @@
+//! The history of each lock: what its transactions did, appended by the
+//! transaction itself (`lock_events`), so an event exists exactly when its
+//! change does and a transaction that rolls back leaves none.
+//!
+//! The general path notes events on its transaction as it writes
+//! (`note_*` here); [`Engine::commit`] appends them in one multi-row
+//! INSERT just before the `COMMIT`. A batch appends its members' events the
+//! same way in its own transaction (`batch`), the built-in policy's stored
+//! procedures insert theirs themselves (migration
+//! `20261125000003_history_routines.sql`).
+//!
+//! Only locks are recorded (not elections or semaphores). A re-entry, a
+//! renewal and a release of one of several holds change no grant and are
+//! not recorded. An expiry is a non-event in the database (the lease just
+//! runs out): it is recorded by the next transaction that changes the key
+//! (a grant, a handoff, a reaper pass), with `at` the moment it ran out.
+
+use chrono::NaiveDateTime;
+
+use super::{detach::finish, micros, seat::LeaseRow, Engine, EngineError, LockRef};
+use crate::store::{
+    history::{self, EventKind, NewEvent},
+    pool::Conn,
+    Kind,
+};
+
+/// Events deleted per pruning statement (a reaper pass runs one).
+pub(super) const PRUNE_BATCH: u32 = 1000;
+
+/// One recorded event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockEvent {
+    pub event: EventKind,
+    pub owner: String,
+    pub token: u64,
+    /// By the database clock (UTC).
+    pub at: NaiveDateTime,
+}
+
+/// The event `event` of `owner`'s lease `token` on `lock`, at `at` (`None`:
+/// the database's `NOW(6)` when appended); `None` for what is not a lock.
+pub(super) fn event(
+    lock: &LockRef,
+    event: EventKind,
+    owner: &[u8],
+    token: u64,
+    at: Option<NaiveDateTime>,
+) -> Option<NewEvent> {
+    (lock.kind == Kind::Lock).then(|| NewEvent {
+        tenant: lock.tenant.clone(),
+        kind: lock.kind,
+        lock_key: lock.storage_key.clone(),
+        event,
+        owner: String::from_utf8_lossy(owner).into_owned(),
+        token,
+        at,
+    })
+}
+
+/// The expiry of the lease `row` holds, if it ran out without a release
+/// (its owner is still written, its time is past), at its expiry.
+pub(super) fn expiry(lock: &LockRef, row: &LeaseRow) -> Option<NewEvent> {
+    match (&row.owner, row.expires_at) {
+        (Some(owner), Some(expires_at)) if row.live_owner().is_none() => {
+            event(lock, EventKind::Expired, owner, row.token, Some(expires_at))
+        }
+        _ => None,
+    }
+}
+
+/// Notes on `conn`'s transaction that `row`'s lease ended by itself, if
+/// it did (see [`expiry`]); the caller is about to overwrite or free it.
+pub(super) fn note_expired(conn: &mut Conn, lock: &LockRef, row: &LeaseRow) {
+    if let Some(e) = expiry(lock, row) {
+        conn.note(e);
+    }
+}
+
+/// Notes `event` of `owner`'s lease `token` on `conn`'s transaction.
+pub(super) fn note(
+    conn: &mut Conn,
+    lock: &LockRef,
+    kind: EventKind,
+    owner: &str,
+    token: u64,
+    at: NaiveDateTime,
+) {
+    if let Some(e) = event(lock, kind, owner.as_bytes(), token, Some(at)) {
+        conn.note(e);
+    }
+}
+
+impl Engine {
+    /// The latest `limit` events of `lock`, newest first.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub fn history(
+        &self,
+        lock: &LockRef,
+        limit: u32,
+    ) -> impl std::future::Future<Output = Result<Vec<LockEvent>, EngineError>> + Send + 'static
+    {
+        let (engine, lock) = (self.clone(), lock.clone());
+        finish(move |_| async move {
+            let budget = engine.budget();
+            let rows = engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let rows = history::latest(&mut conn, lock.row(), limit).await?;
+                    conn.done();
+                    Ok(rows)
+                })
+                .await?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|r| {
+                    Some(LockEvent {
+                        event: EventKind::from_code(r.event)?,
+                        owner: String::from_utf8_lossy(&r.owner).into_owned(),
+                        token: r.token,
+                        at: r.at,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    /// Deletes one batch of events older than `retention` (the reaper's,
+    /// once per pass), in one autocommit statement; how many.
+    pub(super) async fn prune_history(
+        &self,
+        retention: std::time::Duration,
+    ) -> Result<u64, EngineError> {
+        let mut conn = self.conn(self.budget()).await?;
+        let pruned = history::prune(&mut conn, micros(retention), PRUNE_BATCH).await?;
+        conn.done();
+        if pruned > 0 {
+            self.metrics
+                .add_counter("lockbroker_history_pruned_total", &[], pruned);
+        }
+        Ok(pruned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::NaiveDateTime;
+
+    use super::*;
+    use crate::engine::{seat::Seat, Scope};
+
+    struct NoPacing;
+
+    impl crate::engine::Pacing for NoPacing {
+        fn always_oldest(&self) -> bool {
+            true
+        }
+        fn pick_next<'a>(
+            &'a self,
+            _key: &'a str,
+            _waiters: Vec<crate::policy::Waiter>,
+        ) -> crate::engine::pacing::Pending<'a, usize> {
+            Box::pin(async { 0 })
+        }
+        fn next_delay(
+            &self,
+            _contention: crate::policy::Contention,
+        ) -> crate::engine::pacing::Pending<'_, crate::policy::Decision> {
+            Box::pin(async { crate::policy::Decision::GiveUp })
+        }
+    }
+
+    fn at(ms: i64) -> NaiveDateTime {
+        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
+            .unwrap()
+            .naive_utc()
+    }
+
+    fn lock(kind: Kind) -> LockRef {
+        Scope {
+            tenant: "t".into(),
+            max_waiters: 10,
+            pacing: Arc::new(NoPacing),
+            delays: Default::default(),
+        }
+        .lock(kind, "k".into(), "k".into())
+    }
+
+    fn row(owner: Option<&str>, expires_ms: Option<i64>) -> LeaseRow {
+        LeaseRow {
+            seat: Seat::Whole,
+            owner: owner.map(|o| o.as_bytes().to_vec()),
+            token: 3,
+            hold_count: 1,
+            expires_at: expires_ms.map(at),
+            released_by: None,
+            not_before: None,
+            now: at(0),
+        }
+    }
+
+    #[test]
+    fn an_expiry_is_a_lease_still_in_its_row_past_its_end_at_that_end() {
+        let e = expiry(&lock(Kind::Lock), &row(Some("a"), Some(-20))).unwrap();
+        assert_eq!(
+            (e.event, e.owner.as_str(), e.token, e.at),
+            (EventKind::Expired, "a", 3, Some(at(-20)))
+        );
+        // Live, freed (released), or never held: no expiry.
+        assert!(expiry(&lock(Kind::Lock), &row(Some("a"), Some(20))).is_none());
+        assert!(expiry(&lock(Kind::Lock), &row(None, None)).is_none());
+    }
+
+    #[test]
+    fn only_locks_have_a_history() {
+        let expired = row(Some("a"), Some(-20));
+        assert!(expiry(&lock(Kind::Election), &expired).is_none());
+        assert!(event(&lock(Kind::Semaphore), EventKind::Granted, b"a", 1, None).is_none());
+        assert!(event(&lock(Kind::Lock), EventKind::Granted, b"a", 1, None).is_some());
+    }
+}

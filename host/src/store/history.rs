@@ -1,0 +1,140 @@
+//! The `lock_events` table: the history of each lock, appended by the
+//! transaction that changes the lock (one multi-row INSERT), read newest
+//! first per key, pruned by age in bounded batches.
+
+use chrono::NaiveDateTime;
+
+use super::{pool::Conn, Kind, RowKey};
+
+/// What happened to a lease (the `event` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EventKind {
+    /// A new grant (a new token) to a requester that found the key free.
+    Granted = 1,
+    /// The holder released its last hold.
+    Released = 2,
+    /// The lease ran out without a release (recorded by the transaction
+    /// that next changed the key, `at` its expiry).
+    Expired = 3,
+    /// A new grant to a queued waiter, made by the transaction that freed
+    /// the key.
+    HandedOff = 4,
+    /// An operator ended the lease.
+    ForceReleased = 5,
+}
+
+impl EventKind {
+    /// The kind stored as `code`.
+    pub fn from_code(code: u8) -> Option<EventKind> {
+        Some(match code {
+            1 => EventKind::Granted,
+            2 => EventKind::Released,
+            3 => EventKind::Expired,
+            4 => EventKind::HandedOff,
+            5 => EventKind::ForceReleased,
+            _ => return None,
+        })
+    }
+
+    /// The name in the API (`"granted"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Granted => "granted",
+            EventKind::Released => "released",
+            EventKind::Expired => "expired",
+            EventKind::HandedOff => "handed_off",
+            EventKind::ForceReleased => "force_released",
+        }
+    }
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub tenant: String,
+    pub kind: Kind,
+    pub lock_key: String,
+    pub event: EventKind,
+    pub owner: String,
+    pub token: u64,
+    /// By the database clock; `None`: `NOW(6)` of the insert.
+    pub at: Option<NaiveDateTime>,
+}
+
+/// A recorded event.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub event: u8,
+    pub owner: Vec<u8>,
+    pub token: u64,
+    pub at: NaiveDateTime,
+}
+
+/// Appends `events` in one statement (in the caller's transaction).
+pub async fn append(conn: &mut Conn, events: &[NewEvent]) -> sqlx::Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let tuples = vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)))"; events.len()].join(", ");
+    let sql = format!(
+        r#"
+INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at)
+VALUES {tuples}
+"#
+    );
+    conn.run(|c| {
+        let mut query = sqlx::query(&sql);
+        for e in events {
+            query = query
+                .bind(&e.tenant)
+                .bind(e.kind as u8)
+                .bind(&e.lock_key)
+                .bind(e.event as u8)
+                .bind(&e.owner)
+                .bind(e.token)
+                .bind(e.at);
+        }
+        query.execute(c)
+    })
+    .await?;
+    Ok(())
+}
+
+/// The key's latest `limit` events, newest first.
+pub async fn latest(conn: &mut Conn, k: RowKey<'_>, limit: u32) -> sqlx::Result<Vec<EventRow>> {
+    conn.run(|c| {
+        sqlx::query_as(
+            r#"
+SELECT event, owner, token, at FROM lock_events
+WHERE tenant = ? AND kind = ? AND lock_key = ?
+ORDER BY id DESC LIMIT ?
+"#,
+        )
+        .bind(k.tenant)
+        .bind(k.kind as u8)
+        .bind(k.key)
+        .bind(limit)
+        .fetch_all(c)
+    })
+    .await
+}
+
+/// Deletes up to `limit` events older than `older_than_us` µs by the
+/// database clock (autocommit); how many.
+pub async fn prune(conn: &mut Conn, older_than_us: u64, limit: u32) -> sqlx::Result<u64> {
+    let done = conn
+        .run(|c| {
+            sqlx::query(
+                r#"
+DELETE FROM lock_events WHERE at < NOW(6) - INTERVAL ? MICROSECOND
+ORDER BY at LIMIT ?
+"#,
+            )
+            .bind(older_than_us)
+            .bind(limit)
+            .execute(c)
+        })
+        .await?;
+    Ok(done.rows_affected())
+}
