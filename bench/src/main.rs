@@ -107,12 +107,11 @@ struct Args {
     held_counts: Vec<usize>,
     /// `all`, `broker`, `baselines`, or a comma-separated list of:
     /// uncontended, contended, contended-cross, nowait-storm, semaphore,
-    /// election, held, wasm-vs-native, mysql-get-lock, lease-row-tx,
-    /// skip-locked-claim, mysql-commit, redis, etcd;
+    /// election, held, wasm-vs-native, multilock-8, rwlock (read pairs of
+    /// all clients on one key, write pairs on own keys), mysql-get-lock,
+    /// lease-row-tx, skip-locked-claim, mysql-commit, redis, etcd;
     /// and, only when named, lease-row-tx-pooled (the lease-row pairs through
-    /// one shared sqlx pool, with and without its ping on acquire),
-    /// multilock-8, and rwlock (read pairs of all clients on one key, write
-    /// pairs on own keys).
+    /// one shared sqlx pool, with and without its ping on acquire).
     #[arg(long, default_value = "all")]
     scenarios: String,
     /// The broker's process id (for its RSS in `held`).
@@ -145,8 +144,10 @@ struct Args {
     policy_calls: Option<PathBuf>,
 }
 
-const BROKER_SCENARIOS: [&str; 8] = [
+const BROKER_SCENARIOS: [&str; 10] = [
     "uncontended",
+    "multilock-8",
+    "rwlock",
     "contended",
     "contended-cross",
     "nowait-storm",
@@ -164,7 +165,7 @@ const BASELINE_SCENARIOS: [&str; 6] = [
     "etcd",
 ];
 /// Scenarios only run when named.
-const EXTRA_SCENARIOS: [&str; 3] = ["lease-row-tx-pooled", "multilock-8", "rwlock"];
+const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
 
 /// How rows are grouped in the table.
 const ROW_ORDER: [&str; 22] = [
@@ -344,9 +345,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         url: url.clone(),
         run: run.clone(),
     });
-    let needs_broker = wanted
-        .iter()
-        .any(|s| BROKER_SCENARIOS.contains(s) || ["multilock-8", "rwlock"].contains(s));
+    let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
     let second = args.second_broker_url.as_ref().map(|url| SecondBroker {
         url: url.clone(),
         start: args.second_broker_start.clone(),
