@@ -84,7 +84,7 @@ impl Timing {
     ///
     /// # Errors
     /// [`PolicyFault::BadAnswer`] naming the value over [`MAX_DELAY_MS`].
-    fn checked(self) -> Result<Timing, PolicyFault> {
+    pub(crate) fn checked(self) -> Result<Timing, PolicyFault> {
         for (name, value) in [
             ("lock-delay-ms", self.lock_delay_ms),
             ("min-hold-ms", self.min_hold_ms),
@@ -436,6 +436,83 @@ mod tests {
         fn next_delay(&self, _: &Contention) -> Result<Decision, PolicyFault> {
             Err(PolicyFault::OutOfMemory)
         }
+    }
+
+    /// A policy whose `timing` answers per key: a trap for `trap`, two
+    /// days for `huge`, a minimum hold otherwise.
+    struct Timed;
+    impl Policy for Timed {
+        fn describe(&self) -> Result<Descriptor, PolicyFault> {
+            Builtin.describe()
+        }
+        fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
+            Builtin.storage_key(t, k)
+        }
+        fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
+            Builtin.pick_next(k, w)
+        }
+        fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
+            Builtin.next_delay(c)
+        }
+        fn has_timing(&self) -> bool {
+            true
+        }
+        fn timing(&self, key: &str) -> Result<Timing, PolicyFault> {
+            match key {
+                "trap" => Err(PolicyFault::Trap("boom".into())),
+                "huge" => Ok(Timing {
+                    lock_delay_ms: Some(2 * MAX_DELAY_MS),
+                    min_hold_ms: None,
+                }),
+                _ => Ok(Timing {
+                    lock_delay_ms: None,
+                    min_hold_ms: Some(MAX_DELAY_MS),
+                }),
+            }
+        }
+    }
+
+    fn loaded(policy: impl Policy) -> Loaded {
+        Loaded {
+            policy: Arc::new(policy),
+            ..Loaded::builtin()
+        }
+    }
+
+    #[tokio::test]
+    async fn timing_is_asked_only_of_a_policy_that_has_it_and_falls_back() {
+        let metrics = Arc::new(Metrics::default());
+        let policy = TenantPolicy::new("t", loaded(Timed), metrics.clone());
+        assert!(policy.has_timing());
+        let hold = Timing {
+            lock_delay_ms: None,
+            min_hold_ms: Some(MAX_DELAY_MS),
+        };
+        assert_eq!(policy.timing("job").await, hold);
+        // A trap or a value over a day: the configured values, counted.
+        assert_eq!(policy.timing("trap").await, Timing::default());
+        assert_eq!(policy.timing("huge").await, Timing::default());
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "lockbroker_policy_fallbacks_total{tenant=\"t\",export=\"timing\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockbroker_policy_calls_total{tenant=\"t\",export=\"timing\"} 3"),
+            "{text}"
+        );
+        // Swapped for a policy without it: not asked any more.
+        policy.swap(Loaded::builtin());
+        assert!(!policy.has_timing());
+        assert_eq!(policy.timing("job").await, Timing::default());
+        assert!(metrics
+            .render()
+            .contains("lockbroker_policy_calls_total{tenant=\"t\",export=\"timing\"} 3"));
+        policy.swap(loaded(Timed));
+        assert!(policy.has_timing());
+        assert_eq!(policy.timing("job").await, hold);
     }
 
     fn broken() -> (TenantPolicy, Arc<Metrics>) {
