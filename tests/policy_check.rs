@@ -256,7 +256,8 @@ fn policy_check_shows_the_delays_a_timing_policy_gives_its_keys() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{key}: {stderr}");
         assert!(
-            stderr.contains(&format!("timing faults on storage key \"{key}\"")) && stderr.contains(why),
+            stderr.contains(&format!("timing faults on storage key \"{key}\""))
+                && stderr.contains(why),
             "{key}: {stderr}"
         );
     }

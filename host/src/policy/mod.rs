@@ -494,9 +494,7 @@ mod tests {
         assert_eq!(policy.timing("huge").await, Timing::default());
         let text = metrics.render();
         assert!(
-            text.contains(
-                "lockbroker_policy_fallbacks_total{tenant=\"t\",export=\"timing\"} 2"
-            ),
+            text.contains("lockbroker_policy_fallbacks_total{tenant=\"t\",export=\"timing\"} 2"),
             "{text}"
         );
         assert!(

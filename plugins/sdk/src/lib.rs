@@ -76,9 +76,9 @@ pub mod bindings {
 pub use lockbroker_policy_timing as bindings_timing;
 
 pub use bindings::exports::lockbroker::policy::backoff::{Contention, Decision};
-pub use bindings_timing::exports::lockbroker::policy::timing::KeyDelays;
 pub use bindings::exports::lockbroker::policy::fairness::Waiter;
 pub use bindings::exports::lockbroker::policy::meta::Descriptor;
+pub use bindings_timing::exports::lockbroker::policy::timing::KeyDelays;
 
 use bindings::exports::lockbroker::policy::{backoff, fairness, meta, naming};
 

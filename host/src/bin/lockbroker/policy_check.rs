@@ -96,7 +96,9 @@ pub fn run(file: &Path, tenant: &str, keys: &[String], config: Option<&Path>) ->
         }
     }
     if p.loaded.policy.has_timing() {
-        println!("timing:     exported (overrides the tenant's lock_delay_ms and min_hold_ms per key)");
+        println!(
+            "timing:     exported (overrides the tenant's lock_delay_ms and min_hold_ms per key)"
+        );
     }
     if !report.delays.is_empty() {
         println!("delays (none: the tenant's config):");

@@ -320,9 +320,7 @@ impl Policy for WasmPolicy {
     }
 
     fn storage_key(&self, tenant: &str, key: &str) -> Result<Result<String, String>, PolicyFault> {
-        self.with_instance(|store, b| {
-            b.naming.call_storage_key(store, tenant, key)
-        })
+        self.with_instance(|store, b| b.naming.call_storage_key(store, tenant, key))
     }
 
     fn pick_next(&self, key: &str, waiters: &[Waiter]) -> Result<u32, PolicyFault> {
@@ -336,9 +334,7 @@ impl Policy for WasmPolicy {
                 attempts: w.attempts,
             })
             .collect();
-        self.with_instance(|store, b| {
-            b.fairness.call_pick_next(store, key, &waiters)
-        })
+        self.with_instance(|store, b| b.fairness.call_pick_next(store, key, &waiters))
     }
 
     fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
@@ -350,9 +346,8 @@ impl Policy for WasmPolicy {
             lease_remaining_ms: c.lease_remaining_ms,
             seed: c.seed,
         };
-        let decision = self.with_instance(|store, b| {
-            b.backoff.call_next_delay(store, contention)
-        })?;
+        let decision =
+            self.with_instance(|store, b| b.backoff.call_next_delay(store, contention))?;
         Ok(match decision {
             backoff::Decision::RetryAfter(ms) => Decision::RetryAfter(ms),
             backoff::Decision::GiveUp => Decision::GiveUp,
