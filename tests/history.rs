@@ -11,7 +11,7 @@
 //!
 //! A tenant's policy may override the delays per key (`timing`, exported
 //! by `plugins/fixtures/timing`: `hold-*` keys get a minimum hold,
-//! `delay-*` a lock-delay, `none-*` neither, `trap-*` trap, `huge-*` ask
+//! `delay-*` a lock-delay, `paced-*` both (short), `none-*` neither, `trap-*` trap, `huge-*` ask
 //! for two days): those keys are held by the database clock as with
 //! config, the tenant's other keys are not; a hot swap changes them; a
 //! failing `timing` and a component without it leave the config in force.
@@ -58,6 +58,9 @@ fn tenant_with_policy(
 ) -> TenantConfig {
     TenantConfig {
         policy: Some(policy.to_owned()),
+        // The delays are tested, not the deadline: a loaded machine can
+        // deschedule a call past the 5 ms default.
+        policy_deadline_ms: Some(200),
         ..tenant(name, lock_delay_ms, min_hold_ms)
     }
 }
@@ -507,8 +510,16 @@ struct Seen {
 /// leases expire; then every key's `lock_events` (by id) must be a
 /// well-formed sequence (each grant ended before the next, by its own
 /// owner and token, tokens increasing) and match what the clients saw one
-/// to one; under delays, no grant earlier than they allow.
-async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64, hold_ms: i64) {
+/// to one; under delays, no grant earlier than they allow. The keys are
+/// `{prefix}0`, `{prefix}1`, ...
+async fn stress_history(
+    broker: &Broker,
+    c: &Client,
+    tenant: &str,
+    prefix: &str,
+    delay_ms: i64,
+    hold_ms: i64,
+) {
     const CLIENTS: usize = 12;
     const KEYS: usize = 3;
     const RUN_FOR: Duration = Duration::from_secs(4);
@@ -517,7 +528,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
     let deadline = tokio::time::Instant::now() + RUN_FOR;
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
-        let (c, seen) = (c.clone(), seen.clone());
+        let (c, seen, prefix) = (c.clone(), seen.clone(), prefix.to_owned());
         tasks.push(tokio::spawn(async move {
             let owner = format!("c{client}");
             for n in 0..MAX_ROUNDS {
@@ -525,7 +536,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                     break;
                 }
                 let key = (client + n) % KEYS;
-                let name = format!("s{key}");
+                let name = format!("{prefix}{key}");
                 let wait_ms = if client % 2 == 0 { 1_000 } else { 0 };
                 // Every eighth hold is abandoned: its short lease expires.
                 let abandon = n % 8 == 7;
@@ -582,7 +593,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
             "SELECT event, owner, token, at FROM lock_events WHERE tenant = ? AND lock_key = ? ORDER BY id",
         )
         .bind(tenant)
-        .bind(format!("s{key}"))
+        .bind(format!("{prefix}{key}"))
         .fetch_all(&mut db)
         .await
         .unwrap();
@@ -597,23 +608,23 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                 1 | 4 => {
                     assert!(
                         held.is_none(),
-                        "s{key}: {owner}/{token} granted while {held:?} held"
+                        "{prefix}{key}: {owner}/{token} granted while {held:?} held"
                     );
                     assert!(
                         token > last_token,
-                        "s{key}: token {token} after {last_token}"
+                        "{prefix}{key}: token {token} after {last_token}"
                     );
                     if let Some((_, _, prev_at)) = starts.last() {
                         let gap = at - *prev_at;
                         assert!(
                             gap >= chrono::Duration::milliseconds(hold_ms),
-                            "s{key}: granted {gap} after the previous grant"
+                            "{prefix}{key}: granted {gap} after the previous grant"
                         );
                     }
                     if let Some((3, expired_at)) = last_end {
                         assert!(
                             at - expired_at >= chrono::Duration::milliseconds(delay_ms),
-                            "s{key}: granted {} after an expiry",
+                            "{prefix}{key}: granted {} after an expiry",
                             at - expired_at
                         );
                     }
@@ -624,9 +635,9 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                 // released, expired, force_released
                 2 | 3 | 5 => {
                     let Some((h_owner, h_token, _)) = held.take() else {
-                        panic!("s{key}: {owner}/{token} ended while nobody held it");
+                        panic!("{prefix}{key}: {owner}/{token} ended while nobody held it");
                     };
-                    assert_eq!((&h_owner, h_token), (&owner, token), "s{key}");
+                    assert_eq!((&h_owner, h_token), (&owner, token), "{prefix}{key}");
                     if event == 2 {
                         releases.push((owner, token));
                     }
@@ -647,7 +658,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
             .collect();
         recorded.sort();
         granted.sort();
-        assert_eq!(recorded, granted, "s{key}: grants recorded vs seen");
+        assert_eq!(recorded, granted, "{prefix}{key}: grants recorded vs seen");
         let mut clean: Vec<(String, u64)> = seen
             .releases
             .iter()
@@ -656,7 +667,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
             .collect();
         releases.sort();
         clean.sort();
-        assert_eq!(releases, clean, "s{key}: releases recorded vs seen");
+        assert_eq!(releases, clean, "{prefix}{key}: releases recorded vs seen");
     }
     assert!(expiries > 0, "no abandoned lease expired and was replaced");
     println!(
@@ -669,7 +680,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_changes_leave_a_well_formed_history_on_the_fast_paths() {
     let broker = Broker::start().await;
-    stress_history(&broker, &broker.client(), "default", 0, 0).await;
+    stress_history(&broker, &broker.client(), "default", "s", 0, 0).await;
     broker.stop().await;
 }
 
@@ -677,7 +688,21 @@ async fn concurrent_changes_leave_a_well_formed_history_on_the_fast_paths() {
 async fn concurrent_changes_keep_lock_delay_and_minimum_hold() {
     let broker = broker_with(tenant("paced", 120, 40)).await;
     let c = broker.client_with(Some("paced-key"));
-    stress_history(&broker, &c, "paced", 120, 40).await;
+    stress_history(&broker, &c, "paced", "s", 120, 40).await;
+    broker.stop().await;
+}
+
+/// As [`concurrent_changes_keep_lock_delay_and_minimum_hold`], the delays
+/// coming from the tenant's policy (its config has none, so only the
+/// effective values can keep these keys off the batch and stored-procedure
+/// paths, which know nothing of delays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_changes_keep_a_policys_lock_delay_and_minimum_hold() {
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("fixtures/timing.wasm", "timing.wasm");
+    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
+    let c = broker.client_with(Some("timed-key"));
+    stress_history(&broker, &c, "timed", "paced-s", 120, 40).await;
     broker.stop().await;
 }
 
