@@ -234,7 +234,7 @@ pub struct LockRef {
     /// Waiting requests the tenant may have at once, across keys and
     /// brokers (429 beyond).
     pub max_waiters: u64,
-    /// The tenant's fairness and backoff.
+    /// The tenant's fairness and backoff (and its policy's `timing`).
     pub pacing: Arc<dyn Pacing>,
     /// The lock's lock-delay and minimum hold: the tenant's, as its policy
     /// overrides them for this key ([`Scope::resolve`]).

@@ -15,7 +15,7 @@ use crate::{
 /// A boxed future, so that [`Pacing`] can be a trait object.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Fairness and backoff, as the engine uses them.
+/// Fairness, backoff and a lock's delays, as the engine uses them.
 pub trait Pacing: Send + Sync + 'static {
     /// True when [`Pacing::pick_next`] always picks the oldest waiter, so
     /// the engine need not read the queue to ask it.
