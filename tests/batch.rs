@@ -32,14 +32,6 @@ fn keys(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
-/// A counter's value in the broker's `/metrics` (0 when absent).
-async fn counter(c: &Client, series: &str) -> u64 {
-    let text = c.get("/metrics").await.unwrap().text();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// Runs a trying load (`wait_ms` 0) and a waiting one side by side on
 /// `keys` for `duration`, each with `clients` clients, recording into
 /// `history`.
@@ -135,8 +127,8 @@ async fn batched_grants_and_releases_check_clean_under_load() {
     only_expected_answers(&report, false);
     assert!(report.grants > 500, "the load ran: {report}");
     assert!(report.conflicts > 0, "some keys were contended: {report}");
-    let batches = counter(&c, "lockbroker_batches_total").await;
-    let members = counter(&c, "lockbroker_batched_operations_total").await;
+    let batches = c.counter("lockbroker_batches_total").await;
+    let members = c.counter("lockbroker_batched_operations_total").await;
     eprintln!("{members} operations in {batches} batches");
     assert!(batches > 0, "operations were batched");
     assert!(
@@ -192,9 +184,11 @@ async fn lost_batch_commit_answers_are_settled_under_load() {
     eprintln!("{report}");
     report.assert_clean();
     only_expected_answers(&report, true);
-    let settled = counter(&c, "lockbroker_lost_commits_total{outcome=\"committed\"}").await;
+    let settled = c
+        .counter("lockbroker_lost_commits_total{outcome=\"committed\"}")
+        .await;
     assert_eq!(settled, 10, "every lost answer was found committed");
-    assert!(counter(&c, "lockbroker_batches_total").await > 0);
+    assert!(c.counter("lockbroker_batches_total").await > 0);
     broker.stop().await;
 }
 

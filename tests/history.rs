@@ -8,13 +8,22 @@
 //! error leave no event. Delays are judged by the database clock: the
 //! events' own `at` (written from `NOW(6)` and the leases' `expires_at`)
 //! show that no grant came early.
+//!
+//! A tenant's policy may override the delays per key (`timing`, exported
+//! by `plugins/fixtures/timing`: `hold-*` keys get a minimum hold,
+//! `delay-*` a lock-delay, `paced-*` both (short), `none-*` neither, `trap-*` trap, `huge-*` ask
+//! for two days): those keys are held by the database clock as with
+//! config, the tenant's other keys are not; a hot swap changes them; a
+//! failing `timing` and a component without it leave the config in force.
 
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
 use lockbroker::config::TenantConfig;
 use lockbroker_api::{ErrorCode, LockEventKind, LockHistory};
-use lockbroker_tests::{config, db_conn, eventually, fresh_db_name, Broker, Client, ADMIN};
+use lockbroker_tests::{
+    config, db_conn, dist, eventually, fresh_db_name, Broker, Client, PolicyDir, ADMIN,
+};
 use serde_json::json;
 
 /// How long a test waits for a condition (an expiry by the database clock,
@@ -28,6 +37,32 @@ async fn broker_with(tenant: TenantConfig) -> Broker {
     cfg.tenants.push(tenant);
     cfg.validate().unwrap();
     Broker::start_with(db, cfg).await
+}
+
+/// A broker whose config also has `tenant`, its policy files in `dir`.
+async fn broker_with_policies(tenant: TenantConfig, dir: &PolicyDir) -> Broker {
+    let db = fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.policy_dir = dir.0.clone();
+    cfg.tenants.push(tenant);
+    cfg.validate().unwrap();
+    Broker::start_with(db, cfg).await
+}
+
+/// [`tenant`] with the policy file `policy`.
+fn tenant_with_policy(
+    name: &str,
+    lock_delay_ms: u64,
+    min_hold_ms: u64,
+    policy: &str,
+) -> TenantConfig {
+    TenantConfig {
+        policy: Some(policy.to_owned()),
+        // The delays are tested, not the deadline: a loaded machine can
+        // deschedule a call past the 5 ms default.
+        policy_deadline_ms: Some(200),
+        ..tenant(name, lock_delay_ms, min_hold_ms)
+    }
 }
 
 fn tenant(name: &str, lock_delay_ms: u64, min_hold_ms: u64) -> TenantConfig {
@@ -475,8 +510,16 @@ struct Seen {
 /// leases expire; then every key's `lock_events` (by id) must be a
 /// well-formed sequence (each grant ended before the next, by its own
 /// owner and token, tokens increasing) and match what the clients saw one
-/// to one; under delays, no grant earlier than they allow.
-async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64, hold_ms: i64) {
+/// to one; under delays, no grant earlier than they allow. The keys are
+/// `{prefix}0`, `{prefix}1`, ...
+async fn stress_history(
+    broker: &Broker,
+    c: &Client,
+    tenant: &str,
+    prefix: &str,
+    delay_ms: i64,
+    hold_ms: i64,
+) {
     const CLIENTS: usize = 12;
     const KEYS: usize = 3;
     const RUN_FOR: Duration = Duration::from_secs(4);
@@ -485,7 +528,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
     let deadline = tokio::time::Instant::now() + RUN_FOR;
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
-        let (c, seen) = (c.clone(), seen.clone());
+        let (c, seen, prefix) = (c.clone(), seen.clone(), prefix.to_owned());
         tasks.push(tokio::spawn(async move {
             let owner = format!("c{client}");
             for n in 0..MAX_ROUNDS {
@@ -493,7 +536,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                     break;
                 }
                 let key = (client + n) % KEYS;
-                let name = format!("s{key}");
+                let name = format!("{prefix}{key}");
                 let wait_ms = if client % 2 == 0 { 1_000 } else { 0 };
                 // Every eighth hold is abandoned: its short lease expires.
                 let abandon = n % 8 == 7;
@@ -550,7 +593,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
             "SELECT event, owner, token, at FROM lock_events WHERE tenant = ? AND lock_key = ? ORDER BY id",
         )
         .bind(tenant)
-        .bind(format!("s{key}"))
+        .bind(format!("{prefix}{key}"))
         .fetch_all(&mut db)
         .await
         .unwrap();
@@ -565,23 +608,23 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                 1 | 4 => {
                     assert!(
                         held.is_none(),
-                        "s{key}: {owner}/{token} granted while {held:?} held"
+                        "{prefix}{key}: {owner}/{token} granted while {held:?} held"
                     );
                     assert!(
                         token > last_token,
-                        "s{key}: token {token} after {last_token}"
+                        "{prefix}{key}: token {token} after {last_token}"
                     );
                     if let Some((_, _, prev_at)) = starts.last() {
                         let gap = at - *prev_at;
                         assert!(
                             gap >= chrono::Duration::milliseconds(hold_ms),
-                            "s{key}: granted {gap} after the previous grant"
+                            "{prefix}{key}: granted {gap} after the previous grant"
                         );
                     }
                     if let Some((3, expired_at)) = last_end {
                         assert!(
                             at - expired_at >= chrono::Duration::milliseconds(delay_ms),
-                            "s{key}: granted {} after an expiry",
+                            "{prefix}{key}: granted {} after an expiry",
                             at - expired_at
                         );
                     }
@@ -592,9 +635,9 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
                 // released, expired, force_released
                 2 | 3 | 5 => {
                     let Some((h_owner, h_token, _)) = held.take() else {
-                        panic!("s{key}: {owner}/{token} ended while nobody held it");
+                        panic!("{prefix}{key}: {owner}/{token} ended while nobody held it");
                     };
-                    assert_eq!((&h_owner, h_token), (&owner, token), "s{key}");
+                    assert_eq!((&h_owner, h_token), (&owner, token), "{prefix}{key}");
                     if event == 2 {
                         releases.push((owner, token));
                     }
@@ -615,7 +658,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
             .collect();
         recorded.sort();
         granted.sort();
-        assert_eq!(recorded, granted, "s{key}: grants recorded vs seen");
+        assert_eq!(recorded, granted, "{prefix}{key}: grants recorded vs seen");
         let mut clean: Vec<(String, u64)> = seen
             .releases
             .iter()
@@ -624,7 +667,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
             .collect();
         releases.sort();
         clean.sort();
-        assert_eq!(releases, clean, "s{key}: releases recorded vs seen");
+        assert_eq!(releases, clean, "{prefix}{key}: releases recorded vs seen");
     }
     assert!(expiries > 0, "no abandoned lease expired and was replaced");
     println!(
@@ -637,7 +680,7 @@ async fn stress_history(broker: &Broker, c: &Client, tenant: &str, delay_ms: i64
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_changes_leave_a_well_formed_history_on_the_fast_paths() {
     let broker = Broker::start().await;
-    stress_history(&broker, &broker.client(), "default", 0, 0).await;
+    stress_history(&broker, &broker.client(), "default", "s", 0, 0).await;
     broker.stop().await;
 }
 
@@ -645,6 +688,244 @@ async fn concurrent_changes_leave_a_well_formed_history_on_the_fast_paths() {
 async fn concurrent_changes_keep_lock_delay_and_minimum_hold() {
     let broker = broker_with(tenant("paced", 120, 40)).await;
     let c = broker.client_with(Some("paced-key"));
-    stress_history(&broker, &c, "paced", 120, 40).await;
+    stress_history(&broker, &c, "paced", "s", 120, 40).await;
+    broker.stop().await;
+}
+
+/// As [`concurrent_changes_keep_lock_delay_and_minimum_hold`], the delays
+/// coming from the tenant's policy (its config has none, so only the
+/// effective values can keep these keys off the batch and stored-procedure
+/// paths, which know nothing of delays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_changes_keep_a_policys_lock_delay_and_minimum_hold() {
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("fixtures/timing.wasm", "timing.wasm");
+    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
+    let c = broker.client_with(Some("timed-key"));
+    stress_history(&broker, &c, "timed", "paced-s", 120, 40).await;
+    broker.stop().await;
+}
+
+/// The minimum hold and lock-delay `plugins/fixtures/timing` gives its
+/// `hold-*` and `delay-*` keys.
+const POLICY_HOLD_MS: i64 = 1_500;
+const POLICY_DELAY_MS: i64 = 1_500;
+
+/// A key released at once is held back for the rest of its period: a
+/// one-try acquire by another owner is refused with a hint within it.
+async fn held_back(c: &Client, key: &str, period_ms: i64) {
+    let t = token_of(c, key, "first", 30_000, 0).await;
+    released(c, key, "first", t).await;
+    let refused = c.acquire(key, "second", 30_000, 0).await.unwrap();
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::LockHeld),
+        "{key}: {}",
+        refused.text()
+    );
+    let hint = refused.json()["error"]["retry_after_ms"].as_u64().unwrap();
+    assert!((1..=period_ms as u64).contains(&hint), "{key}: {hint}");
+}
+
+/// A key released at once is free for the next owner at once.
+async fn not_held_back(c: &Client, key: &str) {
+    let t = token_of(c, key, "first", 30_000, 0).await;
+    released(c, key, "first", t).await;
+    let t2 = token_of(c, key, "second", 30_000, 0).await;
+    assert!(t2 > t, "{key}");
+    released(c, key, "second", t2).await;
+}
+
+/// The `timing` calls and fallbacks of tenant `tenant` so far.
+async fn timing_calls(c: &Client, tenant: &str) -> (u64, u64) {
+    let labels = format!("{{tenant=\"{tenant}\",export=\"timing\"}}");
+    (
+        c.counter(&format!("lockbroker_policy_calls_total{labels}"))
+            .await,
+        c.counter(&format!("lockbroker_policy_fallbacks_total{labels}"))
+            .await,
+    )
+}
+
+#[tokio::test]
+async fn a_policy_gives_one_key_a_minimum_hold_by_the_database_clock_and_not_another() {
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("fixtures/timing.wasm", "timing.wasm");
+    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
+    let c = broker.client_with(Some("timed-key"));
+    let key = "hold-nightly";
+
+    // As `a_minimum_hold_keeps_a_released_key_until_its_period_ends`, the
+    // hold coming from the policy: the queued waiter is handed the key when
+    // the period ends, by the database clock.
+    let t1 = token_of(&c, key, "a", 30_000, 0).await;
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { token_of(&c, key, "w", 30_000, 10_000).await })
+    };
+    eventually("w waits", WAIT, || async { waiters(&c, key).await == 1 }).await;
+    released(&c, key, "a", t1).await;
+    let refused = c.acquire(key, "b", 30_000, 0).await.unwrap();
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::LockHeld),
+        "{}",
+        refused.text()
+    );
+    let t2 = waiter.await.unwrap();
+    assert!(t2 > t1);
+    let (events, h) = history(&c, key).await;
+    assert_eq!(
+        events,
+        vec![
+            (LockEventKind::HandedOff, "w".to_owned(), t2),
+            (LockEventKind::Released, "a".to_owned(), t1),
+            (LockEventKind::Granted, "a".to_owned(), t1),
+        ],
+        "{h:?}"
+    );
+    let granted = at_of(&h, LockEventKind::Granted, "a");
+    let handed = at_of(&h, LockEventKind::HandedOff, "w");
+    assert!(
+        handed >= granted + chrono::Duration::milliseconds(POLICY_HOLD_MS),
+        "handed at {handed}, first granted at {granted}"
+    );
+
+    // The tenant's other keys have no hold (its config has none). One
+    // policy call per lock operation: two acquires and two releases.
+    let (before, _) = timing_calls(&c, "timed").await;
+    not_held_back(&c, "other-nightly").await;
+    let (calls, fallbacks) = timing_calls(&c, "timed").await;
+    assert_eq!(calls - before, 4, "timing calls for 4 operations");
+    assert_eq!(fallbacks, 0);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_policy_gives_a_key_a_lock_delay_that_the_reaper_keeps() {
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("fixtures/timing.wasm", "timing.wasm");
+    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
+    let c = broker.client_with(Some("timed-key"));
+    let key = "delay-job";
+
+    // b's lease expires with d already queued: the reaper (or the delay
+    // timer) hands the key on, not before the policy's lock-delay is over.
+    let t = token_of(&c, key, "b", 300, 0).await;
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { token_of(&c, key, "d", 30_000, 10_000).await })
+    };
+    eventually("d waits", WAIT, || async { waiters(&c, key).await == 1 }).await;
+    let t2 = waiter.await.unwrap();
+    assert!(t2 > t);
+    let (events, h) = history(&c, key).await;
+    assert_eq!(
+        events[1],
+        (LockEventKind::Expired, "b".to_owned(), t),
+        "{h:?}"
+    );
+    let grant = &h.events[0];
+    assert_eq!((grant.owner.as_str(), grant.token), ("d", t2), "{h:?}");
+    let expired = at_of(&h, LockEventKind::Expired, "b");
+    let granted = at(&grant.at);
+    assert!(
+        granted >= expired + chrono::Duration::milliseconds(POLICY_DELAY_MS),
+        "granted at {granted}, expired at {expired}"
+    );
+
+    // Another key of the tenant: taken again right after its expiry.
+    let other = "job";
+    let t = token_of(&c, other, "b", 300, 0).await;
+    let expires_at = c.status(other).await.unwrap().json()["expires_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    until_expired_by_db(&broker.db, &expires_at).await;
+    assert!(token_of(&c, other, "c", 30_000, 0).await > t);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn hot_swapping_the_policy_changes_the_delays_without_a_restart() {
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("default.wasm", "p.wasm");
+    let broker = broker_with_policies(tenant_with_policy("swapped", 0, 0, "p.wasm"), &dir).await;
+    let c = broker.client_with(Some("swapped-key"));
+    let admin = broker.client_with(Some(ADMIN));
+    let put = |file: &str| {
+        let admin = admin.clone();
+        let bytes = std::fs::read(dist(file)).unwrap();
+        async move {
+            let r = admin
+                .send(
+                    hyper::Method::PUT,
+                    "/v1/admin/tenants/swapped/policy",
+                    &[("content-type", "application/wasm")],
+                    bytes::Bytes::from(bytes),
+                    Duration::ZERO,
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+
+    // The default policy has no `timing`: no hold, and nothing asked.
+    not_held_back(&c, "hold-a").await;
+    assert_eq!(timing_calls(&c, "swapped").await, (0, 0));
+    put("fixtures/timing.wasm").await;
+    held_back(&c, "hold-b", POLICY_HOLD_MS).await;
+    not_held_back(&c, "other-b").await;
+    assert!(timing_calls(&c, "swapped").await.0 > 0);
+    // And back: the policy's holds are gone for keys granted from now on.
+    put("default.wasm").await;
+    let calls = timing_calls(&c, "swapped").await.0;
+    not_held_back(&c, "hold-c").await;
+    assert_eq!(timing_calls(&c, "swapped").await.0, calls);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_timing_falls_back_to_the_config_and_none_overrides_it() {
+    const CONFIG_HOLD_MS: i64 = 2_000;
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("fixtures/timing.wasm", "timing.wasm");
+    let broker = broker_with_policies(
+        tenant_with_policy("fallback", 0, CONFIG_HOLD_MS as u64, "timing.wasm"),
+        &dir,
+    )
+    .await;
+    let c = broker.client_with(Some("fallback-key"));
+    // No answer from the policy: the tenant's configured hold.
+    held_back(&c, "plain", CONFIG_HOLD_MS).await;
+    assert_eq!(timing_calls(&c, "fallback").await.1, 0);
+    // A trap, and a value over a day: the configured hold, counted.
+    held_back(&c, "trap-a", CONFIG_HOLD_MS).await;
+    let after_trap = timing_calls(&c, "fallback").await.1;
+    assert!(after_trap > 0);
+    held_back(&c, "huge-a", CONFIG_HOLD_MS).await;
+    assert!(timing_calls(&c, "fallback").await.1 > after_trap);
+    // The policy's own values replace the config's: none at all, or its
+    // shorter hold.
+    not_held_back(&c, "none-a").await;
+    held_back(&c, "hold-a", POLICY_HOLD_MS).await;
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_component_without_timing_keeps_the_config_values() {
+    const CONFIG_HOLD_MS: i64 = 1_500;
+    let dir = PolicyDir::new("lb-timing");
+    dir.install("team-prefix.wasm", "team.wasm");
+    let broker = broker_with_policies(
+        tenant_with_policy("old", 0, CONFIG_HOLD_MS as u64, "team.wasm"),
+        &dir,
+    )
+    .await;
+    let c = broker.client_with(Some("old-key"));
+    held_back(&c, "none-a", CONFIG_HOLD_MS).await;
+    held_back(&c, "other", CONFIG_HOLD_MS).await;
+    assert_eq!(timing_calls(&c, "old").await, (0, 0));
     broker.stop().await;
 }

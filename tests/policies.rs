@@ -3,7 +3,6 @@
 //! uploads through the admin API.
 
 use std::{
-    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
@@ -16,51 +15,9 @@ use hyper::Method;
 use lockbroker::config::TenantConfig;
 use lockbroker_api::{ErrorCode, Lease, LockStatus, TenantInfo, TenantList};
 use lockbroker_tests::{
-    config, drop_db, eventually, fresh_db_name, Broker, BrokerProcess, Client, Reply, ADMIN, KEY,
+    config, dist, drop_db, eventually, fresh_db_name, Broker, BrokerProcess, Client, PolicyDir,
+    Reply, ADMIN, KEY,
 };
-
-/// A built component from `plugins/dist`.
-fn dist(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/dist")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/build-plugins",
-        path.display()
-    );
-    path
-}
-
-/// A policy directory of its own for one test.
-struct PolicyDir(PathBuf);
-
-impl PolicyDir {
-    fn new() -> PolicyDir {
-        let dir = std::env::temp_dir().join(format!("lb-policies-{}", fresh_db_name()));
-        std::fs::create_dir_all(&dir).unwrap();
-        PolicyDir(dir)
-    }
-
-    /// Puts `component` in place as `file`, atomically (as a deploy would).
-    fn install(&self, component: &str, file: &str) {
-        let tmp = self.0.join(format!(".{file}.tmp"));
-        std::fs::copy(dist(component), &tmp).unwrap();
-        std::fs::rename(&tmp, self.0.join(file)).unwrap();
-    }
-
-    fn write(&self, file: &str, bytes: &[u8]) {
-        let tmp = self.0.join(format!(".{file}.tmp"));
-        std::fs::write(&tmp, bytes).unwrap();
-        std::fs::rename(&tmp, self.0.join(file)).unwrap();
-    }
-}
-
-impl Drop for PolicyDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A broker whose `default` tenant uses `file` in `dir`, plus a tenant
 /// `bad` (key `bad-key`) using `bad_file` if given.
@@ -102,7 +59,7 @@ fn owner(r: &Reply) -> String {
 
 #[tokio::test]
 async fn team_prefix_names_and_rejects_keys() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("team-prefix.wasm", "team.wasm");
     let broker = broker(&dir, Some("team.wasm"), None).await;
     let c = broker.client();
@@ -136,7 +93,7 @@ async fn team_prefix_names_and_rejects_keys() {
 /// The misbehaving tenant gets 500 policy_error on its trigger, keeps
 /// working otherwise, and never slows the other tenants much.
 async fn contained(fixture: &str) {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install(fixture, "bad.wasm");
     let broker = broker(&dir, None, Some("bad.wasm")).await;
     let bad = broker.client_with(Some("bad-key"));
@@ -210,7 +167,7 @@ async fn a_trapping_policy_is_contained() {
 
 #[tokio::test]
 async fn waiting_with_a_failing_backoff_falls_back() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("fixtures/loop.wasm", "bad.wasm");
     let broker = broker(&dir, None, Some("bad.wasm")).await;
     let bad = broker.client_with(Some("bad-key"));
@@ -226,7 +183,7 @@ async fn waiting_with_a_failing_backoff_falls_back() {
 
 #[tokio::test]
 async fn a_policy_that_never_loaded_fails_closed() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("fixtures/garbage.wasm", "bad.wasm");
     let broker = broker(&dir, None, Some("bad.wasm")).await;
     let bad = broker.client_with(Some("bad-key"));
@@ -348,7 +305,7 @@ impl Hammer {
 
 #[tokio::test]
 async fn hot_reload_under_load_fails_no_request() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("default.wasm", "p.wasm");
     let db = fresh_db_name();
     let mut cfg = config(&db);
@@ -399,7 +356,7 @@ async fn hot_reload_under_load_fails_no_request() {
 
 #[tokio::test]
 async fn a_naming_change_takes_effect_within_a_second() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("default.wasm", "p.wasm");
     let broker = broker(&dir, Some("p.wasm"), None).await;
     let load = Hammer::start(&broker);
@@ -434,7 +391,7 @@ async fn a_naming_change_takes_effect_within_a_second() {
 
 #[tokio::test]
 async fn admin_upload_validates_then_swaps() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("default.wasm", "p.wasm");
     let broker = broker(&dir, Some("p.wasm"), None).await;
     let admin = broker.client_with(Some(ADMIN));
@@ -553,7 +510,7 @@ const JS_PY_DEADLINE_MS: Option<u64> = Some(50);
 async fn template_behaves(component: &str, policy_deadline_ms: Option<u64>) {
     // The broker runs the default policy; the team drops its built
     // component in over it, as its README says, without a restart.
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("default.wasm", "team.wasm");
     let db = fresh_db_name();
     let mut cfg = config(&db);
@@ -683,10 +640,10 @@ async fn policy_name(admin: &Client, name: &str) -> String {
 /// process, killed at the end: the compile is not waited for.
 #[tokio::test]
 async fn a_slow_compile_delays_no_other_tenants_reload() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-policies");
     dir.install("default.wasm", "slow.wasm");
     dir.install("default.wasm", "fast.wasm");
-    let cache = PolicyDir::new();
+    let cache = PolicyDir::new("lb-policies");
     let db = fresh_db_name();
     let extra = format!(
         "policy_dir = {:?}\ncache_dir = {:?}\n\

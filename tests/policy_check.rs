@@ -72,6 +72,8 @@ const TABLE: &[(&str, Limits, Verdict)] = &[
         Limits::Default,
         Accepted("wasi-probe"),
     ),
+    // Exports `timing` too (the world `policy-with-timing`).
+    ("fixtures/timing.wasm", Limits::Default, Accepted("timing")),
     // The misbehaving fixtures pass the self-check (seed 0) and misbehave
     // on every real backoff call (the check's seed is 42).
     (
@@ -139,13 +141,20 @@ fn components(dir: &Path, under: &Path, out: &mut Vec<String>) {
     out.sort();
 }
 
-/// Runs `lockbroker policy check FILE --tenant t` with `config` (which
-/// names tenant `t`) and the shared compile cache.
+/// Runs `lockbroker policy check FILE --tenant t --key Job-1` with
+/// `config` (which names tenant `t`) and the shared compile cache.
 fn policy_check(file: &Path, config: &Path) -> Output {
+    policy_check_keys(file, config, &["Job-1"])
+}
+
+/// [`policy_check`] with these sample keys.
+fn policy_check_keys(file: &Path, config: &Path, keys: &[&str]) -> Output {
     std::process::Command::new(bin("lockbroker"))
         .args(["policy", "check"])
         .arg(file)
-        .args(["--tenant", "t", "--key", "Job-1", "--config"])
+        .args(["--tenant", "t"])
+        .args(keys.iter().flat_map(|k| ["--key", k]))
+        .arg("--config")
         .arg(config)
         .env("LOCKBROKER_LOG", "warn")
         .output()
@@ -221,4 +230,41 @@ fn policy_check_gives_every_built_component_the_brokers_verdict() {
         let _ = std::fs::remove_file(config);
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn policy_check_shows_the_delays_a_timing_policy_gives_its_keys() {
+    let dist = dist_dir();
+    let config = config_file(Limits::Default);
+    let timing = dist.join("fixtures/timing.wasm");
+    let out = policy_check_keys(&timing, &config, &["hold-a", "delay-b", "other"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for line in [
+        "timing:     exported",
+        "\"hold-a\" lock_delay_ms 0, min_hold_ms 1500",
+        "\"delay-b\" lock_delay_ms 1500, min_hold_ms 0",
+        "\"other\" lock_delay_ms none, min_hold_ms none",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in\n{stdout}");
+    }
+    assert!(stdout.contains("  timing    p50"), "{stdout}");
+    // A value over one day, or a trap, is a fault the broker would fall
+    // back from: the check says so.
+    for (key, why) in [("huge-z", "at most 86400000"), ("trap-z", "trapped")] {
+        let out = policy_check_keys(&timing, &config, &[key]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{key}: {stderr}");
+        assert!(
+            stderr.contains(&format!("timing faults on storage key \"{key}\""))
+                && stderr.contains(why),
+            "{key}: {stderr}"
+        );
+    }
+    // A policy without it shows neither.
+    let out = policy_check_keys(&dist.join("default.wasm"), &config, &["hold-a"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("timing"), "{stdout}");
+    let _ = std::fs::remove_file(config);
 }

@@ -14,7 +14,6 @@
 //! (`~/.cache/lockbroker`), like the templates' in `tests/policies.rs`.
 
 use std::{
-    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -24,7 +23,8 @@ use std::{
 
 use lockbroker_api::{ErrorCode, Lease, TenantList};
 use lockbroker_tests::{
-    drop_db, eventually, eventually_some, fresh_db_name, BrokerProcess, Client, LogLines, ADMIN,
+    drop_db, eventually, eventually_some, fresh_db_name, BrokerProcess, Client, LogLines,
+    PolicyDir, ADMIN,
 };
 use serde_json::Value;
 
@@ -55,43 +55,6 @@ const PROBES: [(&str, &str); 7] = [
     ("args", "LookupError: no arguments"),
     ("stdin", "EOFError: stdin is empty"),
 ];
-
-/// A built component from `plugins/dist`.
-fn dist(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/dist")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/build-plugins",
-        path.display()
-    );
-    path
-}
-
-/// A policy directory of its own, removed at the end.
-struct PolicyDir(PathBuf);
-
-impl PolicyDir {
-    fn new() -> PolicyDir {
-        let dir = std::env::temp_dir().join(format!("lb-py-policies-{}", fresh_db_name()));
-        std::fs::create_dir_all(&dir).unwrap();
-        PolicyDir(dir)
-    }
-
-    /// Puts `component` in place as `file`, atomically (as a deploy would).
-    fn install(&self, component: &str, file: &str) {
-        let tmp = self.0.join(format!(".{file}.tmp"));
-        std::fs::copy(dist(component), &tmp).unwrap();
-        std::fs::rename(&tmp, self.0.join(file)).unwrap();
-    }
-}
-
-impl Drop for PolicyDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The broker's JSON log lines.
 fn json_lines(log: &LogLines) -> Vec<Value> {
@@ -144,7 +107,7 @@ async fn fault_logged(log: &LogLines, tenant: &str, export: &str, text: &str) {
 
 #[tokio::test]
 async fn a_python_policy_is_sandboxed_and_contained() {
-    let dir = PolicyDir::new();
+    let dir = PolicyDir::new("lb-py-policies");
     // The broker reports ready once every policy is loaded; a compile this
     // long would outlast the wait for readiness, so the Python component
     // comes as a hot reload (compiled off the request path).

@@ -8,26 +8,13 @@
 //! it to read a file, open a socket, sleep or spin.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use lockbroker::config::TenantConfig;
 use lockbroker_api::{ErrorCode, Lease};
-use lockbroker_tests::{bin, config, fresh_db_name, Broker};
-
-/// A built component from `plugins/dist`.
-fn dist(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/dist")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/build-plugins",
-        path.display()
-    );
-    path
-}
+use lockbroker_tests::{bin, config, dist, fresh_db_name, Broker};
 
 /// A directory of its own for one test, removed at the end.
 struct TempDir(PathBuf);

@@ -35,7 +35,9 @@ pub struct Tenant {
     pub policy: TenantPolicy,
     /// Which of the broker's databases holds this tenant's locks.
     pub database: usize,
-    /// Lock-delay and minimum hold of this tenant's locks.
+    /// Lock-delay and minimum hold of this tenant's locks, as configured;
+    /// a policy exporting `timing` may override them per key (see
+    /// `engine::delay`).
     pub delays: crate::engine::Delays,
 }
 

@@ -315,6 +315,18 @@ impl Client {
     pub async fn status(&self, key: &str) -> Result<Reply, ClientError> {
         self.get(&format!("/v1/locks/{}", encode_key(key))).await
     }
+
+    /// A counter's value in the broker's `/metrics`: `series` is its name
+    /// with its labels as printed (0 when absent).
+    ///
+    /// # Panics
+    /// The broker does not answer.
+    pub async fn counter(&self, series: &str) -> u64 {
+        let text = self.get("/metrics").await.unwrap().text();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 /// The `wait_ms` of a serialized request (0 when it has none): every

@@ -15,7 +15,9 @@
 //! - [`run_clients`] (`load.rs`): a bounded acquire/hold/release load that
 //!   records into a history;
 //! - [`GaleraCluster`] (`galera.rs`): a three-node Galera cluster on
-//!   loopback (`scripts/galera`), to kill nodes of.
+//!   loopback (`scripts/galera`), to kill nodes of;
+//! - [`dist`] and [`PolicyDir`] (`policies.rs`): built policy components
+//!   and a policy directory of a test's own to deploy them to.
 //!
 //! The shared server is `LOCKBROKER_TEST_DATABASE_URL` (default
 //! `mysql://root@127.0.0.1:3306`); each test's database is named
@@ -27,6 +29,7 @@ mod galera;
 pub mod history;
 mod load;
 mod mariadb;
+mod policies;
 mod proxy;
 
 use std::{
@@ -50,6 +53,7 @@ pub use galera::GaleraCluster;
 pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
 pub use load::{run_clients, run_clients_with, Load};
 pub use mariadb::PrivateMariaDb;
+pub use policies::{dist, PolicyDir};
 pub use proxy::{Fault, Proxy};
 
 /// The test tenants: `default` (key `dev-key`) and `other` (key `other-key`).

@@ -14,8 +14,9 @@
 //! own transaction would decide it, every new lease state is written in one
 //! statement, their history events in one more, and one `COMMIT` makes them
 //! durable. Each member is answered only after that commit returned (a
-//! refusal, which writes nothing, right after the read). Tenants with a
-//! lock-delay or minimum hold never join a batch. Anything out of the
+//! refusal, which writes nothing, right after the read). Keys with a
+//! lock-delay or minimum hold (by their effective values: the tenant's
+//! config as its policy overrides it) never join a batch. Anything out of the
 //! ordinary leaves the batch for the
 //! individual path, which behaves as it always has: a row another
 //! transaction holds (contention), a key never seen (no row yet), a free
@@ -279,9 +280,9 @@ struct Written {
 }
 
 impl Engine {
-    /// Whether operations on `lock` may share a batch: locks of tenants
-    /// without lock-delay or minimum hold (the general path judges those),
-    /// when group commit is on.
+    /// Whether operations on `lock` may share a batch: locks without
+    /// lock-delay or minimum hold (their effective values; the general path
+    /// judges those), when group commit is on.
     fn batchable(&self, lock: &LockRef) -> bool {
         lock.kind == Kind::Lock && lock.delays.is_none() && self.settings.group_commit
     }

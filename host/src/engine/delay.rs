@@ -8,20 +8,28 @@
 //!   again until that long after its last grant, released or not, so a job
 //!   run by whoever holds it runs at most once per period.
 //!
+//! Both are the tenant's config, unless its policy exports `timing`: then
+//! the policy's answer for the key's storage key overrides them, key by
+//! key ([`Delays::overridden_by`]), asked once when the operation's
+//! [`LockRef`] is made ([`super::Scope::resolve`]), by the reaper too. The
+//! [`LockRef`] carries the effective values through the operation (and the
+//! delay timer it may start), so the policy is asked once per operation.
+//!
 //! A grant under `min_hold_ms` writes the moment into the row
 //! (`locks.not_before`); an expired lease still in its row is judged by its
 //! `expires_at`; freeing an expired lease carries its delay into
 //! `not_before`. A key that is blocked with waiters queued is handed on by a
 //! timer when the block ends ([`Engine::hand_on_later`]), the reaper's pass
-//! being the fallback. Tenants with delays take the general path only (not
-//! batches, not the stored procedures, which know nothing of them).
+//! being the fallback. Keys with delays (by their effective values) take
+//! the general path only (not batches, not the stored procedures, which
+//! know nothing of them).
 
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
 
 use super::{plus_ms, seat::Lease, seat::LeaseRow, Engine, LockRef};
-use crate::store::Locking;
+use crate::{policy::Timing, store::Locking};
 
 /// A tenant's lock-delay and minimum hold, in ms (0: none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,6 +42,16 @@ impl Delays {
     /// True when neither applies: the fast paths may serve the tenant.
     pub fn is_none(self) -> bool {
         self.lock_delay_ms == 0 && self.min_hold_ms == 0
+    }
+
+    /// These (a tenant's configured) delays as a policy's `timing` answer
+    /// for one key overrides them: each value it gives replaces the
+    /// configured one, each `None` keeps it.
+    pub fn overridden_by(self, timing: Timing) -> Delays {
+        Delays {
+            lock_delay_ms: timing.lock_delay_ms.unwrap_or(self.lock_delay_ms),
+            min_hold_ms: timing.min_hold_ms.unwrap_or(self.min_hold_ms),
+        }
     }
 }
 
@@ -163,6 +181,37 @@ mod tests {
         assert_eq!(
             blocked_until(&row(Some("a"), Some(-100), Some(900)), DELAY),
             Some(at(900))
+        );
+    }
+
+    #[test]
+    fn a_policys_timing_overrides_each_value_it_gives() {
+        let config = Delays {
+            lock_delay_ms: 100,
+            min_hold_ms: 200,
+        };
+        assert_eq!(config.overridden_by(Timing::default()), config);
+        let both = Timing {
+            lock_delay_ms: Some(0),
+            min_hold_ms: Some(5_000),
+        };
+        assert_eq!(
+            config.overridden_by(both),
+            Delays {
+                lock_delay_ms: 0,
+                min_hold_ms: 5_000
+            }
+        );
+        let one = Timing {
+            lock_delay_ms: Some(7),
+            min_hold_ms: None,
+        };
+        assert_eq!(
+            Delays::default().overridden_by(one),
+            Delays {
+                lock_delay_ms: 7,
+                min_hold_ms: 0
+            }
         );
     }
 

@@ -234,9 +234,10 @@ pub struct LockRef {
     /// Waiting requests the tenant may have at once, across keys and
     /// brokers (429 beyond).
     pub max_waiters: u64,
-    /// The tenant's fairness and backoff.
+    /// The tenant's fairness and backoff (and its policy's `timing`).
     pub pacing: Arc<dyn Pacing>,
-    /// The tenant's lock-delay and minimum hold.
+    /// The lock's lock-delay and minimum hold: the tenant's, as its policy
+    /// overrides them for this key ([`Scope::resolve`]).
     pub delays: Delays,
 }
 
@@ -258,6 +259,7 @@ pub struct Scope {
     pub tenant: String,
     pub max_waiters: u64,
     pub pacing: Arc<dyn Pacing>,
+    /// The tenant's configured lock-delay and minimum hold.
     pub delays: Delays,
 }
 
@@ -273,8 +275,23 @@ impl Scope {
     }
 
     /// This tenant's lock of `kind` named `storage_key` (`key` as the
-    /// client sent it). Lock-delay and minimum hold are the tenant's for
-    /// locks, none for semaphores and elections.
+    /// client sent it), as the broker uses it: [`Scope::lock`] with the
+    /// delays the tenant's policy gives the key, if it exports `timing`
+    /// (one policy call; none for other kinds, or a policy without it).
+    pub async fn resolve(&self, kind: Kind, key: String, storage_key: String) -> LockRef {
+        let mut lock = self.lock(kind, key, storage_key);
+        if kind == Kind::Lock {
+            if let Some(delays) = self.pacing.delays(&lock.storage_key, self.delays) {
+                lock.delays = delays.await;
+            }
+        }
+        lock
+    }
+
+    /// This tenant's lock of `kind` named `storage_key` (`key` as the
+    /// client sent it), with the tenant's configured delays for locks and
+    /// none for semaphores and elections; its policy is not asked (see
+    /// [`Scope::resolve`]).
     pub fn lock(&self, kind: Kind, key: String, storage_key: String) -> LockRef {
         LockRef {
             tenant: self.tenant.clone(),
@@ -294,9 +311,15 @@ impl Scope {
 
 impl LockRef {
     /// `tenant`'s lock of `kind` named `storage_key` (`key` as the client
-    /// sent it).
-    pub fn new(tenant: &Arc<Tenant>, kind: Kind, key: String, storage_key: String) -> LockRef {
-        Scope::of(tenant).lock(kind, key, storage_key)
+    /// sent it), with its delays as the tenant's policy gives them
+    /// ([`Scope::resolve`]).
+    pub async fn new(
+        tenant: &Arc<Tenant>,
+        kind: Kind,
+        key: String,
+        storage_key: String,
+    ) -> LockRef {
+        Scope::of(tenant).resolve(kind, key, storage_key).await
     }
 
     /// The database row's key (for a semaphore, its header's).

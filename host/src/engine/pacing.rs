@@ -1,10 +1,12 @@
-//! The engine's narrow handle on a tenant's policy: which waiter goes next
-//! and how long a refused client should wait. The engine asks nothing else
-//! of a tenant (naming happens before it), so it can be driven with any
-//! [`Pacing`], a tenant's or a test's.
+//! The engine's narrow handle on a tenant's policy: which waiter goes next,
+//! how long a refused client should wait, and (if the policy exports
+//! `timing`) a lock's delays. The engine asks nothing else of a tenant
+//! (naming happens before it), so it can be driven with any [`Pacing`], a
+//! tenant's or a test's.
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
+use super::Delays;
 use crate::{
     policy::{Contention, Decision, Waiter},
     tenant::Tenant,
@@ -13,7 +15,7 @@ use crate::{
 /// A boxed future, so that [`Pacing`] can be a trait object.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Fairness and backoff, as the engine uses them.
+/// Fairness, backoff and a lock's delays, as the engine uses them.
 pub trait Pacing: Send + Sync + 'static {
     /// True when [`Pacing::pick_next`] always picks the oldest waiter, so
     /// the engine need not read the queue to ask it.
@@ -22,6 +24,14 @@ pub trait Pacing: Send + Sync + 'static {
     fn pick_next<'a>(&'a self, key: &'a str, waiters: Vec<Waiter>) -> Pending<'a, usize>;
     /// The delay before the next try, or give up (the `retry_after_ms` hint).
     fn next_delay(&self, contention: Contention) -> Pending<'_, Decision>;
+    /// The lock-delay and minimum hold of the lock stored as `storage_key`:
+    /// `config` (the tenant's) as its policy overrides it. `None` when the
+    /// policy overrides nothing (no `timing` export): `config` stands, and
+    /// there is nothing to box or await.
+    fn delays<'a>(&'a self, storage_key: &'a str, config: Delays) -> Option<Pending<'a, Delays>> {
+        let _ = (storage_key, config);
+        None
+    }
 }
 
 /// A tenant paces by its policy in force (with the policy's fallbacks).
@@ -36,6 +46,15 @@ impl Pacing for Tenant {
 
     fn next_delay(&self, contention: Contention) -> Pending<'_, Decision> {
         Box::pin(self.policy.next_delay(contention))
+    }
+
+    fn delays<'a>(&'a self, storage_key: &'a str, config: Delays) -> Option<Pending<'a, Delays>> {
+        if !self.policy.has_timing() {
+            return None;
+        }
+        Some(Box::pin(async move {
+            config.overridden_by(self.policy.timing(storage_key).await)
+        }))
     }
 }
 

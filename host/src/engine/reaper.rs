@@ -105,7 +105,7 @@ impl Engine {
         });
         keys.dedup_by(|a, b| (a.kind, &a.tenant, &a.lock_key) == (b.kind, &b.tenant, &b.lock_key));
         for key in keys {
-            let Some(lock) = lock_ref(tenants, &key) else {
+            let Some(lock) = lock_ref(tenants, &key).await else {
                 continue;
             };
             if let Err(err) = self.reap(&lock).await {
@@ -129,8 +129,9 @@ impl Engine {
     }
 }
 
-/// The lock a reaped row is about (its tenant must still be configured).
-fn lock_ref(tenants: &HashMap<Vec<u8>, Scope>, key: &KeyRow) -> Option<LockRef> {
+/// The lock a reaped row is about (its tenant must still be configured),
+/// with its delays as the tenant's policy gives them.
+async fn lock_ref(tenants: &HashMap<Vec<u8>, Scope>, key: &KeyRow) -> Option<LockRef> {
     let tenant = tenants.get(&key.tenant)?;
     let kind = match key.kind {
         0 => Kind::Lock,
@@ -141,5 +142,5 @@ fn lock_ref(tenants: &HashMap<Vec<u8>, Scope>, key: &KeyRow) -> Option<LockRef> 
     };
     let storage_key = String::from_utf8(key.lock_key.clone()).ok()?;
     // The reaper has no client key; fairness policies get the storage key.
-    Some(tenant.lock(kind, storage_key.clone(), storage_key))
+    Some(tenant.resolve(kind, storage_key.clone(), storage_key).await)
 }

@@ -38,8 +38,8 @@ use crate::store::{
 
 impl Engine {
     /// Whether `lock` takes the routine path: a lock of a tenant on the
-    /// built-in FIFO fairness, without lock-delay or minimum hold (the
-    /// procedures know nothing of them).
+    /// built-in FIFO fairness, without lock-delay or minimum hold by its
+    /// effective values (the procedures know nothing of them).
     pub(super) fn on_routine_path(&self, lock: &LockRef) -> bool {
         lock.kind == Kind::Lock
             && lock.pacing.always_oldest()

@@ -146,7 +146,7 @@ pub async fn name_key(tenant: &Arc<Tenant>, kind: Kind, key: String) -> Result<L
         )));
     }
     let storage_key = tenant.policy.storage_key(&key).await?;
-    Ok(LockRef::new(tenant, kind, key, storage_key))
+    Ok(LockRef::new(tenant, kind, key, storage_key).await)
 }
 
 /// Checks that a string field has 1 to `max` bytes.

@@ -1,18 +1,23 @@
 //! The policy seam: how a tenant's keys are named, which waiter goes next,
-//! and how long to back off.
+//! how long to back off, and (optionally) a key's lock-delay and minimum
+//! hold.
 //!
 //! [`Policy`] is what an implementation provides (the [`Builtin`] one, or a
 //! WebAssembly plugin). [`TenantPolicy`] is what the rest of the broker
 //! calls: it holds the tenant's current policy (swapped atomically on
 //! reload) and applies the failure rules in one place. Naming fails closed,
 //! since a different naming could merge or split locks; fairness and backoff
-//! fall back to the built-in policy. Every fault is counted and logged.
+//! fall back to the built-in policy; timing falls back to the tenant's
+//! configured delays. Every fault is counted and logged.
 
 mod builtin;
 pub mod reload;
 pub mod wasm;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc, RwLock,
+};
 
 pub use builtin::{Builtin, MAX_KEY_BYTES};
 
@@ -60,6 +65,40 @@ pub enum Decision {
     GiveUp,
 }
 
+/// What a policy's optional `timing` export says of one key's lock-delay
+/// and minimum hold, in ms: each `None` keeps the tenant's configured value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    pub lock_delay_ms: Option<u64>,
+    pub min_hold_ms: Option<u64>,
+}
+
+/// Longest lock-delay or minimum hold a policy may give a key (one day):
+/// a larger value is a bad answer, and the tenant's configured values
+/// apply instead (a typo of a policy author must not block a key for
+/// weeks).
+pub const MAX_DELAY_MS: u64 = 86_400_000;
+
+impl Timing {
+    /// The answer if both values are in range.
+    ///
+    /// # Errors
+    /// [`PolicyFault::BadAnswer`] naming the value over [`MAX_DELAY_MS`].
+    pub(crate) fn checked(self) -> Result<Timing, PolicyFault> {
+        for (name, value) in [
+            ("lock-delay-ms", self.lock_delay_ms),
+            ("min-hold-ms", self.min_hold_ms),
+        ] {
+            if let Some(ms) = value.filter(|ms| *ms > MAX_DELAY_MS) {
+                return Err(PolicyFault::BadAnswer(format!(
+                    "{name} {ms} (at most {MAX_DELAY_MS} allowed)"
+                )));
+            }
+        }
+        Ok(self)
+    }
+}
+
 /// A policy that did not answer properly.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PolicyFault {
@@ -93,6 +132,16 @@ pub trait Policy: Send + Sync + 'static {
     /// thread (calls are bounded by the policy deadline either way).
     fn blocks(&self) -> bool {
         false
+    }
+    /// True when the policy overrides lock-delay and minimum hold (a
+    /// component exporting `timing`): only then is [`Policy::timing`] asked.
+    fn has_timing(&self) -> bool {
+        false
+    }
+    /// The lock-delay and minimum hold of the lock stored as `storage_key`.
+    fn timing(&self, storage_key: &str) -> Result<Timing, PolicyFault> {
+        let _ = storage_key;
+        Ok(Timing::default())
     }
 }
 
@@ -152,6 +201,10 @@ impl Loaded {
 pub struct TenantPolicy {
     tenant: String,
     current: RwLock<Arc<Loaded>>,
+    /// Whether the policy in force exports `timing`: read on every lock
+    /// operation, so one atomic load rather than the lock above (a policy
+    /// without `timing` costs nothing more).
+    timing: AtomicBool,
     last_error: RwLock<Option<String>>,
     metrics: Arc<Metrics>,
 }
@@ -160,6 +213,7 @@ impl TenantPolicy {
     pub fn new(tenant: &str, loaded: Loaded, metrics: Arc<Metrics>) -> TenantPolicy {
         TenantPolicy {
             tenant: tenant.to_owned(),
+            timing: AtomicBool::new(loaded.policy.has_timing()),
             current: RwLock::new(Arc::new(loaded)),
             last_error: RwLock::new(None),
             metrics,
@@ -174,7 +228,12 @@ impl TenantPolicy {
 
     /// Puts `loaded` in force and clears the last load error.
     pub fn swap(&self, loaded: Loaded) {
+        let timing = loaded.policy.has_timing();
         *self.current.write().expect("policy lock") = Arc::new(loaded);
+        // After the swap: a reader that sees the new flag finds the new
+        // policy (one that sees the old flag with the new policy asks it,
+        // and a policy without `timing` answers "the configured values").
+        self.timing.store(timing, Ordering::Release);
         *self.last_error.write().expect("policy lock") = None;
     }
 
@@ -282,6 +341,38 @@ impl TenantPolicy {
         }
     }
 
+    /// Whether the policy in force overrides lock-delay and minimum hold:
+    /// if not, [`TenantPolicy::timing`] need not be asked.
+    pub fn has_timing(&self) -> bool {
+        self.timing.load(Ordering::Acquire)
+    }
+
+    /// What the policy says of the delays of the lock stored as
+    /// `storage_key`; all `None` (the tenant's configured values) if it
+    /// exports no `timing`, or fails, or answers a value over
+    /// [`MAX_DELAY_MS`] (a fallback, counted).
+    pub async fn timing(&self, storage_key: &str) -> Timing {
+        let loaded = self.current();
+        if !loaded.policy.has_timing() {
+            return Timing::default();
+        }
+        self.metrics.inc(
+            "lockbroker_policy_calls_total",
+            &[("tenant", &self.tenant), ("export", "timing")],
+        );
+        let key = storage_key.to_owned();
+        match call(&loaded, move |p| p.timing(&key))
+            .await
+            .and_then(Timing::checked)
+        {
+            Ok(timing) => timing,
+            Err(fault) => {
+                self.fault(&loaded, "timing", &fault);
+                Timing::default()
+            }
+        }
+    }
+
     fn fault(&self, loaded: &Loaded, export: &'static str, fault: &PolicyFault) {
         let sha = loaded.sha256.as_deref().unwrap_or("builtin");
         tracing::warn!(tenant = %self.tenant, policy_sha256 = sha, export, %fault, "policy call failed");
@@ -289,7 +380,8 @@ impl TenantPolicy {
             "lockbroker_policy_failures_total",
             &[("tenant", &self.tenant), ("export", export)],
         );
-        // Naming fails closed; fairness and backoff fall back to the built-in.
+        // Naming fails closed; fairness and backoff fall back to the
+        // built-in, timing to the tenant's configured delays.
         if export != "naming" {
             self.metrics.inc(
                 "lockbroker_policy_fallbacks_total",
@@ -344,6 +436,81 @@ mod tests {
         fn next_delay(&self, _: &Contention) -> Result<Decision, PolicyFault> {
             Err(PolicyFault::OutOfMemory)
         }
+    }
+
+    /// A policy whose `timing` answers per key: a trap for `trap`, two
+    /// days for `huge`, a minimum hold otherwise.
+    struct Timed;
+    impl Policy for Timed {
+        fn describe(&self) -> Result<Descriptor, PolicyFault> {
+            Builtin.describe()
+        }
+        fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
+            Builtin.storage_key(t, k)
+        }
+        fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
+            Builtin.pick_next(k, w)
+        }
+        fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
+            Builtin.next_delay(c)
+        }
+        fn has_timing(&self) -> bool {
+            true
+        }
+        fn timing(&self, key: &str) -> Result<Timing, PolicyFault> {
+            match key {
+                "trap" => Err(PolicyFault::Trap("boom".into())),
+                "huge" => Ok(Timing {
+                    lock_delay_ms: Some(2 * MAX_DELAY_MS),
+                    min_hold_ms: None,
+                }),
+                _ => Ok(Timing {
+                    lock_delay_ms: None,
+                    min_hold_ms: Some(MAX_DELAY_MS),
+                }),
+            }
+        }
+    }
+
+    fn loaded(policy: impl Policy) -> Loaded {
+        Loaded {
+            policy: Arc::new(policy),
+            ..Loaded::builtin()
+        }
+    }
+
+    #[tokio::test]
+    async fn timing_is_asked_only_of_a_policy_that_has_it_and_falls_back() {
+        let metrics = Arc::new(Metrics::default());
+        let policy = TenantPolicy::new("t", loaded(Timed), metrics.clone());
+        assert!(policy.has_timing());
+        let hold = Timing {
+            lock_delay_ms: None,
+            min_hold_ms: Some(MAX_DELAY_MS),
+        };
+        assert_eq!(policy.timing("job").await, hold);
+        // A trap or a value over a day: the configured values, counted.
+        assert_eq!(policy.timing("trap").await, Timing::default());
+        assert_eq!(policy.timing("huge").await, Timing::default());
+        let text = metrics.render();
+        assert!(
+            text.contains("lockbroker_policy_fallbacks_total{tenant=\"t\",export=\"timing\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockbroker_policy_calls_total{tenant=\"t\",export=\"timing\"} 3"),
+            "{text}"
+        );
+        // Swapped for a policy without it: not asked any more.
+        policy.swap(Loaded::builtin());
+        assert!(!policy.has_timing());
+        assert_eq!(policy.timing("job").await, Timing::default());
+        assert!(metrics
+            .render()
+            .contains("lockbroker_policy_calls_total{tenant=\"t\",export=\"timing\"} 3"));
+        policy.swap(loaded(Timed));
+        assert!(policy.has_timing());
+        assert_eq!(policy.timing("job").await, hold);
     }
 
     fn broken() -> (TenantPolicy, Arc<Metrics>) {

@@ -30,9 +30,17 @@
 //! The component imports nothing. See `plugins/templates/rust` in the
 //! lockbroker repository for a project to copy.
 //!
-//! Layout: [`Policy`] and its [`defaults`] here; [`bindings`] is the
-//! wit-bindgen output (its types re-exported at the root); [`Exports`] is the
-//! one adapter from the WIT exports to a [`Policy`].
+//! Optional: a policy that also decides keys' lock-delay and minimum hold
+//! implements [`Timing`] too and calls [`export_policy_with_timing!`]
+//! instead: its component exports the world `policy-with-timing`
+//! (`wit/timing.wit`). A policy that does not keep the tenant's configured
+//! delays and costs the broker nothing for them.
+//!
+//! Layout: [`Policy`], [`Timing`] and their [`defaults`] here; [`bindings`]
+//! is the wit-bindgen output of the world `policy` (its types re-exported at
+//! the root), [`bindings_timing`] that of `policy-with-timing`; [`Exports`]
+//! and [`TimedExports`] are the adapters from the WIT exports of each world
+//! to a [`Policy`].
 
 use core::marker::PhantomData;
 
@@ -60,9 +68,17 @@ pub mod bindings {
     });
 }
 
+/// The bindings of the world `policy-with-timing` (`policy` and `timing`),
+/// for [`export_policy_with_timing!`] (the crate `lockbroker-policy-timing`).
+/// Its types of the interfaces of `policy` are its own (wit-bindgen
+/// generates each world's exports anew): [`TimedExports`] converts them to
+/// the root's.
+pub use lockbroker_policy_timing as bindings_timing;
+
 pub use bindings::exports::lockbroker::policy::backoff::{Contention, Decision};
 pub use bindings::exports::lockbroker::policy::fairness::Waiter;
 pub use bindings::exports::lockbroker::policy::meta::Descriptor;
+pub use bindings_timing::exports::lockbroker::policy::timing::KeyDelays;
 
 use bindings::exports::lockbroker::policy::{backoff, fairness, meta, naming};
 
@@ -113,6 +129,25 @@ pub trait Policy {
     }
 }
 
+/// Optional: a key's lock-delay and minimum hold, for a [`Policy`] exported
+/// with [`export_policy_with_timing!`].
+pub trait Timing: Policy {
+    /// The lock-delay and minimum hold of the lock stored as `key` (the
+    /// storage key [`Policy::storage_key`] returned): each `None` keeps the
+    /// tenant's configured value, `Some(0)` means none for this key, and a
+    /// value over one day (86 400 000 ms) counts as a failure. The default
+    /// keeps both configured values.
+    ///
+    /// Answer the same for the same key: the broker asks once per lock
+    /// operation (and when its reaper hands a key on), and a key's grants
+    /// follow whichever answer was asked last. A panic traps; the broker
+    /// then uses the tenant's configured values for that operation.
+    fn delays(key: &str) -> KeyDelays {
+        let _ = key;
+        defaults::delays()
+    }
+}
+
 /// The built-in rules over this crate's types, for overrides that keep part
 /// of the default (say, lowercase a key and then apply the default checks).
 /// The trait's default methods call these.
@@ -138,6 +173,14 @@ pub mod defaults {
     /// never give up ([`rules::delay_ms`]).
     pub fn next_delay(contention: &Contention) -> Decision {
         Decision::RetryAfter(rules::delay_ms(contention.attempt, contention.seed))
+    }
+
+    /// The tenant's configured lock-delay and minimum hold (both `None`).
+    pub fn delays() -> super::KeyDelays {
+        super::KeyDelays {
+            lock_delay_ms: None,
+            min_hold_ms: None,
+        }
     }
 }
 
@@ -185,6 +228,86 @@ macro_rules! export_policy {
             // wit-bindgen's export macro takes a type name, not a path.
             type LockbrokerPolicyExports = $crate::Exports<$policy>;
     $crate::bindings::export!(LockbrokerPolicyExports with_types_in $crate::bindings);
+        };
+    };
+}
+
+/// The WIT exports of the world `policy-with-timing`, implemented by calling
+/// the [`Policy`] and [`Timing`] `P` (through [`Exports`] for the interfaces
+/// of `policy`, converting this world's types to the root's).
+/// [`export_policy_with_timing!`] exports it; there is no other use.
+pub struct TimedExports<P>(PhantomData<P>);
+
+mod timed {
+    use super::{bindings_timing::exports::lockbroker::policy as w, Policy, TimedExports, Timing};
+
+    impl<P: Policy> w::meta::Guest for TimedExports<P> {
+        fn describe() -> w::meta::Descriptor {
+            w::meta::Descriptor {
+                name: P::NAME.to_string(),
+                version: P::VERSION.to_string(),
+            }
+        }
+    }
+
+    impl<P: Policy> w::naming::Guest for TimedExports<P> {
+        fn storage_key(tenant: String, key: String) -> Result<String, String> {
+            P::storage_key(&tenant, &key)
+        }
+    }
+
+    impl<P: Policy> w::fairness::Guest for TimedExports<P> {
+        fn pick_next(key: String, waiters: Vec<w::fairness::Waiter>) -> u32 {
+            let waiters: Vec<super::Waiter> = waiters
+                .into_iter()
+                .map(|w| super::Waiter {
+                    id: w.id,
+                    owner: w.owner,
+                    priority: w.priority,
+                    enqueued_at_ms: w.enqueued_at_ms,
+                    attempts: w.attempts,
+                })
+                .collect();
+            P::pick_next(&key, &waiters)
+        }
+    }
+
+    impl<P: Policy> w::backoff::Guest for TimedExports<P> {
+        fn next_delay(c: w::backoff::Contention) -> w::backoff::Decision {
+            let contention = super::Contention {
+                attempt: c.attempt,
+                waited_ms: c.waited_ms,
+                budget_ms: c.budget_ms,
+                waiters: c.waiters,
+                lease_remaining_ms: c.lease_remaining_ms,
+                seed: c.seed,
+            };
+            match P::next_delay(&contention) {
+                super::Decision::RetryAfter(ms) => w::backoff::Decision::RetryAfter(ms),
+                super::Decision::GiveUp => w::backoff::Decision::GiveUp,
+            }
+        }
+    }
+
+    impl<P: Timing> w::timing::Guest for TimedExports<P> {
+        fn delays(key: String) -> super::KeyDelays {
+            P::delays(&key)
+        }
+    }
+}
+
+/// Exports the [`Policy`] and [`Timing`] `$policy` as the component's
+/// implementation of the world `policy-with-timing`: as
+/// [`export_policy!`], and the broker also asks it for keys' lock-delay and
+/// minimum hold. Call it once (instead of [`export_policy!`]), at the root
+/// of a `cdylib` crate.
+#[macro_export]
+macro_rules! export_policy_with_timing {
+    ($policy:ty) => {
+        const _: () = {
+            // wit-bindgen's export macro takes a type name, not a path.
+            type LockbrokerPolicyTimedExports = $crate::TimedExports<$policy>;
+    $crate::bindings_timing::export!(LockbrokerPolicyTimedExports with_types_in $crate::bindings_timing);
         };
     };
 }

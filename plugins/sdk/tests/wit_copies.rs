@@ -1,16 +1,20 @@
 //! The copies of `wit/policy.wit` handed to plugin authors are the
 //! repository's WIT, byte for byte: this crate's (so a crate outside the
-//! repository builds without it) and the JavaScript and Python templates'
-//! (so a team can copy a template directory out and build it).
+//! repository builds without it), `sdk-timing`'s and the JavaScript and
+//! Python templates' (so a team can copy a template directory out and build
+//! it); `sdk-timing` also carries `wit/timing.wit` (the templates do not
+//! export `timing`).
 //!
 //! When the repository's WIT changes, copy it over each of them:
-//! `for d in plugins/sdk plugins/templates/javascript plugins/templates/python;
-//! do cp wit/policy.wit $d/wit/; done`.
+//! `for d in plugins/sdk plugins/sdk-timing plugins/templates/javascript
+//! plugins/templates/python; do cp wit/policy.wit $d/wit/; done;
+//! cp wit/timing.wit plugins/sdk-timing/wit/`.
 
 use std::path::Path;
 
-const COPIES: [&str; 3] = [
+const COPIES: [&str; 4] = [
     "wit/policy.wit",
+    "../sdk-timing/wit/policy.wit",
     "../templates/javascript/wit/policy.wit",
     "../templates/python/wit/policy.wit",
 ];
@@ -33,4 +37,9 @@ fn every_copy_is_the_repositorys_wit() {
             "plugins/sdk/{copy} differs from wit/policy.wit: copy wit/policy.wit over it"
         );
     }
+    let timing = read(&here.join("../../wit/timing.wit"));
+    assert!(
+        read(&here.join("../sdk-timing/wit/timing.wit")) == timing,
+        "plugins/sdk-timing/wit/timing.wit differs from wit/timing.wit: copy it over"
+    );
 }

@@ -95,6 +95,24 @@ pub fn run(file: &Path, tenant: &str, keys: &[String], config: Option<&Path>) ->
             }
         }
     }
+    if p.loaded.policy.has_timing() {
+        println!(
+            "timing:     exported (overrides the tenant's lock_delay_ms and min_hold_ms per key)"
+        );
+    }
+    if !report.delays.is_empty() {
+        println!("delays (none: the tenant's config):");
+        for (storage, delays) in &report.delays {
+            match delays {
+                Ok(d) => println!(
+                    "  {storage:?} lock_delay_ms {}, min_hold_ms {}",
+                    opt(d.lock_delay_ms),
+                    opt(d.min_hold_ms)
+                ),
+                Err(fault) => println!("  {storage:?} FAULT: {fault}"),
+            }
+        }
+    }
     println!("latency ({} calls each):", wasm::CALLS);
     for (export, latency) in &report.latency {
         match latency {
@@ -119,6 +137,10 @@ fn refused(reason: &str) -> ExitCode {
 fn usage(reason: &str) -> ExitCode {
     eprintln!("policy check: {reason}");
     ExitCode::from(2)
+}
+
+fn opt(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "none".to_owned(), |ms| ms.to_string())
 }
 
 fn ms(d: Duration) -> String {

@@ -1,11 +1,12 @@
 //! `lockbroker policy check`: a component loaded exactly as the broker
 //! would load it (same engine, linkers, limits, cache and self-check), then
-//! asked for the storage keys of sample keys and timed per export.
+//! asked for the storage keys of sample keys (and, if it exports `timing`,
+//! their delays) and timed per export.
 
 use std::time::{Duration, Instant};
 
 use super::{LoadError, LoadOptions, Prepared, WasmHost};
-use crate::policy::{Contention, PolicyFault, Waiter};
+use crate::policy::{Contention, PolicyFault, Timing, Waiter};
 
 /// Calls per export for the latency figures.
 pub const CALLS: usize = 200;
@@ -26,7 +27,12 @@ pub struct Report {
     pub prepared: Prepared,
     /// Each sample key and what became of it.
     pub keys: Vec<(String, Named)>,
-    /// `(export, latency)` for naming, fairness and backoff.
+    /// For a policy that exports `timing`: each storage key of the sample
+    /// keys and what the policy says of its delays (checked as the broker
+    /// checks them); empty otherwise.
+    pub delays: Vec<(String, Result<Timing, PolicyFault>)>,
+    /// `(export, latency)` for naming, fairness, backoff and timing (if
+    /// exported).
     pub latency: Vec<(&'static str, Result<Latency, PolicyFault>)>,
 }
 
@@ -38,7 +44,14 @@ impl Report {
             Err(Err(fault)) => Some(format!("naming faults on key {key:?}: {fault}")),
             _ => None,
         });
-        key.or_else(|| {
+        let delays = || {
+            self.delays.iter().find_map(|(key, d)| {
+                d.as_ref()
+                    .err()
+                    .map(|fault| format!("timing faults on storage key {key:?}: {fault}"))
+            })
+        };
+        key.or_else(delays).or_else(|| {
             self.latency.iter().find_map(|(export, l)| {
                 l.as_ref()
                     .err()
@@ -62,7 +75,7 @@ pub fn check(
 ) -> Result<Report, LoadError> {
     let prepared = host.prepare(bytes, options)?;
     let policy = prepared.loaded.policy.clone();
-    let keys = keys
+    let keys: Vec<(String, Named)> = keys
         .iter()
         .map(|key| {
             let named = match policy.storage_key(&options.tenant, key) {
@@ -73,6 +86,17 @@ pub fn check(
             (key.clone(), named)
         })
         .collect();
+    let delays = if policy.has_timing() {
+        keys.iter()
+            .filter_map(|(_, named)| named.as_ref().ok())
+            .map(|storage| {
+                let timing = policy.timing(storage).and_then(Timing::checked);
+                (storage.clone(), timing)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let sample_key = "check".to_owned();
     let waiters: Vec<Waiter> = (0..4u32)
         .map(|i| Waiter {
@@ -83,7 +107,7 @@ pub fn check(
             attempts: 0,
         })
         .collect();
-    let latency = vec![
+    let mut latency = vec![
         (
             "naming",
             time(|| policy.storage_key(&options.tenant, &sample_key).map(drop)),
@@ -108,9 +132,13 @@ pub fn check(
             }),
         ),
     ];
+    if policy.has_timing() {
+        latency.push(("timing", time(|| policy.timing(&sample_key).map(drop))));
+    }
     Ok(Report {
         prepared,
         keys,
+        delays,
         latency,
     })
 }

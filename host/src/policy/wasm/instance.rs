@@ -37,7 +37,7 @@ use super::{
     wasi::{self, WasiState},
     Limits, LoadOptions, Ticks,
 };
-use crate::policy::{Contention, Decision, Descriptor, Policy, PolicyFault, Waiter};
+use crate::policy::{Contention, Decision, Descriptor, Policy, PolicyFault, Timing, Waiter};
 
 /// Instances (core modules and components) one store may create: a
 /// componentize-py guest is a dozen modules linked together.
@@ -230,6 +230,9 @@ impl WasmPolicy {
                 ..Contention::default()
             })
         })?;
+        if self.has_timing() {
+            retry_timeouts(|| self.timing("self-check"))?;
+        }
         // The first calls ran on fresh instances of a just-compiled policy,
         // on a machine busy compiling: they say nothing of its speed, so
         // they do not move it off the caller's thread.
@@ -309,7 +312,7 @@ fn fault(err: wasmtime::Error) -> PolicyFault {
 
 impl Policy for WasmPolicy {
     fn describe(&self) -> Result<Descriptor, PolicyFault> {
-        let d = self.with_instance(|store, b| b.lockbroker_policy_meta().call_describe(store))?;
+        let d = self.with_instance(|store, b| b.meta.call_describe(store))?;
         Ok(Descriptor {
             name: d.name,
             version: d.version,
@@ -317,10 +320,7 @@ impl Policy for WasmPolicy {
     }
 
     fn storage_key(&self, tenant: &str, key: &str) -> Result<Result<String, String>, PolicyFault> {
-        self.with_instance(|store, b| {
-            b.lockbroker_policy_naming()
-                .call_storage_key(store, tenant, key)
-        })
+        self.with_instance(|store, b| b.naming.call_storage_key(store, tenant, key))
     }
 
     fn pick_next(&self, key: &str, waiters: &[Waiter]) -> Result<u32, PolicyFault> {
@@ -334,10 +334,7 @@ impl Policy for WasmPolicy {
                 attempts: w.attempts,
             })
             .collect();
-        self.with_instance(|store, b| {
-            b.lockbroker_policy_fairness()
-                .call_pick_next(store, key, &waiters)
-        })
+        self.with_instance(|store, b| b.fairness.call_pick_next(store, key, &waiters))
     }
 
     fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
@@ -349,14 +346,27 @@ impl Policy for WasmPolicy {
             lease_remaining_ms: c.lease_remaining_ms,
             seed: c.seed,
         };
-        let decision = self.with_instance(|store, b| {
-            b.lockbroker_policy_backoff()
-                .call_next_delay(store, contention)
-        })?;
+        let decision =
+            self.with_instance(|store, b| b.backoff.call_next_delay(store, contention))?;
         Ok(match decision {
             backoff::Decision::RetryAfter(ms) => Decision::RetryAfter(ms),
             backoff::Decision::GiveUp => Decision::GiveUp,
         })
+    }
+
+    fn has_timing(&self) -> bool {
+        self.pre.has_timing()
+    }
+
+    fn timing(&self, storage_key: &str) -> Result<Timing, PolicyFault> {
+        let delays = self.with_instance(|store, b| match &b.timing {
+            Some(timing) => timing.call_delays(store, storage_key).map(Some),
+            None => Ok(None),
+        })?;
+        Ok(delays.map_or_else(Timing::default, |d| Timing {
+            lock_delay_ms: d.lock_delay_ms,
+            min_hold_ms: d.min_hold_ms,
+        }))
     }
 
     /// A well-behaved policy answers in well under a microsecond: calling

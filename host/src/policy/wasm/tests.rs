@@ -90,6 +90,42 @@ fn default_component_matches_the_builtin_policy() {
 }
 
 #[test]
+fn a_component_exporting_timing_is_asked_and_others_are_not() {
+    let host = host();
+    let timing = host.load_file(&dist("fixtures/timing.wasm")).unwrap();
+    assert!(timing.policy.has_timing());
+    assert_eq!(
+        timing.policy.timing("hold-x").unwrap(),
+        crate::policy::Timing {
+            lock_delay_ms: Some(0),
+            min_hold_ms: Some(1_500),
+        }
+    );
+    assert_eq!(
+        timing.policy.timing("other").unwrap(),
+        crate::policy::Timing::default()
+    );
+    // A trap is a fault (the caller falls back), and poisons nothing.
+    assert!(matches!(
+        timing.policy.timing("trap-x"),
+        Err(PolicyFault::Trap(_))
+    ));
+    assert_eq!(
+        timing.policy.timing("delay-x").unwrap().lock_delay_ms,
+        Some(1_500)
+    );
+    // Components of the world `policy` alone: no timing, nothing asked.
+    for file in ["default.wasm", "team-prefix.wasm", "templates/rust.wasm"] {
+        let plain = host.load_file(&dist(file)).unwrap();
+        assert!(!plain.policy.has_timing(), "{file}");
+        assert_eq!(
+            plain.policy.timing("hold-x").unwrap(),
+            crate::policy::Timing::default()
+        );
+    }
+}
+
+#[test]
 fn priority_component_picks_the_highest_then_the_oldest() {
     let loaded = host().load_file(&dist("priority.wasm")).unwrap();
     let waiters: Vec<Waiter> = [1, 5, 5, 3]
