@@ -418,8 +418,16 @@ impl Engine {
                 Err(err) => self.alone_failed(conn, err, lock, seat, token).await,
             };
         };
-        // A lock: the release and its event in one transaction.
-        let mut tx = self.begin(budget).await?;
+        // A lock: the release and its event in one transaction. Whatever
+        // fails here before its commit is tried again by the full path
+        // (which retries collisions within the budget): on Galera a
+        // transaction aborted by a replicated write fails its next
+        // statement with 1213, whichever it is.
+        let mut tx = match self.begin(budget).await {
+            Ok(tx) => tx,
+            Err(err) if err.retry().is_some() => return Ok(false),
+            Err(err) => return Err(err),
+        };
         match seat::free_alone(&mut tx, lock, seat, owner, token, mark).await {
             Ok(true) => {
                 tx.note(released);
@@ -432,7 +440,8 @@ impl Engine {
                 }
             }
             Ok(false) => {
-                tx.rollback().await?;
+                // A failed rollback closes the connection on drop.
+                let _ = tx.rollback().await;
                 Ok(false)
             }
             Err(err) if store::classify(&err) == Failure::Other => Err(err.into()),
