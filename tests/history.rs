@@ -397,23 +397,19 @@ async fn a_lock_delay_holds_an_expired_key_by_the_database_clock() {
     broker.stop().await;
 }
 
-#[tokio::test]
-async fn a_minimum_hold_keeps_a_released_key_until_its_period_ends() {
-    const HOLD_MS: i64 = 1_500;
-    let broker = broker_with(tenant("held", 0, HOLD_MS as u64)).await;
-    let c = broker.client_with(Some("held-key"));
-    let key = "nightly";
-
-    // Released at once, with a waiter queued behind it: the waiter gets
-    // the key when the period ends.
-    let t1 = token_of(&c, key, "a", 30_000, 0).await;
+/// Released at once with a waiter queued behind it, a key under a minimum
+/// hold of `hold_ms`: a one-try acquire meanwhile is refused with when the
+/// hold ends, the waiter is handed the key when it ends by the database
+/// clock (the events' own times), and the history is exactly grant,
+/// release, handoff. The waiter's token.
+async fn released_key_held_for(c: &Client, key: &'static str, hold_ms: i64) -> u64 {
+    let t1 = token_of(c, key, "a", 30_000, 0).await;
     let waiter = {
         let c = c.clone();
         tokio::spawn(async move { token_of(&c, key, "w", 30_000, 10_000).await })
     };
-    eventually("w waits", WAIT, || async { waiters(&c, key).await == 1 }).await;
-    released(&c, key, "a", t1).await;
-    // A one-try acquire during the period is refused with when it ends.
+    eventually("w waits", WAIT, || async { waiters(c, key).await == 1 }).await;
+    released(c, key, "a", t1).await;
     let refused = c.acquire(key, "b", 30_000, 0).await.unwrap();
     assert_eq!(
         refused.code(),
@@ -422,11 +418,11 @@ async fn a_minimum_hold_keeps_a_released_key_until_its_period_ends() {
         refused.text()
     );
     let hint = refused.json()["error"]["retry_after_ms"].as_u64().unwrap();
-    assert!((1..=HOLD_MS as u64).contains(&hint), "{hint}");
+    assert!((1..=hold_ms as u64).contains(&hint), "{hint}");
     let t2 = waiter.await.unwrap();
     assert!(t2 > t1);
 
-    let (events, h) = history(&c, key).await;
+    let (events, h) = history(c, key).await;
     assert_eq!(
         events,
         vec![
@@ -439,9 +435,20 @@ async fn a_minimum_hold_keeps_a_released_key_until_its_period_ends() {
     let granted = at_of(&h, LockEventKind::Granted, "a");
     let handed = at_of(&h, LockEventKind::HandedOff, "w");
     assert!(
-        handed >= granted + chrono::Duration::milliseconds(HOLD_MS),
+        handed >= granted + chrono::Duration::milliseconds(hold_ms),
         "handed at {handed}, first granted at {granted}"
     );
+    t2
+}
+
+#[tokio::test]
+async fn a_minimum_hold_keeps_a_released_key_until_its_period_ends() {
+    const HOLD_MS: i64 = 1_500;
+    let broker = broker_with(tenant("held", 0, HOLD_MS as u64)).await;
+    let c = broker.client_with(Some("held-key"));
+    let key = "nightly";
+
+    let t2 = released_key_held_for(&c, key, HOLD_MS).await;
 
     // The same owner is held back too: the period is the key's.
     released(&c, key, "w", t2).await;
@@ -756,40 +763,8 @@ async fn a_policy_gives_one_key_a_minimum_hold_by_the_database_clock_and_not_ano
     let key = "hold-nightly";
 
     // As `a_minimum_hold_keeps_a_released_key_until_its_period_ends`, the
-    // hold coming from the policy: the queued waiter is handed the key when
-    // the period ends, by the database clock.
-    let t1 = token_of(&c, key, "a", 30_000, 0).await;
-    let waiter = {
-        let c = c.clone();
-        tokio::spawn(async move { token_of(&c, key, "w", 30_000, 10_000).await })
-    };
-    eventually("w waits", WAIT, || async { waiters(&c, key).await == 1 }).await;
-    released(&c, key, "a", t1).await;
-    let refused = c.acquire(key, "b", 30_000, 0).await.unwrap();
-    assert_eq!(
-        refused.code(),
-        Some(ErrorCode::LockHeld),
-        "{}",
-        refused.text()
-    );
-    let t2 = waiter.await.unwrap();
-    assert!(t2 > t1);
-    let (events, h) = history(&c, key).await;
-    assert_eq!(
-        events,
-        vec![
-            (LockEventKind::HandedOff, "w".to_owned(), t2),
-            (LockEventKind::Released, "a".to_owned(), t1),
-            (LockEventKind::Granted, "a".to_owned(), t1),
-        ],
-        "{h:?}"
-    );
-    let granted = at_of(&h, LockEventKind::Granted, "a");
-    let handed = at_of(&h, LockEventKind::HandedOff, "w");
-    assert!(
-        handed >= granted + chrono::Duration::milliseconds(POLICY_HOLD_MS),
-        "handed at {handed}, first granted at {granted}"
-    );
+    // hold coming from the policy.
+    released_key_held_for(&c, key, POLICY_HOLD_MS).await;
 
     // The tenant's other keys have no hold (its config has none). One
     // policy call per lock operation: two acquires and two releases.
