@@ -49,6 +49,23 @@ async fn broker_with_policies(tenant: TenantConfig, dir: &PolicyDir) -> Broker {
     Broker::start_with(db, cfg).await
 }
 
+/// A broker whose tenant `name` (API key `<name>-key`) runs `component`
+/// (a file of `plugins/dist`) with the configured delays; the policy
+/// directory (kept as long as the broker) and a client of the tenant.
+async fn broker_on_policy(
+    component: &str,
+    name: &str,
+    lock_delay_ms: u64,
+    min_hold_ms: u64,
+) -> (PolicyDir, Broker, Client) {
+    let dir = PolicyDir::new("lb-timing");
+    dir.install(component, "policy.wasm");
+    let tenant = tenant_with_policy(name, lock_delay_ms, min_hold_ms, "policy.wasm");
+    let broker = broker_with_policies(tenant, &dir).await;
+    let c = broker.client_with(Some(&format!("{name}-key")));
+    (dir, broker, c)
+}
+
 /// [`tenant`] with the policy file `policy`.
 fn tenant_with_policy(
     name: &str,
@@ -705,10 +722,7 @@ async fn concurrent_changes_keep_lock_delay_and_minimum_hold() {
 /// paths, which know nothing of delays).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_changes_keep_a_policys_lock_delay_and_minimum_hold() {
-    let dir = PolicyDir::new("lb-timing");
-    dir.install("fixtures/timing.wasm", "timing.wasm");
-    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
-    let c = broker.client_with(Some("timed-key"));
+    let (_dir, broker, c) = broker_on_policy("fixtures/timing.wasm", "timed", 0, 0).await;
     stress_history(&broker, &c, "timed", "paced-s", 120, 40).await;
     broker.stop().await;
 }
@@ -756,10 +770,7 @@ async fn timing_calls(c: &Client, tenant: &str) -> (u64, u64) {
 
 #[tokio::test]
 async fn a_policy_gives_one_key_a_minimum_hold_by_the_database_clock_and_not_another() {
-    let dir = PolicyDir::new("lb-timing");
-    dir.install("fixtures/timing.wasm", "timing.wasm");
-    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
-    let c = broker.client_with(Some("timed-key"));
+    let (_dir, broker, c) = broker_on_policy("fixtures/timing.wasm", "timed", 0, 0).await;
     let key = "hold-nightly";
 
     // As `a_minimum_hold_keeps_a_released_key_until_its_period_ends`, the
@@ -778,10 +789,7 @@ async fn a_policy_gives_one_key_a_minimum_hold_by_the_database_clock_and_not_ano
 
 #[tokio::test]
 async fn a_policy_gives_a_key_a_lock_delay_that_the_reaper_keeps() {
-    let dir = PolicyDir::new("lb-timing");
-    dir.install("fixtures/timing.wasm", "timing.wasm");
-    let broker = broker_with_policies(tenant_with_policy("timed", 0, 0, "timing.wasm"), &dir).await;
-    let c = broker.client_with(Some("timed-key"));
+    let (_dir, broker, c) = broker_on_policy("fixtures/timing.wasm", "timed", 0, 0).await;
     let key = "delay-job";
 
     // b's lease expires with d already queued: the reaper (or the delay
@@ -823,10 +831,7 @@ async fn a_policy_gives_a_key_a_lock_delay_that_the_reaper_keeps() {
 
 #[tokio::test]
 async fn hot_swapping_the_policy_changes_the_delays_without_a_restart() {
-    let dir = PolicyDir::new("lb-timing");
-    dir.install("default.wasm", "p.wasm");
-    let broker = broker_with_policies(tenant_with_policy("swapped", 0, 0, "p.wasm"), &dir).await;
-    let c = broker.client_with(Some("swapped-key"));
+    let (_dir, broker, c) = broker_on_policy("default.wasm", "swapped", 0, 0).await;
     let admin = broker.client_with(Some(ADMIN));
     let put = |file: &str| {
         let admin = admin.clone();
@@ -864,14 +869,8 @@ async fn hot_swapping_the_policy_changes_the_delays_without_a_restart() {
 #[tokio::test]
 async fn a_failing_timing_falls_back_to_the_config_and_none_overrides_it() {
     const CONFIG_HOLD_MS: i64 = 2_000;
-    let dir = PolicyDir::new("lb-timing");
-    dir.install("fixtures/timing.wasm", "timing.wasm");
-    let broker = broker_with_policies(
-        tenant_with_policy("fallback", 0, CONFIG_HOLD_MS as u64, "timing.wasm"),
-        &dir,
-    )
-    .await;
-    let c = broker.client_with(Some("fallback-key"));
+    let (_dir, broker, c) =
+        broker_on_policy("fixtures/timing.wasm", "fallback", 0, CONFIG_HOLD_MS as u64).await;
     // No answer from the policy: the tenant's configured hold.
     held_back(&c, "plain", CONFIG_HOLD_MS).await;
     assert_eq!(timing_calls(&c, "fallback").await.1, 0);
@@ -891,14 +890,8 @@ async fn a_failing_timing_falls_back_to_the_config_and_none_overrides_it() {
 #[tokio::test]
 async fn a_component_without_timing_keeps_the_config_values() {
     const CONFIG_HOLD_MS: i64 = 1_500;
-    let dir = PolicyDir::new("lb-timing");
-    dir.install("team-prefix.wasm", "team.wasm");
-    let broker = broker_with_policies(
-        tenant_with_policy("old", 0, CONFIG_HOLD_MS as u64, "team.wasm"),
-        &dir,
-    )
-    .await;
-    let c = broker.client_with(Some("old-key"));
+    let (_dir, broker, c) =
+        broker_on_policy("team-prefix.wasm", "old", 0, CONFIG_HOLD_MS as u64).await;
     held_back(&c, "none-a", CONFIG_HOLD_MS).await;
     held_back(&c, "other", CONFIG_HOLD_MS).await;
     assert_eq!(timing_calls(&c, "old").await, (0, 0));
