@@ -19,8 +19,7 @@ use tokio::{
 
 async fn campaign(c: &Client, name: &str, candidate: &str, ttl_ms: u64, wait_ms: u64) -> Reply {
     let body = CampaignRequest {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: Some(wait_ms),
+        terms: lockbroker_api::LeaseTerms::new(ttl_ms, wait_ms),
         ..CampaignRequest::new(candidate)
     };
     c.post(&format!("/v1/elections/{name}/campaign"), &body)
@@ -86,6 +85,7 @@ async fn campaign_resign_renew_and_status() {
         status(&c, "main").await,
         ElectionStatus {
             name: "main".into(),
+            storage_key: "main".into(),
             leader: None,
             term: None,
             expires_at: None,

@@ -14,7 +14,9 @@ use std::{
 };
 
 use lockbroker::{
-    engine::{broker_name, pacing::Pending, Engine, EngineError, LockRef, Pacing, Scope, Settings},
+    engine::{
+        broker_name, pacing::Pending, Ask, Engine, EngineError, LockRef, Pacing, Scope, Settings,
+    },
     metrics::Metrics,
     policy::{Contention, Decision, Waiter},
     store::{db::Db, pool::Setup, Kind},
@@ -171,13 +173,17 @@ fn spawn<T: Send + 'static>(op: impl Future<Output = T> + Send + 'static) -> Joi
 async fn a_lock_is_granted_busy_or_queued_and_a_release_hands_it_on() {
     let h = Harness::start().await;
     let lock = h.lock("job");
-    let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let a = h
+        .engine
+        .acquire(&lock, &Ask::new("a", 30_000))
+        .await
+        .unwrap();
     assert!(a.fresh);
     assert_eq!(a.hold_count, 1);
 
     let busy = h
         .engine
-        .acquire(&lock, "b", 30_000, 0, 0)
+        .acquire(&lock, &Ask::new("b", 30_000))
         .await
         .unwrap_err();
     assert!(
@@ -187,11 +193,15 @@ async fn a_lock_is_granted_busy_or_queued_and_a_release_hands_it_on() {
 
     let b = spawn({
         let (engine, lock) = (h.engine.clone(), lock.clone());
-        async move { engine.acquire(&lock, "b", 30_000, 10_000, 0).await }
+        async move {
+            engine
+                .acquire(&lock, &Ask::new("b", 30_000).wait(10_000))
+                .await
+        }
     });
     h.until_queued(&lock, 1).await;
     // Queued waiters go first: a newcomer's try is refused.
-    let barging = h.engine.acquire(&lock, "c", 30_000, 0, 0).await;
+    let barging = h.engine.acquire(&lock, &Ask::new("c", 30_000)).await;
     assert!(matches!(barging, Err(EngineError::LockHeld { .. })));
 
     let released = h.engine.release(&lock, "a", a.token).await.unwrap();
@@ -216,7 +226,11 @@ async fn a_lock_is_granted_busy_or_queued_and_a_release_hands_it_on() {
 async fn a_lock_checks_its_owner_and_token() {
     let h = Harness::start().await;
     let lock = h.lock("owned");
-    let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let a = h
+        .engine
+        .acquire(&lock, &Ask::new("a", 30_000))
+        .await
+        .unwrap();
     for (owner, token) in [("b", a.token), ("a", a.token + 1), ("a", a.token - 1)] {
         let release = h.engine.release(&lock, owner, token).await;
         assert!(
@@ -230,7 +244,11 @@ async fn a_lock_checks_its_owner_and_token() {
         );
     }
     // Re-entry keeps the token and counts holds.
-    let again = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let again = h
+        .engine
+        .acquire(&lock, &Ask::new("a", 30_000))
+        .await
+        .unwrap();
     assert_eq!(
         (again.token, again.hold_count, again.fresh),
         (a.token, 2, false)
@@ -253,10 +271,14 @@ async fn a_lock_checks_its_owner_and_token() {
 async fn an_expired_lock_is_reaped_to_its_waiter_by_the_database_clock() {
     let h = Harness::start().await;
     let lock = h.lock("expiring");
-    let a = h.engine.acquire(&lock, "a", 300, 0, 0).await.unwrap();
+    let a = h.engine.acquire(&lock, &Ask::new("a", 300)).await.unwrap();
     let b = spawn({
         let (engine, lock) = (h.engine.clone(), lock.clone());
-        async move { engine.acquire(&lock, "b", 30_000, 10_000, 0).await }
+        async move {
+            engine
+                .acquire(&lock, &Ask::new("b", 30_000).wait(10_000))
+                .await
+        }
     });
     let b = tokio::time::timeout(PATIENCE, b)
         .await
@@ -286,7 +308,11 @@ async fn lock_tokens_strictly_increase_over_releases_and_expiries() {
     let mut last = 0;
     for round in 0..12u32 {
         let owner = format!("o{round}");
-        let grant = h.engine.acquire(&lock, &owner, 200, 0, 0).await.unwrap();
+        let grant = h
+            .engine
+            .acquire(&lock, &Ask::new(&owner, 200))
+            .await
+            .unwrap();
         assert!(
             grant.token > last,
             "round {round}: {} after {last}",
@@ -318,7 +344,11 @@ async fn queue_up(
     for (n, owner) in owners.iter().enumerate() {
         waiting.push(spawn({
             let (engine, lock, owner) = (h.engine.clone(), lock.clone(), owner.to_string());
-            async move { engine.acquire(&lock, &owner, 30_000, 10_000, 0).await }
+            async move {
+                engine
+                    .acquire(&lock, &Ask::new(&owner, 30_000).wait(10_000))
+                    .await
+            }
         }));
         h.until_queued(lock, queued_before + n as u64 + 1).await;
     }
@@ -337,13 +367,13 @@ async fn the_fifo_path_grants_queues_and_hands_on_in_order() {
     // A key never seen: the general path creates its row.
     let a = h
         .engine
-        .acquire(&lock, "a", 30_000, 5_000, 0)
+        .acquire(&lock, &Ask::new("a", 30_000).wait(5_000))
         .await
         .unwrap();
     assert_eq!((a.hold_count, a.fresh), (1, true));
     let again = h
         .engine
-        .acquire(&lock, "a", 30_000, 5_000, 0)
+        .acquire(&lock, &Ask::new("a", 30_000).wait(5_000))
         .await
         .unwrap();
     assert_eq!(
@@ -354,7 +384,7 @@ async fn the_fifo_path_grants_queues_and_hands_on_in_order() {
 
     let waiting = queue_up(&h, &lock, &["b", "c", "d"], 0).await;
     // Queued waiters go first: a one-try newcomer (general path) is refused.
-    let barging = h.engine.acquire(&lock, "x", 30_000, 0, 0).await;
+    let barging = h.engine.acquire(&lock, &Ask::new("x", 30_000)).await;
     assert!(
         matches!(barging, Err(EngineError::LockHeld { .. })),
         "{barging:?}"
@@ -365,7 +395,10 @@ async fn the_fifo_path_grants_queues_and_hands_on_in_order() {
         ..h.scope.clone()
     }
     .lock(Kind::Lock, "fifo".into(), "fifo".into());
-    let over = h.engine.acquire(&tight, "y", 30_000, 5_000, 0).await;
+    let over = h
+        .engine
+        .acquire(&tight, &Ask::new("y", 30_000).wait(5_000))
+        .await;
     assert!(matches!(over, Err(EngineError::TooManyWaiters)), "{over:?}");
 
     for (owner, token) in [("b", a.token), ("a", a.token + 1)] {
@@ -405,7 +438,11 @@ async fn the_fifo_path_grants_queues_and_hands_on_in_order() {
     // The last holder's lease runs out: the reaper (general path) hands it
     // to a waiter the procedure queued.
     let e = queue_up(&h, &lock, &["e"], 0).await.pop().unwrap();
-    let d = h.engine.acquire(&lock, "d", 300, 5_000, 0).await.unwrap();
+    let d = h
+        .engine
+        .acquire(&lock, &Ask::new("d", 300).wait(5_000))
+        .await
+        .unwrap();
     assert_eq!(
         (d.token, d.hold_count),
         (token, 2),
@@ -433,12 +470,18 @@ async fn the_fifo_path_grants_queues_and_hands_on_in_order() {
 async fn the_pacing_handle_chooses_the_next_waiter() {
     let h = Harness::start_with(true, false).await;
     let lock = h.lock("newest-first");
-    let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let a = h
+        .engine
+        .acquire(&lock, &Ask::new("a", 30_000))
+        .await
+        .unwrap();
     let mut waiting = Vec::new();
     for (i, owner) in ["w1", "w2", "w3"].into_iter().enumerate() {
         let (engine, queued) = (h.engine.clone(), lock.clone());
         waiting.push(spawn(async move {
-            engine.acquire(&queued, owner, 30_000, 10_000, 0).await
+            engine
+                .acquire(&queued, &Ask::new(owner, 30_000).wait(10_000))
+                .await
         }));
         h.until_queued(&lock, i as u64 + 1).await;
     }
@@ -474,12 +517,12 @@ async fn a_slot_is_granted_busy_or_queued_and_a_release_hands_it_on() {
     let sem = h.semaphore("pool");
     let a = h
         .engine
-        .acquire_permit(&sem, "a", 2, 30_000, 0, 0)
+        .acquire_permit(&sem, &Ask::new("a", 30_000), 2)
         .await
         .unwrap();
     let b = h
         .engine
-        .acquire_permit(&sem, "b", 2, 30_000, 0, 0)
+        .acquire_permit(&sem, &Ask::new("b", 30_000), 2)
         .await
         .unwrap();
     assert_ne!(a.slot, b.slot);
@@ -487,7 +530,7 @@ async fn a_slot_is_granted_busy_or_queued_and_a_release_hands_it_on() {
     // The same owner asking again gets its own permit back.
     let again = h
         .engine
-        .acquire_permit(&sem, "a", 2, 30_000, 0, 0)
+        .acquire_permit(&sem, &Ask::new("a", 30_000), 2)
         .await
         .unwrap();
     assert_eq!(
@@ -495,12 +538,18 @@ async fn a_slot_is_granted_busy_or_queued_and_a_release_hands_it_on() {
         (a.slot, a.token, false)
     );
 
-    let full = h.engine.acquire_permit(&sem, "c", 2, 30_000, 0, 0).await;
+    let full = h
+        .engine
+        .acquire_permit(&sem, &Ask::new("c", 30_000), 2)
+        .await;
     assert!(
         matches!(full, Err(EngineError::SemaphoreFull { retry_after_ms }) if retry_after_ms == HINT_MS),
         "{full:?}"
     );
-    let mismatch = h.engine.acquire_permit(&sem, "c", 3, 30_000, 0, 0).await;
+    let mismatch = h
+        .engine
+        .acquire_permit(&sem, &Ask::new("c", 30_000), 3)
+        .await;
     assert!(matches!(
         mismatch,
         Err(EngineError::PermitsMismatch { permits: 2 })
@@ -508,7 +557,11 @@ async fn a_slot_is_granted_busy_or_queued_and_a_release_hands_it_on() {
 
     let c = spawn({
         let (engine, sem) = (h.engine.clone(), sem.clone());
-        async move { engine.acquire_permit(&sem, "c", 2, 30_000, 10_000, 0).await }
+        async move {
+            engine
+                .acquire_permit(&sem, &Ask::new("c", 30_000).wait(10_000), 2)
+                .await
+        }
     });
     h.until_queued(&sem, 1).await;
     h.engine
@@ -536,7 +589,7 @@ async fn a_slot_checks_its_owner_and_token() {
     let sem = h.semaphore("owned-pool");
     let a = h
         .engine
-        .acquire_permit(&sem, "a", 1, 30_000, 0, 0)
+        .acquire_permit(&sem, &Ask::new("a", 30_000), 1)
         .await
         .unwrap();
     for (owner, slot, token) in [
@@ -577,12 +630,16 @@ async fn an_expired_slot_is_reaped_to_its_waiter_by_the_database_clock() {
     let sem = h.semaphore("expiring-pool");
     let a = h
         .engine
-        .acquire_permit(&sem, "a", 1, 300, 0, 0)
+        .acquire_permit(&sem, &Ask::new("a", 300), 1)
         .await
         .unwrap();
     let b = spawn({
         let (engine, sem) = (h.engine.clone(), sem.clone());
-        async move { engine.acquire_permit(&sem, "b", 1, 30_000, 10_000, 0).await }
+        async move {
+            engine
+                .acquire_permit(&sem, &Ask::new("b", 30_000).wait(10_000), 1)
+                .await
+        }
     });
     let b = tokio::time::timeout(PATIENCE, b)
         .await
@@ -613,7 +670,7 @@ async fn slot_tokens_strictly_increase_per_slot() {
         let owner = format!("o{round}");
         let grant = h
             .engine
-            .acquire_permit(&sem, &owner, 2, 200, 0, 0)
+            .acquire_permit(&sem, &Ask::new(&owner, 200), 2)
             .await
             .unwrap();
         let before = last.insert(grant.slot, grant.token).unwrap_or(0);
@@ -664,8 +721,15 @@ async fn release_marks(fifo: bool) {
 
     // Held twice: the first release leaves one hold; playing it again
     // (same mark) does not take the second.
-    let a = h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
-    h.engine.acquire(&lock, "a", 30_000, 0, 0).await.unwrap();
+    let a = h
+        .engine
+        .acquire(&lock, &Ask::new("a", 30_000))
+        .await
+        .unwrap();
+    h.engine
+        .acquire(&lock, &Ask::new("a", 30_000))
+        .await
+        .unwrap();
     let first = h
         .engine
         .release_marked(&lock, "a", a.token, MARK)
@@ -691,7 +755,11 @@ async fn release_marks(fifo: bool) {
         .await
         .unwrap();
     assert!(last.released);
-    let b = h.engine.acquire(&lock, "b", 30_000, 0, 0).await.unwrap();
+    let b = h
+        .engine
+        .acquire(&lock, &Ask::new("b", 30_000))
+        .await
+        .unwrap();
     assert_eq!(b.token, a.token + 1);
 
     // The retry of that release: it committed, so it is answered released.

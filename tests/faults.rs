@@ -322,7 +322,10 @@ async fn clients_that_hang_up_affect_nobody() {
                     ),
                 }
                 let body = SemaphoreAcquireRequest {
-                    ttl_ms: Some(60_000),
+                    terms: lockbroker_api::LeaseTerms {
+                        ttl_ms: Some(60_000),
+                        ..Default::default()
+                    },
                     ..SemaphoreAcquireRequest::new(&owner, 1)
                 };
                 match c
@@ -331,11 +334,7 @@ async fn clients_that_hang_up_affect_nobody() {
                 {
                     Ok(r) if r.status == 200 => {
                         let lease: SemaphoreLease = r.ok();
-                        let body = SemaphoreReleaseRequest {
-                            owner: owner.clone(),
-                            slot: lease.slot,
-                            token: lease.token,
-                        };
+                        let body = SemaphoreReleaseRequest::from(&lease);
                         let rel = c
                             .post(&format!("/v1/semaphores/{sem}/release"), &body)
                             .await;
@@ -360,8 +359,11 @@ async fn clients_that_hang_up_affect_nobody() {
             while going() {
                 n += 1;
                 let lock = |wait_ms| AcquireRequest {
-                    ttl_ms: Some(60_000),
-                    wait_ms,
+                    terms: lockbroker_api::LeaseTerms {
+                        ttl_ms: Some(60_000),
+                        wait_ms,
+                        ..Default::default()
+                    },
                     ..AcquireRequest::new(format!("hang-{i}"))
                 };
                 let (path, body) = match n % 3 {
@@ -376,8 +378,7 @@ async fn clients_that_hang_up_affect_nobody() {
                     _ => (
                         format!("/v1/semaphores/hsem-{i}/acquire"),
                         to_json(&SemaphoreAcquireRequest {
-                            ttl_ms: Some(60_000),
-                            wait_ms: Some(2_000),
+                            terms: lockbroker_api::LeaseTerms::new(60_000, 2_000),
                             ..SemaphoreAcquireRequest::new(format!("hang-{i}-{n}"), 2)
                         }),
                     ),

@@ -93,15 +93,7 @@ fn tenant(name: &str, lock_delay_ms: u64, min_hold_ms: u64) -> TenantConfig {
 /// The history of `key` as (event, owner, token), newest first, and the
 /// whole answer.
 async fn history(c: &Client, key: &str) -> (Vec<(LockEventKind, String, u64)>, LockHistory) {
-    let reply = c.get(&format!("/v1/locks/{key}/history")).await.unwrap();
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    let history: LockHistory = reply.parse();
-    let events = history
-        .events
-        .iter()
-        .map(|e| (e.event, e.owner.clone(), e.token))
-        .collect();
-    (events, history)
+    c.history("locks", key).await
 }
 
 fn at(text: &str) -> NaiveDateTime {

@@ -43,9 +43,11 @@ fn waiter(
     let (c, key, owner) = (c.clone(), key.to_owned(), owner.to_owned());
     tokio::spawn(async move {
         let request = AcquireRequest {
-            ttl_ms: Some(30_000),
-            wait_ms: Some(60_000),
-            priority: Some(priority),
+            terms: lockbroker_api::LeaseTerms {
+                ttl_ms: Some(30_000),
+                wait_ms: Some(60_000),
+                priority: Some(priority),
+            },
             ..AcquireRequest::new(&owner)
         };
         let r = c.acquire_with(&key, &request).await.unwrap();
@@ -241,8 +243,7 @@ async fn raw_waiting_acquire(broker: &Broker, key: &str, owner: &str) -> TcpStre
     let addr = broker.url().trim_start_matches("http://").to_owned();
     let mut s = TcpStream::connect(addr).await.unwrap();
     let body = serde_json::to_string(&AcquireRequest {
-        ttl_ms: Some(30_000),
-        wait_ms: Some(60_000),
+        terms: lockbroker_api::LeaseTerms::new(30_000, 60_000),
         ..AcquireRequest::new(owner)
     })
     .unwrap();

@@ -29,8 +29,7 @@ async fn acquire(
     wait_ms: u64,
 ) -> Reply {
     let body = RwAcquireRequest {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: Some(wait_ms),
+        terms: lockbroker_api::LeaseTerms::new(ttl_ms, wait_ms),
         ..RwAcquireRequest::new(owner, mode)
     };
     c.post(&format!("/v1/rwlocks/{key}/acquire"), &body)
@@ -324,8 +323,7 @@ async fn raw_waiting_acquire(broker: &Broker, key: &str, owner: &str, mode: RwMo
     let addr = broker.url().trim_start_matches("http://").to_owned();
     let mut s = TcpStream::connect(addr).await.unwrap();
     let body = serde_json::to_string(&RwAcquireRequest {
-        ttl_ms: Some(30_000),
-        wait_ms: Some(60_000),
+        terms: lockbroker_api::LeaseTerms::new(30_000, 60_000),
         ..RwAcquireRequest::new(owner, mode)
     })
     .unwrap();

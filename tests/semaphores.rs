@@ -11,8 +11,8 @@ use std::{
 
 use chrono::{DateTime, FixedOffset};
 use lockbroker_api::{
-    ErrorCode, SemaphoreAcquireRequest, SemaphoreLease, SemaphoreReleaseRequest,
-    SemaphoreRenewRequest, SemaphoreStatus,
+    ErrorCode, ReleaseRequest, RenewRequest, SemaphoreAcquireRequest, SemaphoreLease,
+    SemaphoreReleaseRequest, SemaphoreRenewRequest, SemaphoreStatus,
 };
 use lockbroker_tests::{eventually, Broker, Client, Reply};
 use serde_json::json;
@@ -26,8 +26,7 @@ async fn acquire(
     wait_ms: u64,
 ) -> Reply {
     let body = SemaphoreAcquireRequest {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: Some(wait_ms),
+        terms: lockbroker_api::LeaseTerms::new(ttl_ms, wait_ms),
         ..SemaphoreAcquireRequest::new(owner, permits)
     };
     c.post(&format!("/v1/semaphores/{key}/acquire"), &body)
@@ -37,9 +36,11 @@ async fn acquire(
 
 async fn release(c: &Client, key: &str, owner: &str, slot: u32, token: u64) -> Reply {
     let body = SemaphoreReleaseRequest {
-        owner: owner.into(),
         slot,
-        token,
+        lease: ReleaseRequest {
+            owner: owner.into(),
+            token,
+        },
     };
     c.post(&format!("/v1/semaphores/{key}/release"), &body)
         .await
@@ -102,10 +103,12 @@ async fn permits_slots_and_errors() {
         .post(
             "/v1/semaphores/pool/renew",
             &SemaphoreRenewRequest {
-                owner: "a".into(),
                 slot: slot_a,
-                token: token_a,
-                ttl_ms: Some(60_000),
+                lease: RenewRequest {
+                    owner: "a".into(),
+                    token: token_a,
+                    ttl_ms: Some(60_000),
+                },
             },
         )
         .await

@@ -13,12 +13,6 @@ pub struct TenantList {
 /// A tenant and the policy in force (also the answer to a policy upload).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"name": "default", "max_ttl_ms": 3600000, "max_waiters": 10000,
-        "last_error": null, "policy": {"file": null, "name": "builtin", "version": "0.1.0",
-        "sha256": null, "loaded_at": "2026-11-21T09:58:12.345Z"}})))
-)]
 pub struct TenantInfo {
     /// The tenant's name.
     #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9-]{1,64}$"))]
@@ -63,11 +57,6 @@ pub struct PolicyInfo {
 /// was ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"tenant": "team-a", "key": "job-1", "storage_key": "job-1",
-        "owner": "worker-7", "token": 42, "handed_off": false})))
-)]
 pub struct ForceReleaseResponse {
     /// The tenant.
     pub tenant: String,

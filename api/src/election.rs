@@ -4,36 +4,20 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::LeaseTerms;
+
 /// `POST /v1/elections/{name}/campaign`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"candidate": "node-2", "ttl_ms": 30000, "wait_ms": 10000})))
-)]
 pub struct CampaignRequest {
     /// Identifies the candidate: 1 to 128 bytes of UTF-8, compared byte for
     /// byte. Any characters are accepted, control characters included.
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub candidate: String,
-    /// Lease length in milliseconds: 100 to the tenant's `max_ttl_ms`.
-    /// Absent or null: 30000 (or `max_ttl_ms` if that is smaller).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
-    #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
-    pub ttl_ms: Option<u64>,
-    /// 0: try once (NOWAIT). More: wait up to this many milliseconds (at
-    /// most 300000) for the leadership. Absent or null: 0.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300000, default = 0))]
-    pub wait_ms: Option<u64>,
+    /// `wait_ms` is how long to wait for the leadership; `priority` orders
+    /// waiting candidates for fairness policies that use it.
+    #[serde(flatten)]
+    pub terms: LeaseTerms,
 }
 
 impl CampaignRequest {
@@ -41,8 +25,7 @@ impl CampaignRequest {
     pub fn new(candidate: impl Into<String>) -> CampaignRequest {
         CampaignRequest {
             candidate: candidate.into(),
-            ttl_ms: None,
-            wait_ms: None,
+            terms: LeaseTerms::default(),
         }
     }
 }
@@ -50,24 +33,15 @@ impl CampaignRequest {
 /// `POST /v1/elections/{name}/renew`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"candidate": "node-2", "term": 7, "ttl_ms": 30000})))
-)]
 pub struct ElectionRenewRequest {
     /// The leader (1 to 128 bytes).
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub candidate: String,
     /// The term being renewed.
-    #[serde(deserialize_with = "crate::num::u64")]
     pub term: u64,
     /// New lease length from now, in milliseconds: 100 to the tenant's
     /// `max_ttl_ms`. Absent or null: 30000 (or `max_ttl_ms` if smaller).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
     pub ttl_ms: Option<u64>,
 }
@@ -75,27 +49,17 @@ pub struct ElectionRenewRequest {
 /// `POST /v1/elections/{name}/resign`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"candidate": "node-2", "term": 7})))
-)]
 pub struct ResignRequest {
     /// The leader (1 to 128 bytes).
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub candidate: String,
     /// The term being resigned.
-    #[serde(deserialize_with = "crate::num::u64")]
     pub term: u64,
 }
 
 /// The leadership won or renewed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"name": "scheduler", "leader": "node-2", "term": 7,
-        "ttl_ms": 30000, "expires_at": "2026-11-21T10:00:00.000Z"})))
-)]
 pub struct Leadership {
     /// The election's name as the client sent it (decoded).
     pub name: String,
@@ -114,7 +78,6 @@ pub struct Leadership {
 /// The answer to a resignation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(feature = "openapi", schema(examples(json!({"resigned": true}))))]
 pub struct ResignResponse {
     /// True: the leadership ended and the election is open.
     pub resigned: bool,
@@ -124,14 +87,11 @@ pub struct ResignResponse {
 /// each `leader` event of `observe`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"name": "scheduler", "leader": "node-2", "term": 7,
-        "expires_at": "2026-11-21T10:00:00.000Z"})))
-)]
 pub struct ElectionStatus {
-    /// The election's name (decoded).
+    /// The election's name (decoded; in a listing, its storage key).
     pub name: String,
+    /// The storage key the tenant's naming policy mapped the name to.
+    pub storage_key: String,
     /// The leader; null when nobody leads.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub leader: Option<String>,
@@ -155,11 +115,6 @@ pub type LeaderEvent = ElectionStatus;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "event", content = "data", rename_all = "snake_case")]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"event": "leader", "data": {"name": "scheduler",
-        "leader": "node-2", "term": 7, "expires_at": "2026-11-21T10:00:00.000Z"}})))
-)]
 pub enum ElectionEvent {
     /// The leadership changed (or, first, what it is now).
     Leader(ElectionStatus),

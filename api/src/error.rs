@@ -8,11 +8,6 @@ use serde::{Deserialize, Serialize};
 /// Every error answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"error": {"code": "lock_held",
-        "message": "the lock is held by another owner", "retry_after_ms": 120}})))
-)]
 pub struct ErrorBody {
     /// What went wrong.
     pub error: ErrorDetail,
@@ -85,6 +80,9 @@ pub enum ErrorCode {
     InvalidPolicy,
     /// 429: the tenant has `max_waiters` requests waiting already.
     TooManyWaiters,
+    /// 429: the tenant has `max_streams` event streams open on this broker
+    /// already.
+    TooManyStreams,
     /// 500: the tenant's naming policy trapped or ran out of its budget.
     PolicyError,
     /// 503: the database is unavailable or the broker is shutting down;
@@ -102,7 +100,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a broker sends, in the order above ([`ErrorCode::Unknown`]
     /// is not one).
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::BadRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -118,6 +116,7 @@ impl ErrorCode {
         ErrorCode::InvalidKey,
         ErrorCode::InvalidPolicy,
         ErrorCode::TooManyWaiters,
+        ErrorCode::TooManyStreams,
         ErrorCode::PolicyError,
         ErrorCode::Unavailable,
     ];
@@ -140,7 +139,7 @@ impl ErrorCode {
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::InvalidKey | ErrorCode::InvalidPolicy => 422,
-            ErrorCode::TooManyWaiters => 429,
+            ErrorCode::TooManyWaiters | ErrorCode::TooManyStreams => 429,
             ErrorCode::PolicyError | ErrorCode::Unknown => 500,
             ErrorCode::Unavailable => 503,
         }
@@ -164,6 +163,7 @@ impl ErrorCode {
             ErrorCode::InvalidKey => "invalid_key",
             ErrorCode::InvalidPolicy => "invalid_policy",
             ErrorCode::TooManyWaiters => "too_many_waiters",
+            ErrorCode::TooManyStreams => "too_many_streams",
             ErrorCode::PolicyError => "policy_error",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Unknown => "unknown",

@@ -6,20 +6,14 @@ use serde::{Deserialize, Serialize};
 /// `POST /v1/locks/{key}/validate`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(feature = "openapi", schema(examples(json!({"token": 42}))))]
 pub struct ValidateRequest {
     /// The fencing token to check.
-    #[serde(deserialize_with = "crate::num::u64")]
     pub token: u64,
 }
 
 /// Whether the token is the live grant, and which token is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"valid": false, "token": 43})))
-)]
 pub struct Validity {
     /// True when the token is the lock's current grant and its lease has
     /// not expired (by the database clock) at the time of the check.

@@ -28,11 +28,6 @@ pub enum LockEventKind {
 /// One event of a lock's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"event": "granted", "owner": "worker-7", "token": 42,
-                           "at": "2026-11-21T10:00:00.123456Z"})))
-)]
 pub struct LockEvent {
     pub event: LockEventKind,
     /// The lease's holder.
@@ -50,4 +45,34 @@ pub struct LockEvent {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockHistory {
     pub events: Vec<LockEvent>,
+}
+
+/// What kind of resource an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    Lock,
+    Semaphore,
+    Rwlock,
+}
+
+/// The data of one event of `GET /v1/events` (its SSE `event:` line is
+/// `event`, its `id:` line `id`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StreamEvent {
+    /// The event's id: increasing in the order a broker sends events; a
+    /// client resumes after the last it received (`Last-Event-ID`).
+    pub id: u64,
+    pub event: LockEventKind,
+    pub kind: ResourceKind,
+    /// The storage key of the lock, semaphore or rwlock.
+    pub storage_key: String,
+    /// The lease's holder.
+    pub owner: String,
+    /// The lease's fencing token.
+    pub token: u64,
+    /// When, by the database clock (RFC 3339, UTC, microseconds).
+    pub at: String,
 }

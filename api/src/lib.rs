@@ -3,8 +3,12 @@
 //! that clients send and read, and from which the OpenAPI document is
 //! generated (feature `openapi`), so the three cannot drift apart.
 //!
-//! - [`lease`]: the lease requests and answers the three resources share in
-//!   shape (locks here; [`semaphore`] and [`election`] add their fields).
+//! - [`kind`]: every lease kind as the wire sees it ([`LeaseKind`]: its
+//!   URL segment, actions and types), and what every request says
+//!   ([`LeaseRequest`]) and every grant is ([`Granted`]).
+//! - [`lease`]: the lease terms every acquire carries ([`LeaseTerms`]),
+//!   and the lock's requests and answers ([`semaphore`], [`rwlock`] and
+//!   [`election`] build theirs from the same parts).
 //! - [`semaphore`], [`election`]: the semaphore and election bodies,
 //!   including the Server-Sent Event of `observe`.
 //! - [`multilock`]: several lock keys at once, all or none.
@@ -15,20 +19,20 @@
 //!   and readiness.
 //! - [`error`]: the error envelope and every error code.
 //! - [`limits`]: the numeric limits the broker enforces (one constant each).
-//! - `num`: integer fields that also accept whole-number floats (`1283.0`),
-//!   since JSON Schema counts those as integers.
 //!
-//! Optional fields may be absent or `null`; both mean the default.
+//! Optional fields may be absent or `null`; both mean the default. The
+//! broker also reads a whole-number float (`30000.0`) as an integer, since
+//! JSON Schema counts it as one (its `http::json`).
 
 pub mod admin;
 pub mod election;
 pub mod error;
 pub mod fencing;
 pub mod history;
+pub mod kind;
 pub mod lease;
 pub mod limits;
 pub mod multilock;
-mod num;
 pub mod ops;
 pub mod rwlock;
 pub mod semaphore;
@@ -41,9 +45,14 @@ pub use election::{
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fencing::{ValidateRequest, Validity};
 pub use history::{
-    LockEvent, LockEventKind, LockHistory, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
+    LockEvent, LockEventKind, LockHistory, ResourceKind, StreamEvent, HISTORY_DEFAULT_LIMIT,
+    HISTORY_MAX_LIMIT,
 };
-pub use lease::{AcquireRequest, Lease, LockStatus, ReleaseRequest, ReleaseResponse, RenewRequest};
+pub use kind::{Election, Granted, LeaseKind, LeaseRequest, Lock, RwLock, Semaphore, Wire};
+pub use lease::{
+    AcquireRequest, Lease, LeaseTerms, LockStatus, Page, ReleaseRequest, ReleaseResponse,
+    RenewRequest,
+};
 pub use limits::*;
 pub use multilock::{
     HeldKey, MultiLockAcquireRequest, MultiLockEntry, MultiLockLease, MultiLockReleaseRequest,

@@ -24,3 +24,7 @@ pub const MAX_WAIT_MS: u64 = 300_000;
 pub const MAX_PERMITS: u32 = 1000;
 /// Most keys in one multi-lock.
 pub const MAX_MULTILOCK_KEYS: usize = 64;
+/// `limit` of a listing when the query gives none.
+pub const LIST_DEFAULT_LIMIT: u32 = 100;
+/// The largest `limit` of a listing.
+pub const LIST_MAX_LIMIT: u32 = 1000;

@@ -4,14 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::LeaseTerms;
+
 /// `POST /v1/multilock/acquire`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"keys": ["account-1", "account-2"], "owner": "transfer-9",
-        "ttl_ms": 30000, "wait_ms": 5000})))
-)]
 pub struct MultiLockAcquireRequest {
     /// The lock keys (as a client names them; each goes through the
     /// tenant's naming policy): 1 to 64, no two naming the same storage
@@ -23,25 +20,10 @@ pub struct MultiLockAcquireRequest {
     /// `hold_count` + 1), as a single-key acquire would.
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub owner: String,
-    /// Lease length of every key, in milliseconds: 100 to the tenant's
-    /// `max_ttl_ms`. Absent or null: 30000 (or `max_ttl_ms` if smaller).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
-    #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
-    pub ttl_ms: Option<u64>,
-    /// 0: one all-or-nothing try. More: wait up to this many milliseconds
-    /// (at most 300000), queued on the first busy key, never holding part
-    /// of the set. Absent or null: 0.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300000, default = 0))]
-    pub wait_ms: Option<u64>,
+    /// Every key gets `ttl_ms`. Waiting (`wait_ms` > 0), the request queues
+    /// on the first busy key with `priority`, never holding part of the set.
+    #[serde(flatten)]
+    pub terms: LeaseTerms,
 }
 
 /// One key of a multi-lock and the token its holder got.
@@ -51,29 +33,19 @@ pub struct HeldKey {
     /// The key as the client sent it.
     pub key: String,
     /// The key's fencing token, from the acquire's answer.
-    #[serde(deserialize_with = "crate::num::u64")]
     pub token: u64,
 }
 
 /// `POST /v1/multilock/renew`: every key's lease extended, all or none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"owner": "transfer-9", "ttl_ms": 30000,
-        "locks": [{"key": "account-1", "token": 7}, {"key": "account-2", "token": 3}]})))
-)]
 pub struct MultiLockRenewRequest {
     /// The holder (1 to 128 bytes).
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub owner: String,
     /// New lease length from now (database clock) for every key: 100 to
     /// the tenant's `max_ttl_ms`. Absent or null: 30000 (or `max_ttl_ms`).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
     pub ttl_ms: Option<u64>,
     /// The keys and their tokens (1 to 64).
@@ -84,11 +56,6 @@ pub struct MultiLockRenewRequest {
 /// `POST /v1/multilock/release`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"owner": "transfer-9",
-        "locks": [{"key": "account-1", "token": 7}, {"key": "account-2", "token": 3}]})))
-)]
 pub struct MultiLockReleaseRequest {
     /// The holder (1 to 128 bytes).
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
@@ -123,14 +90,6 @@ pub struct MultiLockEntry {
 /// A granted or renewed multi-lock: every key, in storage-key order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"owner": "transfer-9", "ttl_ms": 30000, "locks": [
-        {"key": "account-1", "storage_key": "account-1", "token": 7, "hold_count": 1,
-         "expires_at": "2026-11-21T10:00:00.000Z"},
-        {"key": "account-2", "storage_key": "account-2", "token": 3, "hold_count": 1,
-         "expires_at": "2026-11-21T10:00:00.000Z"}]})))
-)]
 pub struct MultiLockLease {
     /// The holder.
     pub owner: String,
@@ -159,12 +118,6 @@ pub struct MultiLockReleased {
 /// `POST /v1/multilock/release`: one entry per key, in storage-key order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"locks": [
-        {"key": "account-1", "released": true, "hold_count": 0, "lost": false},
-        {"key": "account-2", "released": true, "hold_count": 0, "lost": false}]})))
-)]
 pub struct MultiLockReleaseResponse {
     /// Every key of the request.
     pub locks: Vec<MultiLockReleased>,

@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 /// `GET /healthz` (`ok`) and `GET /readyz` (`ready`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(feature = "openapi", schema(examples(json!({"status": "ok"}))))]
 pub struct Status {
     /// `ok` (the process is up) or `ready` (database reachable, policies
     /// loaded).

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::LeaseTerms;
+
 /// Whether a rwlock lease is shared with other readers or held alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -30,10 +32,6 @@ impl RwMode {
 /// `POST /v1/rwlocks/{key}/acquire`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"owner": "worker-7", "mode": "read", "ttl_ms": 30000, "wait_ms": 0})))
-)]
 pub struct RwAcquireRequest {
     /// Identifies the holder (host, process, thread): 1 to 128 bytes of
     /// UTF-8, compared byte for byte.
@@ -41,32 +39,8 @@ pub struct RwAcquireRequest {
     pub owner: String,
     /// `read` (shared) or `write` (alone): required.
     pub mode: RwMode,
-    /// Lease length in milliseconds: 100 to the tenant's `max_ttl_ms`.
-    /// Absent or null: 30000 (or `max_ttl_ms` if that is smaller).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
-    #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
-    pub ttl_ms: Option<u64>,
-    /// 0: try once (NOWAIT). More: wait up to this many milliseconds (at
-    /// most 300000) in the queue. Absent or null: 0.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_u64"
-    )]
-    #[cfg_attr(feature = "openapi", schema(maximum = 300000, default = 0))]
-    pub wait_ms: Option<u64>,
-    /// Handed to the tenant's fairness policy. Absent or null: 0.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::num::opt_i32"
-    )]
-    #[cfg_attr(feature = "openapi", schema(default = 0))]
-    pub priority: Option<i32>,
+    #[serde(flatten)]
+    pub terms: LeaseTerms,
 }
 
 impl RwAcquireRequest {
@@ -75,9 +49,7 @@ impl RwAcquireRequest {
         RwAcquireRequest {
             owner: owner.into(),
             mode,
-            ttl_ms: None,
-            wait_ms: None,
-            priority: None,
+            terms: LeaseTerms::default(),
         }
     }
 }
@@ -85,12 +57,6 @@ impl RwAcquireRequest {
 /// A granted (or renewed) rwlock lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"key": "config", "storage_key": "config", "owner": "worker-7",
-        "mode": "read", "token": 42, "ttl_ms": 30000,
-        "expires_at": "2026-11-21T10:00:00.000Z", "readers": 3})))
-)]
 pub struct RwLease {
     /// The key as the client sent it (decoded).
     pub key: String,
@@ -129,12 +95,6 @@ pub struct RwHolder {
 /// `GET /v1/rwlocks/{key}`: the writer or the readers, and the queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[cfg_attr(
-    feature = "openapi",
-    schema(examples(json!({"key": "config", "storage_key": "config", "writer": null,
-        "readers": [{"owner": "worker-7", "token": 42,
-                     "expires_at": "2026-11-21T10:00:00.000Z"}], "waiters": 1})))
-)]
 pub struct RwLockStatus {
     /// The key as the client sent it (decoded).
     pub key: String,

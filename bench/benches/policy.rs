@@ -179,13 +179,14 @@ fn request_path(c: &mut Criterion) {
             "native",
             Arc::new(TenantPolicy::new(
                 "team-a",
+                None,
                 Loaded::builtin(),
                 metrics.clone(),
             )),
         ),
         (
             "wasm",
-            Arc::new(TenantPolicy::new("team-a", wasm, metrics.clone())),
+            Arc::new(TenantPolicy::new("team-a", None, wasm, metrics.clone())),
         ),
     ];
     let mut group = c.benchmark_group("tenant_policy_storage_key_in_task");

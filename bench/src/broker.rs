@@ -439,13 +439,11 @@ pub async fn queue_scenario(
             };
             let ask = match kind {
                 QueueKind::Semaphore => to_json(&api::SemaphoreAcquireRequest {
-                    ttl_ms: Some(TTL_MS),
-                    wait_ms: Some(WAIT_MS),
+                    terms: lockbroker_api::LeaseTerms::new(TTL_MS, WAIT_MS),
                     ..api::SemaphoreAcquireRequest::new(&me, 8)
                 }),
                 QueueKind::Election => to_json(&api::CampaignRequest {
-                    ttl_ms: Some(TTL_MS),
-                    wait_ms: Some(WAIT_MS),
+                    terms: lockbroker_api::LeaseTerms::new(TTL_MS, WAIT_MS),
                     ..api::CampaignRequest::new(&me)
                 }),
             };
@@ -470,14 +468,7 @@ pub async fn queue_scenario(
                 let granted_at = Instant::now();
                 let (give_back, term) = match kind {
                     QueueKind::Semaphore => match reply.parse::<api::SemaphoreLease>() {
-                        Ok(lease) => (
-                            to_json(&api::SemaphoreReleaseRequest {
-                                owner: me.clone(),
-                                slot: lease.slot,
-                                token: lease.token,
-                            }),
-                            None,
-                        ),
+                        Ok(lease) => (to_json(&api::SemaphoreReleaseRequest::from(&lease)), None),
                         Err(e) => {
                             t.error(|| format!("not a semaphore lease: {e}"));
                             continue;

@@ -173,8 +173,7 @@ impl Client {
         wait_ms: u64,
     ) -> Result<Reply, Error> {
         let request = api::AcquireRequest {
-            ttl_ms: Some(ttl_ms),
-            wait_ms: Some(wait_ms),
+            terms: lockbroker_api::LeaseTerms::new(ttl_ms, wait_ms),
             ..api::AcquireRequest::new(owner)
         };
         let path = format!("/v1/locks/{}/acquire", encode_key(key));
@@ -238,8 +237,7 @@ mod tests {
     #[test]
     fn an_acquire_is_the_same_json_as_before() {
         let request = api::AcquireRequest {
-            ttl_ms: Some(30_000),
-            wait_ms: Some(0),
+            terms: lockbroker_api::LeaseTerms::new(30_000, 0),
             ..api::AcquireRequest::new("bench-1")
         };
         assert_eq!(

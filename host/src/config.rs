@@ -187,6 +187,10 @@ pub struct TenantConfig {
     pub max_ttl_ms: u64,
     #[serde(default = "default_max_waiters")]
     pub max_waiters: u64,
+    /// Event streams (`GET /v1/events`) the tenant may have open on one
+    /// broker at once.
+    #[serde(default = "default_max_streams")]
+    pub max_streams: usize,
     /// This tenant's own database (a shard); `None`: the top-level one.
     #[serde(default)]
     pub database_url: Option<DatabaseUrl>,
@@ -219,6 +223,7 @@ impl TenantConfig {
             policy: None,
             max_ttl_ms: default_max_ttl_ms(),
             max_waiters: default_max_waiters(),
+            max_streams: default_max_streams(),
             database_url: None,
             policy_deadline_ms: None,
             policy_memory_bytes: None,
@@ -275,6 +280,9 @@ fn default_max_ttl_ms() -> u64 {
 }
 fn default_max_waiters() -> u64 {
     10_000
+}
+fn default_max_streams() -> usize {
+    16
 }
 
 impl From<toml::de::Error> for ConfigError {
@@ -429,6 +437,9 @@ api_key = "dev-key"
             }
             if tenant.api_key.is_empty() {
                 return invalid(format!("tenant {name}: api_key must not be empty"));
+            }
+            if tenant.max_streams == 0 {
+                return invalid(format!("tenant {name}: max_streams must be at least 1"));
             }
             if tenant.max_ttl_ms < 100 {
                 return invalid(format!("tenant {name}: max_ttl_ms must be at least 100"));
@@ -638,16 +649,23 @@ max_waiters = 10000
         assert_eq!(config.admin_token.as_deref(), Some("dev-admin"));
     }
 
+    /// `config` with the environment `vars` applied.
+    fn with_env(config: &mut Config, vars: &[(&str, &str)]) -> Result<(), ConfigError> {
+        config.apply_env(|name| {
+            vars.iter()
+                .find(|(var, _)| *var == name)
+                .map(|(_, value)| (*value).to_owned())
+        })
+    }
+
     #[test]
     fn environment_overrides_win() {
         let mut config = Config::dev();
-        config
-            .apply_env(|name| match name {
-                "LOCKBROKER_LISTEN" => Some("0.0.0.0:9000".into()),
-                "LOCKBROKER_DATABASE_URL" => Some("mysql://x@h/db".into()),
-                _ => None,
-            })
-            .unwrap();
+        let vars = [
+            ("LOCKBROKER_LISTEN", "0.0.0.0:9000"),
+            ("LOCKBROKER_DATABASE_URL", "mysql://x@h/db"),
+        ];
+        with_env(&mut config, &vars).unwrap();
         assert_eq!(config.listen.port(), 9000);
         assert_eq!(config.database_url.0, ["mysql://x@h/db"]);
         config
@@ -677,13 +695,11 @@ max_waiters = 10000
         assert_eq!(config.log_format, LogFormat::Json);
         assert_eq!(Config::dev().log_format, LogFormat::Text);
         assert_eq!(Config::dev().metrics_token, None);
-        config
-            .apply_env(|name| match name {
-                "LOCKBROKER_METRICS_TOKEN" => Some("n".into()),
-                "LOCKBROKER_LOG_FORMAT" => Some("TEXT".into()),
-                _ => None,
-            })
-            .unwrap();
+        let vars = [
+            ("LOCKBROKER_METRICS_TOKEN", "n"),
+            ("LOCKBROKER_LOG_FORMAT", "TEXT"),
+        ];
+        with_env(&mut config, &vars).unwrap();
         assert_eq!(config.metrics_token.as_deref(), Some("n"));
         assert_eq!(config.log_format, LogFormat::Text);
         let err = config
@@ -724,24 +740,11 @@ database_url = ["mysql://lb@db1:3306/lockbroker", "mysql://lb@db2:3306/lockbroke
         assert_eq!(databases.len(), 2);
         assert_eq!(databases[1].0, ["mysql://lb@shard2:3306/lockbroker"]);
         assert_eq!(of_tenant, [0, 1, 0]);
-        assert!(Config::from_toml(
-            "database_url = []
-[[tenant]]
-name = \"a\"
-api_key = \"k\""
-        )
-        .unwrap()
-        .validate()
-        .is_err());
-        assert!(Config::from_toml(
-            "db_timeout_ms = 5
-[[tenant]]
-name = \"a\"
-api_key = \"k\""
-        )
-        .unwrap()
-        .validate()
-        .is_err());
+        for bad in ["database_url = []", "db_timeout_ms = 5"] {
+            let text = format!("{bad}\n[[tenant]]\nname = \"a\"\napi_key = \"k\"");
+            let config = Config::from_toml(&text).unwrap();
+            assert!(config.validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

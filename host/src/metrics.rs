@@ -2,8 +2,8 @@
 //! OpenMetrics text format by the official Prometheus client
 //! (`prometheus-client`).
 //!
-//! Every metric is declared once in [`CATALOGUE`] with its type, label
-//! names and help text, and registered when [`Metrics`] is built: a metric
+//! Every metric is declared once in `metrics.toml` ([`catalogue`]) with its
+//! type, label names and help text, and registered when [`Metrics`] is built: a metric
 //! without labels shows (at zero) from the first scrape, a labelled family
 //! with its first series.
 //! Call sites use the small facade (`inc`, `add_counter`, `add_gauge`,
@@ -65,96 +65,45 @@ pub struct Spec {
     pub help: &'static str,
 }
 
-const fn spec(
-    name: &'static str,
-    kind: Kind,
-    labels: &'static [&'static str],
-    help: &'static str,
-) -> Spec {
-    Spec {
-        name,
-        kind,
-        labels,
-        help,
-    }
+/// Every metric of the broker (`metrics.toml`), parsed once.
+pub fn catalogue() -> &'static [Spec] {
+    static CATALOGUE: std::sync::OnceLock<Vec<Spec>> = std::sync::OnceLock::new();
+    CATALOGUE.get_or_init(|| {
+        #[derive(serde::Deserialize)]
+        struct File {
+            metric: Vec<Entry>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Entry {
+            name: String,
+            #[serde(rename = "type")]
+            kind: String,
+            buckets: Option<String>,
+            #[serde(default)]
+            labels: Vec<String>,
+            help: String,
+        }
+        let file: File = toml::from_str(include_str!("metrics.toml")).expect("metrics.toml");
+        // Leaked once: the catalogue lives as long as the process.
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        file.metric
+            .into_iter()
+            .map(|e| Spec {
+                kind: match (e.kind.as_str(), e.buckets.as_deref()) {
+                    ("counter", None) => Kind::Counter,
+                    ("gauge", None) => Kind::Gauge,
+                    ("histogram", Some("latency")) => Kind::Histogram(LATENCY_BUCKETS),
+                    ("histogram", Some("database")) => Kind::Histogram(DB_BUCKETS),
+                    other => panic!("metrics.toml: {}: bad type {other:?}", e.name),
+                },
+                name: leak(e.name),
+                labels: Vec::leak(e.labels.into_iter().map(leak).collect()),
+                help: leak(e.help),
+            })
+            .collect()
+    })
 }
-
-use Kind::{Counter as C, Gauge as G};
-const H: Kind = Kind::Histogram(LATENCY_BUCKETS);
-const HDB: Kind = Kind::Histogram(DB_BUCKETS);
-
-/// Every metric of the broker. Label values name tenants (see the README:
-/// `/metrics` is for operators; protect it with `metrics_token`).
-pub const CATALOGUE: &[Spec] = &[
-    // HTTP
-    spec("lockbroker_http_requests_total", C, &["route", "status"],
-        "HTTP requests answered, by route (locks, semaphores, rwlocks, elections, admin, internal, healthz, readyz, metrics, openapi, unknown, unparsed) and status"),
-    spec("lockbroker_http_request_duration_seconds", H, &["route", "action", "status"],
-        "Time from a request's headers to its response head, by route, action (acquire, release, renew, status, campaign, ..., empty for the operations endpoints) and status"),
-    spec("lockbroker_acquires_total", C, &["tenant", "resource", "result"],
-        "Acquire requests (lock and semaphore acquire, election campaign) by tenant, resource (locks, semaphores, rwlocks, elections) and result (ok or the error code)"),
-    spec("lockbroker_releases_total", C, &["tenant", "resource", "result"],
-        "Release requests (lock and semaphore release, election resign) by tenant, resource and result (ok or the error code)"),
-    // Engine
-    spec("lockbroker_lock_grants_total", C, &["tenant", "via"],
-        "Leases granted on locks and elections, by tenant and how (direct, reentry, handoff)"),
-    spec("lockbroker_grant_latency_seconds", H, &["tenant", "kind"],
-        "Time from the start of an acquire to its grant (queueing included), by tenant and kind (lock, election, semaphore, rwlock)"),
-    spec("lockbroker_handoff_latency_seconds", H, &["tenant"],
-        "Time a waiter spent queued before a lease was handed to it, by tenant"),
-    spec("lockbroker_handoffs_total", C, &[],
-        "Leases handed to a queued waiter by the transaction that freed them"),
-    spec("lockbroker_wakeups_total", C, &["via"],
-        "Grants delivered to waiters of this broker, by how it learnt of them: local (it made the handoff), push (the granting broker told it), poll (its own poll found it)"),
-    spec("lockbroker_wake_pushes_total", C, &["result"],
-        "Push wake-ups sent to other brokers after handing leases to their waiters, by result (ok, refused, failed, busy, no_peer); all but ok leave it to the other broker's poll"),
-    spec("lockbroker_expiry_handoffs_total", C, &[],
-        "Expired leases handed on to a waiter by the reaper"),
-    spec("lockbroker_waiters", G, &[],
-        "Acquires waiting in the queue on this broker, now"),
-    spec("lockbroker_waiters_departed_total", C, &[],
-        "Waiters whose client hung up before they were served"),
-    spec("lockbroker_waiters_purged_total", C, &[],
-        "Waiters removed from the queue because their deadline passed or their broker died"),
-    spec("lockbroker_undelivered_grants_taken_back_total", C, &[],
-        "Grants to waiters of dead brokers that were never claimed, taken back and handed on"),
-    spec("lockbroker_election_pollers", G, &[],
-        "Election pollers running on this broker (one per observed election)"),
-    spec("lockbroker_history_pruned_total", C, &[],
-        "Lock history events deleted for being older than history_retention_hours"),
-    spec("lockbroker_reaper_errors_total", C, &[],
-        "Reaper passes or keys that failed (the next pass retries)"),
-    spec("lockbroker_heartbeat_errors_total", C, &[],
-        "Heartbeats of this broker that failed"),
-    spec("lockbroker_lost_commits_total", C, &["outcome"],
-        "Commits whose answer was lost, by what was found out (committed, not_committed, unknown)"),
-    spec("lockbroker_releases_found_committed_total", C, &[],
-        "Releases tried again after an error that found, by their mark in the row, that an earlier attempt had committed"),
-    // Database
-    spec("lockbroker_db_retries_total", C, &[],
-        "Database attempts retried after a collision, a broken connection or a server not ready"),
-    spec("lockbroker_db_call_duration_seconds", HDB, &[],
-        "Time of one attempt at an operation's database work (one transaction or statement group)"),
-    spec("lockbroker_db_errors_total", C, &["kind"],
-        "Failed database attempts, by kind (conflict, row_locked, not_ready, disconnected, other, busy, timeout, connect, closed, not_committed, unknown)"),
-    spec("lockbroker_batches_total", C, &[],
-        "Shared transactions run for uncontended lock acquires and releases (group commit)"),
-    spec("lockbroker_batched_operations_total", C, &[],
-        "Operations that went into a shared transaction (some leave it for their own: contention, waiters)"),
-    spec("lockbroker_db_pool_connections", G, &["server", "state"],
-        "Connections of this broker's pool to each database server (host:port), by state (in_use, idle), read at scrape time"),
-    // Policies
-    spec("lockbroker_policy_calls_total", C, &["tenant", "export"],
-        "Calls of a tenant's policy, by export (naming, fairness, backoff)"),
-    spec("lockbroker_policy_failures_total", C, &["tenant", "export"],
-        "Policy calls that trapped, overran their time or memory, or answered nonsense, by tenant and export"),
-    spec("lockbroker_policy_fallbacks_total", C, &["tenant", "export"],
-        "Failed fairness and backoff calls answered by the built-in policy instead, by tenant and export"),
-    spec("lockbroker_policy_loads_total", C, &["tenant", "result"],
-        "Policy loads and hot reloads, by tenant and result (ok, error)"),
-    spec("lockbroker_policy_cache_hits_total", C, &["tenant"],
-        "Policy loads served from the compiled-component cache instead of compiling, by tenant"),
-];
 
 /// A metric's labels as recorded: name and value, in call order.
 type Labels = Vec<(String, String)>;
@@ -206,7 +155,7 @@ enum Instrument {
     Histogram(Series<Histogram, Buckets>),
 }
 
-/// The broker's metrics: a registry built from [`CATALOGUE`] and the
+/// The broker's metrics: a registry built from [`catalogue`] and the
 /// families it holds, by exposed name.
 pub struct Metrics {
     registry: RwLock<Registry>,
@@ -223,7 +172,7 @@ impl Default for Metrics {
             instruments: RwLock::new(HashMap::new()),
             warned: Mutex::new(HashSet::new()),
         };
-        for spec in CATALOGUE {
+        for spec in catalogue() {
             metrics.register(spec);
         }
         metrics
@@ -275,18 +224,10 @@ impl Metrics {
     /// The instrument called `name`; one of kind `kind` registered on the
     /// spot (with a warning) if the catalogue lacks it.
     fn instrument(&self, name: &'static str, kind: Kind, labelled: bool) -> Instrument {
-        if let Some(found) = self
-            .instruments
-            .read()
-            .expect("metrics instruments")
-            .get(name)
-        {
-            return found.clone();
+        if let Some(found) = self.registered(name) {
+            return found;
         }
-        self.warn_once(
-            name,
-            "is not in metrics::CATALOGUE; registered without help",
-        );
+        self.warn_once(name, "is not in metrics.toml; registered without help");
         // Two threads may both get here: the second registration wins the
         // map, and the first family stays registered but unused. Harmless
         // for a name that should not be missing anyway.
@@ -353,15 +294,15 @@ impl Metrics {
         }
     }
 
+    /// The instrument registered as `name`, if any (reading, not recording).
+    fn registered(&self, name: &str) -> Option<Instrument> {
+        let instruments = self.instruments.read().expect("metrics instruments");
+        instruments.get(name).cloned()
+    }
+
     /// The value of a counter (tests and the admin API); 0 if never counted.
     pub fn counter(&self, name: &'static str, pairs: &[(&str, &str)]) -> u64 {
-        let found = self
-            .instruments
-            .read()
-            .expect("metrics instruments")
-            .get(name)
-            .cloned();
-        match found {
+        match self.registered(name) {
             Some(Instrument::Counter(series)) => series.get(pairs, Counter::get).unwrap_or(0),
             _ => 0,
         }
@@ -369,13 +310,7 @@ impl Metrics {
 
     /// The value of a gauge (tests); 0 if never set.
     pub fn gauge(&self, name: &'static str, pairs: &[(&str, &str)]) -> i64 {
-        let found = self
-            .instruments
-            .read()
-            .expect("metrics instruments")
-            .get(name)
-            .cloned();
-        match found {
+        match self.registered(name) {
             Some(Instrument::Gauge(series)) => series.get(pairs, Gauge::get).unwrap_or(0),
             _ => 0,
         }
@@ -469,7 +404,7 @@ mod tests {
     fn every_catalogued_metric_is_registered_with_help() {
         let m = Metrics::default();
         // Labelled families show once they have a series; give each one.
-        for spec in CATALOGUE {
+        for spec in catalogue() {
             let pairs: Vec<(&str, &str)> = spec.labels.iter().map(|l| (*l, "x")).collect();
             match spec.kind {
                 Kind::Counter => m.inc(spec.name, &pairs),
@@ -478,7 +413,7 @@ mod tests {
             }
         }
         let text = m.render();
-        for spec in CATALOGUE {
+        for spec in catalogue() {
             let family = spec.name.strip_suffix("_total").unwrap_or(spec.name);
             assert!(
                 text.contains(&format!("# HELP {family} ")),
@@ -555,7 +490,7 @@ mod tests {
     /// catalogue (so it is registered with help text and documented).
     #[test]
     fn every_metric_used_in_the_source_is_catalogued() {
-        let catalogued: HashSet<&str> = CATALOGUE.iter().map(|s| s.name).collect();
+        let catalogued: HashSet<&str> = catalogue().iter().map(|s| s.name).collect();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut missing = Vec::new();
         let mut stack = vec![root];
@@ -582,6 +517,6 @@ mod tests {
                 }
             }
         }
-        assert!(missing.is_empty(), "not in metrics::CATALOGUE: {missing:?}");
+        assert!(missing.is_empty(), "not in metrics.toml: {missing:?}");
     }
 }

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::{config::TenantConfig, policy::TenantPolicy};
+use crate::{
+    config::TenantConfig,
+    policy::{Delays, TenantPolicy},
+};
 
 /// sha256 of a secret.
 pub type SecretDigest = [u8; 32];
@@ -30,15 +33,16 @@ pub struct Tenant {
     key_digest: SecretDigest,
     pub max_ttl_ms: u64,
     pub max_waiters: u64,
-    /// The policy file in `policy_dir`, if the tenant has one.
-    pub policy_file: Option<String>,
-    pub policy: TenantPolicy,
+    /// Event streams it may have open on this broker at once.
+    pub max_streams: usize,
+    /// Its policy (and the policy's file in `policy_dir`, if any).
+    pub policy: Arc<TenantPolicy>,
     /// Which of the broker's databases holds this tenant's locks.
     pub database: usize,
     /// Lock-delay and minimum hold of this tenant's locks, as configured;
     /// a policy exporting `timing` may override them per key (see
     /// `engine::delay`).
-    pub delays: crate::engine::Delays,
+    pub delays: Delays,
 }
 
 impl std::fmt::Debug for Tenant {
@@ -55,9 +59,9 @@ impl Tenant {
             key_digest: digest(&config.api_key),
             max_ttl_ms: config.max_ttl_ms,
             max_waiters: config.max_waiters,
-            policy_file: config.policy.clone(),
-            policy,
-            delays: crate::engine::Delays {
+            max_streams: config.max_streams,
+            policy: Arc::new(policy),
+            delays: Delays {
                 lock_delay_ms: config.lock_delay_ms,
                 min_hold_ms: config.min_hold_ms,
             },
@@ -110,7 +114,7 @@ mod tests {
             max_waiters: 10,
             ..TenantConfig::new(name, key)
         };
-        let policy = TenantPolicy::new(name, Loaded::builtin(), Arc::new(Metrics::default()));
+        let policy = TenantPolicy::new(name, None, Loaded::builtin(), Arc::new(Metrics::default()));
         Tenant::new(&config, policy, 0)
     }
 

@@ -18,7 +18,8 @@ use hyper_util::{
     rt::TokioExecutor,
 };
 use lockbroker_api::{
-    AcquireRequest, ErrorBody, ErrorCode, ErrorDetail, ReleaseRequest, RenewRequest,
+    AcquireRequest, ErrorBody, ErrorCode, ErrorDetail, LockEventKind, LockHistory, ReleaseRequest,
+    RenewRequest,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::{de::DeserializeOwned, Serialize};
@@ -243,6 +244,30 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/{kind}/{key}/history`, expected to answer 200: the events
+    /// as `(event, owner, token)`, newest first, and the whole answer.
+    ///
+    /// # Panics
+    /// When the broker does not answer 200.
+    pub async fn history(
+        &self,
+        kind: &str,
+        key: &str,
+    ) -> (Vec<(LockEventKind, String, u64)>, LockHistory) {
+        let reply = self
+            .get(&format!("/v1/{kind}/{key}/history"))
+            .await
+            .unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let history: LockHistory = reply.parse();
+        let events = history
+            .events
+            .iter()
+            .map(|e| (e.event, e.owner.clone(), e.token))
+            .collect();
+        (events, history)
+    }
+
     /// `POST /v1/locks/{key}/acquire` with any request.
     ///
     /// # Errors
@@ -268,8 +293,7 @@ impl Client {
         wait_ms: u64,
     ) -> Result<Reply, ClientError> {
         let request = AcquireRequest {
-            ttl_ms: Some(ttl_ms),
-            wait_ms: Some(wait_ms),
+            terms: lockbroker_api::LeaseTerms::new(ttl_ms, wait_ms),
             ..AcquireRequest::new(owner)
         };
         self.acquire_with(key, &request).await
@@ -362,7 +386,10 @@ mod tests {
     #[test]
     fn the_wait_of_a_request_bounds_its_answer() {
         let request = AcquireRequest {
-            wait_ms: Some(1500),
+            terms: lockbroker_api::LeaseTerms {
+                wait_ms: Some(1500),
+                ..Default::default()
+            },
             ..AcquireRequest::new("w")
         };
         assert_eq!(wait_ms_of(&serde_json::to_vec(&request).unwrap()), 1500);

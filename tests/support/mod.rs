@@ -31,6 +31,7 @@ mod load;
 mod mariadb;
 mod policies;
 mod proxy;
+mod sse;
 
 use std::{
     path::PathBuf,
@@ -55,6 +56,7 @@ pub use load::{run_clients, run_clients_with, Load};
 pub use mariadb::PrivateMariaDb;
 pub use policies::{dist, PolicyDir};
 pub use proxy::{Fault, Proxy};
+pub use sse::{SseEvent, SseStream};
 
 /// The test tenants: `default` (key `dev-key`) and `other` (key `other-key`).
 pub const KEY: &str = "dev-key";

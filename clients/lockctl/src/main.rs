@@ -247,8 +247,7 @@ async fn main() -> ExitCode {
             wait_ms,
         } => {
             let request = AcquireRequest {
-                ttl_ms: Some(ttl_ms),
-                wait_ms: Some(wait_ms),
+                terms: lockbroker_client::api::LeaseTerms::new(ttl_ms, wait_ms),
                 ..AcquireRequest::new(owner.get())
             };
             print(out, client.locks().acquire(&key, &request).await)

@@ -67,7 +67,7 @@ impl Elections<'_> {
     /// # Errors
     /// `lock_held` when another candidate leads past `wait_ms`.
     pub async fn campaign(&self, name: &str, request: &CampaignRequest) -> Result<Leadership> {
-        let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+        let wait = Duration::from_millis(request.terms.wait_ms.unwrap_or(0));
         self.client
             .call(
                 Method::POST,
@@ -269,8 +269,11 @@ impl ElectionBuilder {
             .unwrap_or_else(|| self.client.unique_owner());
         let request = CampaignRequest {
             candidate,
-            ttl_ms: self.options.ttl_ms(),
-            wait_ms: Some(millis(wait)),
+            terms: lockbroker_api::LeaseTerms {
+                ttl_ms: self.options.ttl_ms(),
+                wait_ms: Some(millis(wait)),
+                ..Default::default()
+            },
         };
         let sent = Instant::now();
         let leadership = self

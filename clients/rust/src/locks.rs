@@ -56,7 +56,7 @@ impl Locks<'_> {
     /// `lock_held` when another owner holds it past `wait_ms`, and every
     /// error of [`Error`](crate::Error).
     pub async fn acquire(&self, key: &str, request: &AcquireRequest) -> Result<Lease> {
-        let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+        let wait = Duration::from_millis(request.terms.wait_ms.unwrap_or(0));
         self.client
             .call(
                 Method::POST,
@@ -202,9 +202,11 @@ impl LockBuilder {
             .unwrap_or_else(|| self.client.unique_owner());
         let request = AcquireRequest {
             owner,
-            ttl_ms: self.options.ttl_ms(),
-            wait_ms: Some(millis(wait)),
-            priority: self.options.priority,
+            terms: lockbroker_api::LeaseTerms {
+                ttl_ms: self.options.ttl_ms(),
+                wait_ms: Some(millis(wait)),
+                priority: self.options.priority,
+            },
         };
         let sent = Instant::now();
         let lease = self.client.locks().acquire(&self.key, &request).await?;

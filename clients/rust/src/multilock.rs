@@ -60,7 +60,7 @@ impl MultiLocks<'_> {
     /// granted); `bad_request` for 0 or more than 64 keys, or two keys
     /// naming one lock; every error of [`Error`](crate::Error).
     pub async fn acquire(&self, request: &MultiLockAcquireRequest) -> Result<MultiLockLease> {
-        let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+        let wait = Duration::from_millis(request.terms.wait_ms.unwrap_or(0));
         self.client
             .call(
                 Method::POST,
@@ -150,8 +150,11 @@ impl MultiLockBuilder {
         let request = MultiLockAcquireRequest {
             keys: self.keys,
             owner,
-            ttl_ms: self.options.ttl_ms(),
-            wait_ms: Some(millis(wait)),
+            terms: lockbroker_api::LeaseTerms {
+                ttl_ms: self.options.ttl_ms(),
+                wait_ms: Some(millis(wait)),
+                ..Default::default()
+            },
         };
         let sent = Instant::now();
         let lease = self.client.multilocks().acquire(&request).await?;

@@ -66,7 +66,7 @@ impl RwLocks<'_> {
     /// # Errors
     /// `lock_held` when the mode was not available within `wait_ms`.
     pub async fn acquire(&self, key: &str, request: &RwAcquireRequest) -> Result<RwLease> {
-        let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+        let wait = Duration::from_millis(request.terms.wait_ms.unwrap_or(0));
         self.client
             .call(
                 Method::POST,
@@ -177,9 +177,11 @@ impl RwLockBuilder {
         let request = RwAcquireRequest {
             owner,
             mode: self.mode,
-            ttl_ms: self.options.ttl_ms(),
-            wait_ms: Some(millis(wait)),
-            priority: self.options.priority,
+            terms: lockbroker_api::LeaseTerms {
+                ttl_ms: self.options.ttl_ms(),
+                wait_ms: Some(millis(wait)),
+                priority: self.options.priority,
+            },
         };
         let sent = Instant::now();
         let lease = self.client.rwlocks().acquire(&self.key, &request).await?;

@@ -60,7 +60,7 @@ impl Semaphores<'_> {
         key: &str,
         request: &SemaphoreAcquireRequest,
     ) -> Result<SemaphoreLease> {
-        let wait = Duration::from_millis(request.wait_ms.unwrap_or(0));
+        let wait = Duration::from_millis(request.terms.wait_ms.unwrap_or(0));
         self.client
             .call(
                 Method::POST,
@@ -178,9 +178,11 @@ impl SemaphoreBuilder {
         let request = SemaphoreAcquireRequest {
             owner,
             permits: self.permits,
-            ttl_ms: self.options.ttl_ms(),
-            wait_ms: Some(millis(wait)),
-            priority: self.options.priority,
+            terms: lockbroker_api::LeaseTerms {
+                ttl_ms: self.options.ttl_ms(),
+                wait_ms: Some(millis(wait)),
+                priority: self.options.priority,
+            },
         };
         let sent = Instant::now();
         let lease = self
@@ -210,21 +212,12 @@ impl Grant for SemaphoreLease {
 
 impl Renewable for SemaphoreLease {
     async fn renew(&self, client: &Client) -> Result<SemaphoreLease> {
-        let request = SemaphoreRenewRequest {
-            owner: self.owner.clone(),
-            slot: self.slot,
-            token: self.token,
-            ttl_ms: Some(self.ttl_ms),
-        };
+        let request = SemaphoreRenewRequest::from(self);
         client.semaphores().renew(&self.key, &request).await
     }
 
     async fn release(&self, client: &Client) -> Result<()> {
-        let request = SemaphoreReleaseRequest {
-            owner: self.owner.clone(),
-            slot: self.slot,
-            token: self.token,
-        };
+        let request = SemaphoreReleaseRequest::from(self);
         client
             .semaphores()
             .release(&self.key, &request)

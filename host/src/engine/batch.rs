@@ -162,7 +162,7 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
         // No row yet, or another transaction holds it.
         return Plan::Individual;
     };
-    let (queued, row) = LeaseRow::of_lock(row.into_row());
+    let (queued, row) = LeaseRow::of_lock(row.row);
     match op {
         Op::Acquire {
             owner,
@@ -179,15 +179,7 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                 let mut events = Vec::new();
                 if lease.fresh {
                     events.extend(history::expiry(lock, &row));
-                    let owner = lease.owner.as_bytes();
-                    let at = Some(lease.granted_at());
-                    events.extend(history::event(
-                        lock,
-                        EventKind::Granted,
-                        owner,
-                        lease.token,
-                        at,
-                    ));
+                    events.extend(history::granted(lock, &lease));
                 }
                 return Plan::Write {
                     state: RowState::of(&lease),
@@ -214,15 +206,7 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                 return Plan::Individual;
             }
             if row.hold_count > 1 {
-                let lease = Lease {
-                    seat: Seat::Whole,
-                    owner: owner.clone(),
-                    token: *token,
-                    hold_count: row.hold_count - 1,
-                    ttl_ms: row.remaining_ms(),
-                    expires_at: row.expires_at.unwrap_or(row.now),
-                    fresh: false,
-                };
+                let lease = row.less_one_hold(owner);
                 return Plan::Write {
                     state: RowState {
                         released_by: Some(*mark),
@@ -634,49 +618,19 @@ fn take_pending(state: &mut State) -> Vec<Member> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use chrono::NaiveDateTime;
-
     use super::*;
-    use crate::store::locks::LockRow;
+    use crate::{
+        engine::fixtures::{self, at},
+        store::locks::LockRow,
+    };
 
-    /// Deciding a batch member never asks the tenant's pacing.
-    struct NoPacing;
-
-    impl crate::engine::Pacing for NoPacing {
-        fn always_oldest(&self) -> bool {
-            true
-        }
-        fn pick_next<'a>(
-            &'a self,
-            _: &'a str,
-            _: Vec<crate::policy::Waiter>,
-        ) -> crate::engine::pacing::Pending<'a, usize> {
-            unreachable!("no waiters here")
-        }
-        fn next_delay(
-            &self,
-            _: crate::policy::Contention,
-        ) -> crate::engine::pacing::Pending<'_, crate::policy::Decision> {
-            unreachable!("no backoff here")
-        }
-    }
-
-    fn at(ms: i64) -> NaiveDateTime {
-        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
-            .unwrap()
-            .naive_utc()
+    /// The plan for `op` on the lock `k` whose row is `row`.
+    fn planned(op: &Op, row: Option<KeyedLockRow>) -> Plan {
+        plan(&lock(), op, row)
     }
 
     fn lock() -> LockRef {
-        crate::engine::Scope {
-            tenant: "t".into(),
-            max_waiters: 10,
-            pacing: Arc::new(NoPacing),
-            delays: Default::default(),
-        }
-        .lock(Kind::Lock, "k".into(), "k".into())
+        fixtures::lock(Kind::Lock, "k", "k")
     }
 
     fn row(
@@ -686,7 +640,7 @@ mod tests {
         expires_ms: Option<i64>,
         queued: u32,
     ) -> Option<KeyedLockRow> {
-        let r = LockRow {
+        let row = LockRow {
             owner: owner.map(|o| o.as_bytes().to_vec()),
             token,
             hold_count: holds,
@@ -700,14 +654,7 @@ mod tests {
             tenant: b"t".to_vec(),
             kind: 0,
             lock_key: b"k".to_vec(),
-            owner: r.owner,
-            token: r.token,
-            hold_count: r.hold_count,
-            expires_at: r.expires_at,
-            queued: r.queued,
-            released_by: None,
-            not_before: None,
-            now: r.now,
+            row,
         })
     }
 
@@ -729,8 +676,7 @@ mod tests {
 
     #[test]
     fn a_free_row_is_granted_with_the_next_token() {
-        let Plan::Write { state, reply, .. } =
-            plan(&lock(), &acquire("a", 0), row(None, 7, 0, None, 0))
+        let Plan::Write { state, reply, .. } = planned(&acquire("a", 0), row(None, 7, 0, None, 0))
         else {
             panic!("expected a write");
         };
@@ -746,7 +692,7 @@ mod tests {
             })
         ));
         // Expired counts as free.
-        let p = plan(&lock(), &acquire("a", 0), row(Some("b"), 7, 1, Some(0), 0));
+        let p = planned(&acquire("a", 0), row(Some("b"), 7, 1, Some(0), 0));
         assert!(matches!(
             p,
             Plan::Write {
@@ -766,7 +712,7 @@ mod tests {
             other => panic!("expected a write, got {other:?}"),
         };
         // A grant over an expired lease: its expiry (at its end), then the grant.
-        let p = plan(&lock(), &acquire("a", 0), row(Some("b"), 7, 1, Some(-5), 0));
+        let p = planned(&acquire("a", 0), row(Some("b"), 7, 1, Some(-5), 0));
         assert_eq!(
             kinds(p),
             vec![
@@ -775,26 +721,14 @@ mod tests {
             ]
         );
         // A last release; a re-entry and a release of one of two holds: none.
-        let p = plan(
-            &lock(),
-            &release("a", 7),
-            row(Some("a"), 7, 1, Some(500), 0),
-        );
+        let p = planned(&release("a", 7), row(Some("a"), 7, 1, Some(500), 0));
         assert_eq!(
             kinds(p),
             vec![(EventKind::Released, "a".into(), 7, Some(at(0)))]
         );
-        let p = plan(
-            &lock(),
-            &acquire("a", 0),
-            row(Some("a"), 7, 1, Some(500), 0),
-        );
+        let p = planned(&acquire("a", 0), row(Some("a"), 7, 1, Some(500), 0));
         assert_eq!(kinds(p), vec![]);
-        let p = plan(
-            &lock(),
-            &release("a", 7),
-            row(Some("a"), 7, 2, Some(500), 0),
-        );
+        let p = planned(&release("a", 7), row(Some("a"), 7, 2, Some(500), 0));
         assert_eq!(kinds(p), vec![]);
     }
 
@@ -802,49 +736,35 @@ mod tests {
     fn a_held_row_is_busy_without_waiting_and_individual_with() {
         let held = || row(Some("b"), 7, 1, Some(500), 2);
         assert!(matches!(
-            plan(&lock(), &acquire("a", 0), held()),
+            planned(&acquire("a", 0), held()),
             Plan::Answer(Reply::Busy {
                 remaining_ms: 500,
                 queued: 2
             })
         ));
         assert!(matches!(
-            plan(&lock(), &acquire("a", 10), held()),
+            planned(&acquire("a", 10), held()),
             Plan::Individual
         ));
     }
 
     #[test]
     fn rows_missing_or_busy_or_with_waiters_go_alone() {
+        assert!(matches!(planned(&acquire("a", 0), None), Plan::Individual));
+        assert!(matches!(planned(&release("a", 1), None), Plan::Individual));
         assert!(matches!(
-            plan(&lock(), &acquire("a", 0), None),
+            planned(&acquire("a", 0), row(None, 7, 0, None, 1)),
             Plan::Individual
         ));
         assert!(matches!(
-            plan(&lock(), &release("a", 1), None),
-            Plan::Individual
-        ));
-        assert!(matches!(
-            plan(&lock(), &acquire("a", 0), row(None, 7, 0, None, 1)),
-            Plan::Individual
-        ));
-        assert!(matches!(
-            plan(
-                &lock(),
-                &release("a", 7),
-                row(Some("a"), 7, 1, Some(500), 1)
-            ),
+            planned(&release("a", 7), row(Some("a"), 7, 1, Some(500), 1)),
             Plan::Individual
         ));
     }
 
     #[test]
     fn re_entry_keeps_the_token_and_counts_holds() {
-        let p = plan(
-            &lock(),
-            &acquire("a", 0),
-            row(Some("a"), 7, 1, Some(500), 0),
-        );
+        let p = planned(&acquire("a", 0), row(Some("a"), 7, 1, Some(500), 0));
         assert!(matches!(
             p,
             Plan::Write {
@@ -857,11 +777,7 @@ mod tests {
                 ..
             }
         ));
-        let p = plan(
-            &lock(),
-            &release("a", 7),
-            row(Some("a"), 7, 2, Some(500), 3),
-        );
+        let p = planned(&release("a", 7), row(Some("a"), 7, 2, Some(500), 3));
         assert!(matches!(
             p,
             Plan::Write {
@@ -881,11 +797,7 @@ mod tests {
 
     #[test]
     fn a_release_frees_only_its_live_lease_and_marks_it() {
-        let p = plan(
-            &lock(),
-            &release("a", 7),
-            row(Some("a"), 7, 1, Some(500), 0),
-        );
+        let p = planned(&release("a", 7), row(Some("a"), 7, 1, Some(500), 0));
         assert!(matches!(
             p,
             Plan::Write {
@@ -905,10 +817,7 @@ mod tests {
             row(Some("a"), 7, 1, Some(0), 0),
             row(None, 7, 0, None, 0),
         ] {
-            assert!(matches!(
-                plan(&lock(), &release("a", 7), r),
-                Plan::Individual
-            ));
+            assert!(matches!(planned(&release("a", 7), r), Plan::Individual));
         }
     }
 }

@@ -10,8 +10,6 @@
 //! so every broker follows the server of the longest-running live broker,
 //! when that server is in its own list and answers.
 
-use std::time::Duration;
-
 use tokio::sync::watch;
 
 use super::{Engine, EngineError, HEARTBEAT_EVERY};
@@ -53,34 +51,24 @@ impl Engine {
     }
 
     /// Heartbeats until `stop`.
-    pub async fn run_heartbeat(self, mut stop: watch::Receiver<bool>) {
-        let mut beat = 0u32;
-        let mut last_warning: Option<tokio::time::Instant> = None;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(HEARTBEAT_EVERY) => {}
-                () = crate::shutdown::stopped(&mut stop) => return,
+    pub async fn run_heartbeat(self, stop: watch::Receiver<bool>) {
+        let failed = "heartbeat failed: other brokers will skip this broker's waiters";
+        let errors = "lockbroker_heartbeat_errors_total";
+        let engine = &self;
+        self.every(HEARTBEAT_EVERY, stop, errors, failed, |beat| async move {
+            engine.heartbeat().await?;
+            if beat.is_multiple_of(PEERS_EVERY) {
+                engine.refresh_peers().await?;
             }
-            beat = beat.wrapping_add(1);
-            let mut result = self.heartbeat().await;
-            if result.is_ok() && beat.is_multiple_of(PEERS_EVERY) {
-                result = self.refresh_peers().await;
+            if beat.is_multiple_of(FOLLOW_EVERY) {
+                engine.follow_the_oldest().await?;
             }
-            if result.is_ok() && beat.is_multiple_of(FOLLOW_EVERY) {
-                result = self.follow_the_oldest().await;
+            if beat.is_multiple_of(FORGET_EVERY) {
+                engine.forget_departed().await?;
             }
-            if result.is_ok() && beat.is_multiple_of(FORGET_EVERY) {
-                result = self.forget_departed().await;
-            }
-            if let Err(err) = result {
-                self.metrics.inc("lockbroker_heartbeat_errors_total", &[]);
-                // At most one warning every 10 s: the database may be down.
-                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                    tracing::warn!(error = %err, "heartbeat failed: other brokers will skip this broker's waiters");
-                    last_warning = Some(tokio::time::Instant::now());
-                }
-            }
-        }
+            Ok(())
+        })
+        .await;
     }
 
     /// Moves to the server the longest-running live broker writes through,

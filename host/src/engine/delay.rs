@@ -29,31 +29,7 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 
 use super::{plus_ms, seat::Lease, seat::LeaseRow, Engine, LockRef};
-use crate::{policy::Timing, store::Locking};
-
-/// A tenant's lock-delay and minimum hold, in ms (0: none).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Delays {
-    pub lock_delay_ms: u64,
-    pub min_hold_ms: u64,
-}
-
-impl Delays {
-    /// True when neither applies: the fast paths may serve the tenant.
-    pub fn is_none(self) -> bool {
-        self.lock_delay_ms == 0 && self.min_hold_ms == 0
-    }
-
-    /// These (a tenant's configured) delays as a policy's `timing` answer
-    /// for one key overrides them: each value it gives replaces the
-    /// configured one, each `None` keeps it.
-    pub fn overridden_by(self, timing: Timing) -> Delays {
-        Delays {
-            lock_delay_ms: timing.lock_delay_ms.unwrap_or(self.lock_delay_ms),
-            min_hold_ms: timing.min_hold_ms.unwrap_or(self.min_hold_ms),
-        }
-    }
-}
+use crate::{policy::Delays, store::Locking};
 
 /// When the key of `row` may be granted next, if that is later than the
 /// row's `now`: the `not_before` a grant or an expiry left, or the expiry
@@ -125,24 +101,15 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::seat::Seat;
-
-    fn at(ms: i64) -> NaiveDateTime {
-        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
-            .unwrap()
-            .naive_utc()
-    }
+    use crate::engine::{
+        fixtures::{self, at},
+        seat::Seat,
+    };
 
     fn row(owner: Option<&str>, expires_ms: Option<i64>, not_before: Option<i64>) -> LeaseRow {
         LeaseRow {
-            seat: Seat::Whole,
-            owner: owner.map(|o| o.as_bytes().to_vec()),
-            token: 3,
-            hold_count: 1,
-            expires_at: expires_ms.map(at),
-            released_by: None,
             not_before: not_before.map(at),
-            now: at(0),
+            ..fixtures::row(owner, 3, expires_ms)
         }
     }
 
@@ -181,37 +148,6 @@ mod tests {
         assert_eq!(
             blocked_until(&row(Some("a"), Some(-100), Some(900)), DELAY),
             Some(at(900))
-        );
-    }
-
-    #[test]
-    fn a_policys_timing_overrides_each_value_it_gives() {
-        let config = Delays {
-            lock_delay_ms: 100,
-            min_hold_ms: 200,
-        };
-        assert_eq!(config.overridden_by(Timing::default()), config);
-        let both = Timing {
-            lock_delay_ms: Some(0),
-            min_hold_ms: Some(5_000),
-        };
-        assert_eq!(
-            config.overridden_by(both),
-            Delays {
-                lock_delay_ms: 0,
-                min_hold_ms: 5_000
-            }
-        );
-        let one = Timing {
-            lock_delay_ms: Some(7),
-            min_hold_ms: None,
-        };
-        assert_eq!(
-            Delays::default().overridden_by(one),
-            Delays {
-                lock_delay_ms: 7,
-                min_hold_ms: 0
-            }
         );
     }
 

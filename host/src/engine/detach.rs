@@ -33,20 +33,18 @@ impl Departure {
     }
 }
 
-/// A future that finishes in a task of its own if dropped before it is done.
-pub struct Finish<F: Future + Send + 'static>
-where
-    F::Output: Send,
-{
-    op: Option<Pin<Box<F>>>,
+/// A future of `T` that finishes in a task of its own if dropped before it
+/// is done.
+pub struct Finish<T: Send + 'static> {
+    op: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
     caller: Option<oneshot::Sender<()>>,
 }
 
 /// Runs `op`, handed its [`Departure`], to its end whatever the caller does.
-pub fn finish<F>(op: impl FnOnce(Departure) -> F) -> Finish<F>
+pub fn finish<T, F>(op: impl FnOnce(Departure) -> F) -> Finish<T>
 where
-    F: Future + Send + 'static,
-    F::Output: Send,
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
 {
     let (caller, departure) = oneshot::channel();
     Finish {
@@ -55,14 +53,10 @@ where
     }
 }
 
-impl<F> Future for Finish<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send,
-{
-    type Output = F::Output;
+impl<T: Send + 'static> Future for Finish<T> {
+    type Output = T;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let op = self.op.as_mut().expect("polled after completion");
         let output = std::task::ready!(op.as_mut().poll(cx));
         self.op = None;
@@ -70,11 +64,7 @@ where
     }
 }
 
-impl<F> Drop for Finish<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send,
-{
+impl<T: Send + 'static> Drop for Finish<T> {
     fn drop(&mut self) {
         let Some(op) = self.op.take() else {
             return;

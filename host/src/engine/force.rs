@@ -9,7 +9,7 @@ use super::{
     history,
     seat::{LeaseRow, Seat},
     settle::Expect,
-    Engine, EngineError, LockRef,
+    Engine, EngineError, LockRef, Op,
 };
 use crate::store::{history::EventKind, locks, Locking};
 
@@ -32,10 +32,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::NotHeld`] when no lease is live (nothing changes);
     /// [`EngineError::Unavailable`].
-    pub fn force_release(
-        &self,
-        lock: &LockRef,
-    ) -> impl std::future::Future<Output = Result<Forced, EngineError>> + Send + 'static {
+    pub fn force_release(&self, lock: &LockRef) -> Op<Forced> {
         let (engine, lock) = (self.clone(), lock.clone());
         finish(move |_| async move { engine.force_release_now(&lock).await })
     }

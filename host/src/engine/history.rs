@@ -9,15 +9,21 @@
 //! procedures insert theirs themselves (migration
 //! `20261125000003_history_routines.sql`).
 //!
-//! Only locks are recorded (not elections or semaphores). A re-entry, a
-//! renewal and a release of one of several holds change no grant and are
-//! not recorded. An expiry is a non-event in the database (the lease just
+//! Locks, semaphores (each slot's leases) and rwlocks (the writer's and
+//! each reader's) are recorded; elections are not (their terms are, for
+//! `observe`). A re-entry, a renewal and a release of one of several holds
+//! change no grant and are not recorded. An expiry is a non-event in the database (the lease just
 //! runs out): it is recorded by the next transaction that changes the key
 //! (a grant, a handoff, a reaper pass), with `at` the moment it ran out.
 
 use chrono::NaiveDateTime;
 
-use super::{detach::finish, micros, seat::LeaseRow, Engine, EngineError, LockRef};
+use super::{
+    detach::finish,
+    micros,
+    seat::{Lease, LeaseRow},
+    Engine, EngineError, LockRef, Op,
+};
 use crate::store::{
     history::{self, EventKind, NewEvent},
     pool::Conn,
@@ -38,7 +44,7 @@ pub struct LockEvent {
 }
 
 /// The event `event` of `owner`'s lease `token` on `lock`, at `at` (`None`:
-/// the database's `NOW(6)` when appended); `None` for what is not a lock.
+/// the database's `NOW(6)` when appended); `None` for an election.
 pub(super) fn event(
     lock: &LockRef,
     event: EventKind,
@@ -46,7 +52,7 @@ pub(super) fn event(
     token: u64,
     at: Option<NaiveDateTime>,
 ) -> Option<NewEvent> {
-    (lock.kind == Kind::Lock).then(|| NewEvent {
+    (lock.kind != Kind::Election).then(|| NewEvent {
         tenant: lock.tenant.clone(),
         kind: lock.kind,
         lock_key: lock.storage_key.clone(),
@@ -57,8 +63,20 @@ pub(super) fn event(
     })
 }
 
-/// The expiry of the lease `row` holds, if it ran out without a release
-/// (its owner is still written, its time is past), at its expiry.
+/// The `granted` event of a fresh `lease`, at its grant by the database
+/// clock.
+pub(super) fn granted(lock: &LockRef, lease: &Lease) -> Option<NewEvent> {
+    let owner = lease.owner.as_bytes();
+    event(
+        lock,
+        EventKind::Granted,
+        owner,
+        lease.token,
+        Some(lease.granted_at()),
+    )
+}
+
+/// The `expired` event of the lease in `row`, if one ran out there.
 pub(super) fn expiry(lock: &LockRef, row: &LeaseRow) -> Option<NewEvent> {
     match (&row.owner, row.expires_at) {
         (Some(owner), Some(expires_at)) if row.live_owner().is_none() => {
@@ -95,12 +113,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
-    pub fn history(
-        &self,
-        lock: &LockRef,
-        limit: u32,
-    ) -> impl std::future::Future<Output = Result<Vec<LockEvent>, EngineError>> + Send + 'static
-    {
+    pub fn history(&self, lock: &LockRef, limit: u32) -> Op<Vec<LockEvent>> {
         let (engine, lock) = (self.clone(), lock.clone());
         finish(move |_| async move {
             let budget = engine.budget();
@@ -145,61 +158,15 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use chrono::NaiveDateTime;
-
     use super::*;
-    use crate::engine::{seat::Seat, Scope};
-
-    struct NoPacing;
-
-    impl crate::engine::Pacing for NoPacing {
-        fn always_oldest(&self) -> bool {
-            true
-        }
-        fn pick_next<'a>(
-            &'a self,
-            _key: &'a str,
-            _waiters: Vec<crate::policy::Waiter>,
-        ) -> crate::engine::pacing::Pending<'a, usize> {
-            Box::pin(async { 0 })
-        }
-        fn next_delay(
-            &self,
-            _contention: crate::policy::Contention,
-        ) -> crate::engine::pacing::Pending<'_, crate::policy::Decision> {
-            Box::pin(async { crate::policy::Decision::GiveUp })
-        }
-    }
-
-    fn at(ms: i64) -> NaiveDateTime {
-        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
-            .unwrap()
-            .naive_utc()
-    }
+    use crate::engine::fixtures::{self, at};
 
     fn lock(kind: Kind) -> LockRef {
-        Scope {
-            tenant: "t".into(),
-            max_waiters: 10,
-            pacing: Arc::new(NoPacing),
-            delays: Default::default(),
-        }
-        .lock(kind, "k".into(), "k".into())
+        fixtures::lock(kind, "k", "k")
     }
 
     fn row(owner: Option<&str>, expires_ms: Option<i64>) -> LeaseRow {
-        LeaseRow {
-            seat: Seat::Whole,
-            owner: owner.map(|o| o.as_bytes().to_vec()),
-            token: 3,
-            hold_count: 1,
-            expires_at: expires_ms.map(at),
-            released_by: None,
-            not_before: None,
-            now: at(0),
-        }
+        fixtures::row(owner, 3, expires_ms)
     }
 
     #[test]
@@ -215,10 +182,13 @@ mod tests {
     }
 
     #[test]
-    fn only_locks_have_a_history() {
+    fn every_kind_but_elections_has_a_history() {
         let expired = row(Some("a"), Some(-20));
         assert!(expiry(&lock(Kind::Election), &expired).is_none());
-        assert!(event(&lock(Kind::Semaphore), EventKind::Granted, b"a", 1, None).is_none());
-        assert!(event(&lock(Kind::Lock), EventKind::Granted, b"a", 1, None).is_some());
+        assert!(event(&lock(Kind::Election), EventKind::Granted, b"a", 1, None).is_none());
+        for kind in [Kind::Lock, Kind::Semaphore, Kind::RwLock] {
+            assert!(event(&lock(kind), EventKind::Granted, b"a", 1, None).is_some());
+            assert!(expiry(&lock(kind), &expired).is_some());
+        }
     }
 }

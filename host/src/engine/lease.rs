@@ -38,7 +38,52 @@ pub(super) enum Attempt {
     },
 }
 
-/// What an acquire asks for.
+/// What an acquire asks for: who, for how long, how long it may wait in
+/// the queue (0: one try, never waiting), and how urgent it is to the
+/// tenant's fairness policy. A renewal asks for `ttl_ms` only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub owner: String,
+    pub ttl_ms: u64,
+    pub wait_ms: u64,
+    pub priority: i32,
+}
+
+impl Ask {
+    /// `owner` asks for `ttl_ms`, trying once, at priority 0.
+    pub fn new(owner: impl Into<String>, ttl_ms: u64) -> Ask {
+        Ask {
+            owner: owner.into(),
+            ttl_ms,
+            wait_ms: 0,
+            priority: 0,
+        }
+    }
+
+    /// Waiting up to `wait_ms` in the queue.
+    #[must_use]
+    pub fn wait(self, wait_ms: u64) -> Ask {
+        Ask { wait_ms, ..self }
+    }
+
+    /// At `priority` (higher is more urgent to policies that use it).
+    #[must_use]
+    pub fn priority(self, priority: i32) -> Ask {
+        Ask { priority, ..self }
+    }
+
+    /// The borrowed view the engine's steps pass along.
+    pub(super) fn wish(&self) -> Wish<'_> {
+        Wish {
+            owner: &self.owner,
+            ttl_ms: self.ttl_ms,
+            wait_ms: self.wait_ms,
+            priority: self.priority,
+        }
+    }
+}
+
+/// An [`Ask`], borrowed: what the steps of an acquire pass along.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Wish<'a> {
     pub owner: &'a str,
@@ -364,15 +409,7 @@ impl Engine {
                 return Err(EngineError::LeaseLost);
             };
             if row.hold_count > 1 {
-                let lease = Lease {
-                    seat,
-                    owner: owner.to_owned(),
-                    token,
-                    hold_count: row.hold_count - 1,
-                    ttl_ms: row.remaining_ms(),
-                    expires_at: row.expires_at.unwrap_or(row.now),
-                    fresh: false,
-                };
+                let lease = row.less_one_hold(owner);
                 seat::write_marked(&mut tx, lock, &lease, Some(mark)).await?;
                 self.commit(tx, lock, Expect::lease(&lease)).await?;
                 return Ok(Released {

@@ -21,30 +21,18 @@ use super::{
     plus_ms,
     seat::{Lease, LeaseRow, Seat},
     settle::Expect,
-    Budget, Engine, EngineError, LockRef,
+    Ask, Budget, Engine, EngineError, LockRef, Op,
 };
 use crate::store::{
     self, elections,
+    listing::{self, Entry, LockEntry, Stretch},
     locks::{self},
     Failure, Kind, Locking,
 };
 
-/// A lease held by an owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    pub owner: String,
-    /// The fencing token (an election's term): strictly increasing per key
-    /// across all grants.
-    pub token: u64,
-    /// How many times the owner has acquired it without releasing.
-    pub hold_count: u32,
-    pub ttl_ms: u64,
-    /// When the lease ends, by the database clock (UTC).
-    pub expires_at: NaiveDateTime,
-    /// A new grant (a new token), not a re-entry or a leader campaigning
-    /// again.
-    pub fresh: bool,
-}
+/// A lock or election lease held by an owner (its seat is the key's row;
+/// `hold_count` counts re-entries; an election's `token` is its term).
+pub type Grant = Lease;
 
 /// The result of a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +49,33 @@ pub struct LockState {
     pub held: bool,
     pub owner: Option<String>,
     pub token: Option<u64>,
+    /// The holder's re-entries (elections: 1).
+    pub hold_count: Option<u32>,
+    /// When the lease was granted, from the key's history (none for
+    /// elections, or once pruned).
+    pub acquired_at: Option<NaiveDateTime>,
     pub expires_at: Option<NaiveDateTime>,
     pub waiters: u64,
+}
+
+impl LockState {
+    /// The state a row of `store::listing` shows (read by the database
+    /// clock, `live` telling whether its lease still runs).
+    pub(super) fn of(live: bool, entry: &LockEntry) -> LockState {
+        LockState {
+            held: live,
+            owner: entry
+                .owner
+                .as_deref()
+                .filter(|_| live)
+                .map(|o| String::from_utf8_lossy(o).into_owned()),
+            token: live.then_some(entry.token),
+            hold_count: live.then_some(entry.hold_count),
+            acquired_at: entry.acquired_at,
+            expires_at: entry.expires_at.filter(|_| live),
+            waiters: u64::from(entry.queued),
+        }
+    }
 }
 
 /// Whether a token is a lock's live grant.
@@ -109,50 +122,24 @@ pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>
     }
 }
 
-impl From<Lease> for Grant {
-    fn from(lease: Lease) -> Grant {
-        Grant {
-            owner: lease.owner,
-            token: lease.token,
-            hold_count: lease.hold_count,
-            ttl_ms: lease.ttl_ms,
-            expires_at: lease.expires_at,
-            fresh: lease.fresh,
-        }
-    }
-}
-
 pub(super) fn lock_held(retry_after_ms: u64) -> EngineError {
     EngineError::LockHeld { retry_after_ms }
 }
 
 impl Engine {
-    /// Acquires `lock` for `owner`, waiting in the queue up to `wait_ms`
-    /// (0: one try). Runs to its end even if the caller leaves; a grant
+    /// Acquires `lock` as `ask` asks, waiting in the queue up to its
+    /// `wait_ms` (0: one try). Runs to its end even if the caller leaves; a grant
     /// nobody receives is given back.
     ///
     /// # Errors
     /// [`EngineError::LockHeld`] with the backoff policy's `retry_after_ms`;
     /// [`EngineError::TooManyWaiters`]; [`EngineError::ShuttingDown`];
     /// [`EngineError::Unavailable`].
-    pub fn acquire(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        ttl_ms: u64,
-        wait_ms: u64,
-        priority: i32,
-    ) -> impl std::future::Future<Output = Result<Grant, EngineError>> + Send + 'static {
-        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
-        finish(move |departure| async move {
-            let wish = Wish {
-                owner: &owner,
-                ttl_ms,
-                wait_ms,
-                priority,
-            };
-            engine.acquire_now(&lock, wish, departure).await
-        })
+    pub fn acquire(&self, lock: &LockRef, ask: &Ask) -> Op<Grant> {
+        let (engine, lock, ask) = (self.clone(), lock.clone(), ask.clone());
+        finish(
+            move |departure| async move { engine.acquire_now(&lock, ask.wish(), departure).await },
+        )
     }
 
     async fn acquire_now(
@@ -170,7 +157,7 @@ impl Engine {
             .conclude(lock, attempt, wish, &mut departure, lock_held)
             .await?;
         self.time_grant(lock, started);
-        Ok(lease.into())
+        Ok(lease)
     }
 
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
@@ -216,7 +203,7 @@ impl Engine {
                 let Some(row) = row else {
                     tx.rollback().await?;
                     drop(tx);
-                    self.create_row(lock, budget, &mut inserted).await?;
+                    self.create_header(lock, budget, &mut inserted).await?;
                     continue;
                 };
                 let (mut queued, row) = LeaseRow::of_lock(row);
@@ -261,24 +248,6 @@ impl Engine {
         .await
     }
 
-    /// Creates the row of a key never seen before (once per operation).
-    async fn create_row(
-        &self,
-        lock: &LockRef,
-        budget: Budget,
-        inserted: &mut bool,
-    ) -> Result<(), EngineError> {
-        if *inserted {
-            return Err(sqlx::Error::RowNotFound.into());
-        }
-        let mut conn = self.conn(budget).await?;
-        // Idempotent: a lost answer is simply tried again.
-        locks::insert_missing(&mut conn, lock.row()).await?;
-        conn.done();
-        *inserted = true;
-        Ok(())
-    }
-
     /// Releases one hold of `owner`'s lease with `token`; the last hold
     /// hands the lock to the next waiter, if any. Runs to its end even if
     /// the caller leaves.
@@ -286,12 +255,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
     /// changes); [`EngineError::Unavailable`] when the database failed.
-    pub fn release(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        token: u64,
-    ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
+    pub fn release(&self, lock: &LockRef, owner: &str, token: u64) -> Op<Released> {
         self.release_marked(lock, owner, token, super::lease::mark())
     }
 
@@ -306,7 +270,7 @@ impl Engine {
         owner: &str,
         token: u64,
         mark: u64,
-    ) -> impl std::future::Future<Output = Result<Released, EngineError>> + Send + 'static {
+    ) -> Op<Released> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
             match engine.batch_release(&lock, &owner, token, mark).await {
@@ -330,19 +294,13 @@ impl Engine {
     /// # Errors
     /// [`EngineError::LeaseLost`] once the lease has expired by the database
     /// clock, even if nobody took the lock since.
-    pub fn renew(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        token: u64,
-        ttl_ms: u64,
-    ) -> impl std::future::Future<Output = Result<Grant, EngineError>> + Send + 'static {
+    pub fn renew(&self, lock: &LockRef, owner: &str, token: u64, ttl_ms: u64) -> Op<Grant> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
             let lease = engine
                 .renew_seat(&lock, Seat::Whole, &owner, token, ttl_ms)
                 .await?;
-            Ok(lease.into())
+            Ok(lease)
         })
     }
 
@@ -350,37 +308,33 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`] when the database failed.
-    pub fn inspect(
-        &self,
-        lock: &LockRef,
-    ) -> impl std::future::Future<Output = Result<LockState, EngineError>> + Send + 'static {
+    pub fn inspect(&self, lock: &LockRef) -> Op<LockState> {
         let (engine, lock) = (self.clone(), lock.clone());
         finish(move |_| async move { engine.inspect_now(&lock).await })
     }
 
     pub(super) async fn inspect_now(&self, lock: &LockRef) -> Result<LockState, EngineError> {
-        let (waiters, row) = match self.read_row(lock).await? {
-            Some(row) => {
-                let (queued, row) = LeaseRow::of_lock(row);
-                (u64::from(queued), Some(row))
-            }
-            None => (0, None),
+        // The key's row as a listing reads it: the first of the stretch of
+        // keys that start with it, if that is the key itself.
+        let stretch = Stretch {
+            tenant: &lock.tenant,
+            after: None,
+            prefix: lock.storage_key.as_bytes(),
+            limit: 1,
         };
-        let live = row.as_ref().and_then(|r| r.live_owner().map(|o| (r, o)));
-        Ok(match live {
-            Some((row, owner)) => LockState {
-                held: true,
-                owner: Some(String::from_utf8_lossy(owner).into_owned()),
-                token: Some(row.token),
-                expires_at: row.expires_at,
-                waiters,
-            },
+        let sql = listing::locks(lock.kind, &stretch);
+        let entries: Vec<Entry<LockEntry>> = self.stretch(&sql, stretch).await?;
+        let key = lock.storage_key.as_bytes();
+        Ok(match entries.iter().find(|e| e.entry_key == key) {
+            Some(entry) => LockState::of(entry.live, &entry.row),
             None => LockState {
                 held: false,
                 owner: None,
                 token: None,
+                hold_count: None,
+                acquired_at: None,
                 expires_at: None,
-                waiters,
+                waiters: 0,
             },
         })
     }
@@ -393,11 +347,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`] when the database failed.
-    pub fn validate(
-        &self,
-        lock: &LockRef,
-        token: u64,
-    ) -> impl std::future::Future<Output = Result<Validity, EngineError>> + Send + 'static {
+    pub fn validate(&self, lock: &LockRef, token: u64) -> Op<Validity> {
         let (engine, lock) = (self.clone(), lock.clone());
         finish(move |_| async move {
             let state = engine.inspect_now(&lock).await?;

@@ -42,9 +42,13 @@ mod brokers;
 mod delay;
 mod detach;
 mod election;
+mod events;
+#[cfg(test)]
+mod fixtures;
 mod force;
 mod history;
 mod lease;
+mod listing;
 mod lock;
 mod multilock;
 pub mod pacing;
@@ -67,6 +71,7 @@ use tokio::{
 
 use crate::{
     metrics::Metrics,
+    policy::Delays,
     store::{
         self,
         db::Db,
@@ -76,15 +81,17 @@ use crate::{
     tenant::Tenant,
 };
 
-pub use delay::Delays;
 pub use election::{Leadership, Observation};
+pub use events::{Event, Subscription};
 pub use force::Forced;
 pub use history::LockEvent;
+pub use lease::Ask;
+pub use listing::{Listing, Span};
 pub use lock::{Grant, LockState, Released, Validity};
 pub use multilock::{MultiRelease, MULTILOCK_MAX_KEYS};
 pub use pacing::Pacing;
 pub use rwlock::{RwGrant, RwHolder, RwMode, RwState};
-pub use seat::Seat;
+pub use seat::{Lease, Seat};
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
 pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};
 
@@ -93,6 +100,10 @@ pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};
 pub const BROKER_DEAD_AFTER: Duration = Duration::from_millis(1000);
 /// How often a broker says it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
+
+/// An engine operation under way: it runs to its end even if the caller
+/// stops waiting for it (`detach`), and answers `T` or why not.
+pub type Op<T> = detach::Finish<Result<T, EngineError>>;
 
 /// Why an operation did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +128,9 @@ pub enum EngineError {
     /// lease).
     #[error("the lock is not held")]
     NotHeld,
+    /// The tenant already has its most event streams open on this broker.
+    #[error("too many event streams for this tenant")]
+    TooManyStreams,
     /// A multi-lock names one storage key twice.
     #[error("the key {key:?} names the storage key {storage_key:?} already named by another key")]
     DuplicateKey { key: String, storage_key: String },
@@ -371,6 +385,8 @@ pub struct Inner {
     wake: wake::Wake,
     /// Uncontended operations gathered for the next shared transaction.
     batcher: batch::Batcher,
+    /// The feed of every change, for event streams.
+    feed: events::Feed,
     /// Keys (tenant, storage key) with a timer to hand them on when their
     /// lock-delay or minimum hold ends (`delay`).
     delayed: Mutex<std::collections::HashSet<(String, String)>>,
@@ -402,6 +418,7 @@ impl Engine {
             pollers: election::Pollers::default(),
             wake: wake::Wake::default(),
             batcher: batch::Batcher::default(),
+            feed: events::Feed::default(),
             delayed: Mutex::new(std::collections::HashSet::new()),
         }))
     }
@@ -443,6 +460,24 @@ impl Engine {
         let mut conn = self.db.acquire(budget.deadline).await?;
         conn.begin().await?;
         Ok(conn)
+    }
+
+    /// Creates the header of a key never seen before (at most once per
+    /// operation: a second call means it vanished again, an error).
+    async fn create_header(
+        &self,
+        lock: &LockRef,
+        budget: Budget,
+        inserted: &mut bool,
+    ) -> Result<(), EngineError> {
+        if *inserted {
+            return Err(sqlx::Error::RowNotFound.into());
+        }
+        let mut conn = self.conn(budget).await?;
+        seat::create_header(&mut conn, lock).await?;
+        conn.done();
+        *inserted = true;
+        Ok(())
     }
 
     /// True when the database answers a trivial query within a second.
@@ -506,6 +541,39 @@ impl Engine {
             self.metrics.inc("lockbroker_db_retries_total", &[]);
             tracing::debug!(attempt, error = %err, "retrying");
             tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Runs `pass` every `interval`, handing it the count of ticks so far,
+    /// until `stop`. A failed pass is counted in the counter `errors` and
+    /// logged as `failed`, at most once every 10 s (the database may be down
+    /// for a while).
+    async fn every<F, Fut>(
+        &self,
+        interval: Duration,
+        mut stop: watch::Receiver<bool>,
+        errors: &'static str,
+        failed: &str,
+        mut pass: F,
+    ) where
+        F: FnMut(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<(), EngineError>>,
+    {
+        let mut tick = 0u32;
+        let mut last_warning: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = crate::shutdown::stopped(&mut stop) => return,
+            }
+            tick = tick.wrapping_add(1);
+            if let Err(err) = pass(tick).await {
+                self.metrics.inc(errors, &[]);
+                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!(error = %err, "{failed}");
+                    last_warning = Some(Instant::now());
+                }
+            }
         }
     }
 

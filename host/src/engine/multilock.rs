@@ -44,7 +44,7 @@ use super::{
     queue::{Delivery, Queued},
     seat::{self, Lease, LeaseRow, Seat},
     settle::Expect,
-    DbFailure, Engine, EngineError, LockRef,
+    Ask, DbFailure, Engine, EngineError, LockRef, Op,
 };
 use crate::store::{self, history::EventKind, locks, pool::Conn, Failure, Locking};
 
@@ -94,8 +94,9 @@ const PASS_ON_PAUSE_MS: u64 = 16;
 type Rows = Vec<(u32, LeaseRow)>;
 
 impl Engine {
-    /// Acquires every lock of `set` for `owner`, all or none, waiting up to
-    /// `wait_ms` (0: one try). The set is taken in storage-key order
+    /// Acquires every lock of `set` as `ask` asks, all or none, waiting up
+    /// to its `wait_ms` (0: one try; waiting, queued on the first busy key
+    /// with its `priority`). The set is taken in storage-key order
     /// whatever order it comes in; the grants come back in that order.
     /// Runs to its end even if the caller leaves; a grant nobody receives
     /// is given back.
@@ -104,24 +105,11 @@ impl Engine {
     /// [`EngineError::DuplicateKey`] when two keys name one storage key;
     /// [`EngineError::LockHeld`]; [`EngineError::TooManyWaiters`];
     /// [`EngineError::ShuttingDown`]; [`EngineError::Unavailable`].
-    pub fn multi_acquire(
-        &self,
-        set: Vec<LockRef>,
-        owner: &str,
-        ttl_ms: u64,
-        wait_ms: u64,
-    ) -> impl std::future::Future<Output = Result<Vec<(LockRef, Grant)>, EngineError>> + Send + 'static
-    {
-        let (engine, owner) = (self.clone(), owner.to_owned());
+    pub fn multi_acquire(&self, set: Vec<LockRef>, ask: &Ask) -> Op<Vec<(LockRef, Grant)>> {
+        let (engine, ask) = (self.clone(), ask.clone());
         finish(move |departure| async move {
             let set = in_lock_order(set)?;
-            let wish = Wish {
-                owner: &owner,
-                ttl_ms,
-                wait_ms,
-                priority: 0,
-            };
-            engine.multi_acquire_now(&set, wish, departure).await
+            engine.multi_acquire_now(&set, ask.wish(), departure).await
         })
     }
 
@@ -213,11 +201,7 @@ impl Engine {
             return Err(EngineError::ShuttingDown);
         }
         self.time_grant(&set[0], started);
-        Ok(set
-            .iter()
-            .cloned()
-            .zip(leases.into_iter().map(Grant::from))
-            .collect())
+        Ok(set.iter().cloned().zip(leases).collect())
     }
 
     /// One all-or-nothing try at `set` (in lock order), `handed` counted
@@ -285,14 +269,7 @@ impl Engine {
                             if !filled {
                                 events.extend(history::expiry(lock, row));
                             }
-                            let (owner, at) = (lease.owner.as_bytes(), Some(lease.granted_at()));
-                            events.extend(history::event(
-                                lock,
-                                EventKind::Granted,
-                                owner,
-                                lease.token,
-                                at,
-                            ));
+                            events.extend(history::granted(lock, &lease));
                         }
                         leases.push(lease);
                     }
@@ -455,8 +432,7 @@ impl Engine {
         held: Vec<(LockRef, u64)>,
         owner: &str,
         ttl_ms: u64,
-    ) -> impl std::future::Future<Output = Result<Vec<(LockRef, Grant)>, EngineError>> + Send + 'static
-    {
+    ) -> Op<Vec<(LockRef, Grant)>> {
         let (engine, owner) = (self.clone(), owner.to_owned());
         finish(move |_| async move {
             let held = held_in_lock_order(held)?;
@@ -492,10 +468,7 @@ impl Engine {
                     Ok(leases)
                 })
                 .await?;
-            Ok(set
-                .into_iter()
-                .zip(leases.into_iter().map(Grant::from))
-                .collect())
+            Ok(set.into_iter().zip(leases).collect())
         })
     }
 
@@ -508,11 +481,7 @@ impl Engine {
     /// [`EngineError::LeaseLost`] when none of them is held (nothing
     /// changes); [`EngineError::DuplicateKey`];
     /// [`EngineError::Unavailable`].
-    pub fn multi_release(
-        &self,
-        held: Vec<(LockRef, u64)>,
-        owner: &str,
-    ) -> impl std::future::Future<Output = Result<MultiRelease, EngineError>> + Send + 'static {
+    pub fn multi_release(&self, held: Vec<(LockRef, u64)>, owner: &str) -> Op<MultiRelease> {
         let (engine, owner) = (self.clone(), owner.to_owned());
         finish(move |_| async move {
             let held = held_in_lock_order(held)?;
@@ -533,15 +502,7 @@ impl Engine {
                             continue;
                         }
                         if row.hold_count > 1 {
-                            let lease = Lease {
-                                seat: Seat::Whole,
-                                owner: owner.clone(),
-                                token: *token,
-                                hold_count: row.hold_count - 1,
-                                ttl_ms: row.remaining_ms(),
-                                expires_at: row.expires_at.unwrap_or(row.now),
-                                fresh: false,
-                            };
+                            let lease = row.less_one_hold(&owner);
                             seat::write(&mut tx, lock, &lease).await?;
                             expect.get_or_insert((lock, Expect::lease(&lease)));
                             results.push(Some(Released {
@@ -610,41 +571,11 @@ fn held_in_lock_order(held: Vec<(LockRef, u64)>) -> Result<Vec<(LockRef, u64)>, 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::store::Kind;
 
-    /// Pacing is never asked here.
-    struct Unused;
-
-    impl crate::engine::Pacing for Unused {
-        fn always_oldest(&self) -> bool {
-            true
-        }
-        fn pick_next<'a>(
-            &'a self,
-            _key: &'a str,
-            _waiters: Vec<crate::policy::Waiter>,
-        ) -> crate::engine::pacing::Pending<'a, usize> {
-            Box::pin(async { 0 })
-        }
-        fn next_delay(
-            &self,
-            _contention: crate::policy::Contention,
-        ) -> crate::engine::pacing::Pending<'_, crate::policy::Decision> {
-            Box::pin(async { crate::policy::Decision::GiveUp })
-        }
-    }
-
     fn lock(key: &str, storage_key: &str) -> LockRef {
-        crate::engine::Scope {
-            tenant: "t".into(),
-            max_waiters: 10,
-            pacing: Arc::new(Unused),
-            delays: Default::default(),
-        }
-        .lock(Kind::Lock, key.into(), storage_key.into())
+        crate::engine::fixtures::lock(Kind::Lock, key, storage_key)
     }
 
     #[test]

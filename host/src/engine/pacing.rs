@@ -6,9 +6,8 @@
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
-use super::Delays;
 use crate::{
-    policy::{Contention, Decision, Waiter},
+    policy::{Contention, Decision, Delays, Waiter},
     tenant::Tenant,
 };
 

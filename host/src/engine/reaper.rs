@@ -13,7 +13,7 @@
 //! key's header row with `SKIP LOCKED`: several brokers' reapers never wait
 //! for each other, and never for a grant in progress.
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::atomic::Ordering, time::Duration};
 
 use tokio::sync::watch;
 
@@ -46,37 +46,31 @@ impl Engine {
         scopes: Vec<Scope>,
         interval: Duration,
         retention: Duration,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) {
         let tenants: HashMap<Vec<u8>, Scope> = scopes
             .into_iter()
             .map(|t| (t.tenant.clone().into_bytes(), t))
             .collect();
-        let mut tick = 0u32;
-        let mut backlog = false;
-        let mut last_warning: Option<tokio::time::Instant> = None;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(interval) => {}
-                () = crate::shutdown::stopped(&mut stop) => return,
-            }
-            tick = tick.wrapping_add(1);
-            let prune = (backlog || tick.is_multiple_of(PRUNE_EVERY)).then_some(retention);
-            let reaped = self
-                .reap_once(&tenants, tick.is_multiple_of(SWEEP_EVERY), prune)
-                .await;
-            if let Ok(full) = reaped {
-                backlog = full;
-            }
-            if let Err(err) = reaped {
-                self.metrics.inc("lockbroker_reaper_errors_total", &[]);
-                // At most one warning every 10 s: the database may be down.
-                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                    tracing::warn!(error = %err, "reaper pass failed");
-                    last_warning = Some(tokio::time::Instant::now());
-                }
-            }
-        }
+        // A pruning that deleted a full batch prunes again next tick.
+        let backlog = std::sync::atomic::AtomicBool::new(false);
+        let errors = "lockbroker_reaper_errors_total";
+        let (engine, tenants, backlog) = (&self, &tenants, &backlog);
+        self.every(
+            interval,
+            stop,
+            errors,
+            "reaper pass failed",
+            |tick| async move {
+                let prune = (backlog.load(Ordering::Relaxed) || tick.is_multiple_of(PRUNE_EVERY))
+                    .then_some(retention);
+                let sweep = tick.is_multiple_of(SWEEP_EVERY);
+                let full = engine.reap_once(tenants, sweep, prune).await?;
+                backlog.store(full, Ordering::Relaxed);
+                Ok(())
+            },
+        )
+        .await;
     }
 
     /// One pass; whether a pruning deleted a full batch (more may be due).

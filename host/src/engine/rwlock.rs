@@ -39,14 +39,16 @@ use chrono::NaiveDateTime;
 
 use super::{
     detach::{finish, Departure},
+    history,
     lease::{mark, Attempt, Wish},
     plus_ms,
     queue::Delivery,
     seat::{Lease, Seat},
     settle::Expect,
-    Budget, Engine, EngineError, LockRef,
+    Ask, Budget, Engine, EngineError, LockRef, Op,
 };
 use crate::store::{
+    history::EventKind,
     pool::Conn,
     rwlocks::{self, HeaderRow, ReaderRow},
     waiters::{self, Undelivered},
@@ -151,6 +153,20 @@ impl Held {
         self.readers.iter().find(|r| r.owner == owner.as_bytes())
     }
 
+    /// The mode of `owner`'s live lease with `token`, if it has one.
+    fn held_by(&self, owner: &str, token: u64) -> Option<RwMode> {
+        if self
+            .writer()
+            .is_some_and(|(w, t, _)| w == owner.as_bytes() && t == token)
+        {
+            Some(RwMode::Write)
+        } else if self.reader(owner).is_some_and(|r| r.token == token) {
+            Some(RwMode::Read)
+        } else {
+            None
+        }
+    }
+
     /// Whether `owner` may have `mode` now (see the module docs).
     fn decide(&self, owner: &str, mode: RwMode) -> Decision {
         let writer = self.writer();
@@ -242,31 +258,19 @@ impl RwGrant {
 }
 
 impl Engine {
-    /// Takes `lock` (a rwlock) in `mode` for `owner`, waiting in the queue
-    /// up to `wait_ms` (0: one try). Runs to its end even if the caller
+    /// Takes `lock` (a rwlock) in `mode` as `ask` asks, waiting in the
+    /// queue up to its `wait_ms` (0: one try). Runs to its end even if the caller
     /// leaves; a grant nobody receives is given back.
     ///
     /// # Errors
     /// [`EngineError::LockHeld`], [`EngineError::TooManyWaiters`],
     /// [`EngineError::ShuttingDown`], [`EngineError::Unavailable`].
-    pub fn acquire_rw(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        mode: RwMode,
-        ttl_ms: u64,
-        wait_ms: u64,
-        priority: i32,
-    ) -> impl std::future::Future<Output = Result<RwGrant, EngineError>> + Send + 'static {
-        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+    pub fn acquire_rw(&self, lock: &LockRef, ask: &Ask, mode: RwMode) -> Op<RwGrant> {
+        let (engine, lock, ask) = (self.clone(), lock.clone(), ask.clone());
         finish(move |departure| async move {
-            let wish = Wish {
-                owner: &owner,
-                ttl_ms,
-                wait_ms,
-                priority,
-            };
-            engine.acquire_rw_now(&lock, wish, mode, departure).await
+            engine
+                .acquire_rw_now(&lock, ask.wish(), mode, departure)
+                .await
         })
     }
 
@@ -314,7 +318,7 @@ impl Engine {
                 let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
                     tx.rollback().await?;
                     drop(tx);
-                    self.create_rw_row(lock, budget, &mut inserted).await?;
+                    self.create_header(lock, budget, &mut inserted).await?;
                     continue;
                 };
                 let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
@@ -332,7 +336,19 @@ impl Engine {
                         held.set(mode, &lease);
                         lease
                     }
-                    Decision::Grant => held.grant(wish.owner, mode, wish.ttl_ms),
+                    Decision::Grant => {
+                        let lease = held.grant(wish.owner, mode, wish.ttl_ms);
+                        let now = held.now();
+                        history::note(
+                            &mut tx,
+                            lock,
+                            EventKind::Granted,
+                            &lease.owner,
+                            lease.token,
+                            now,
+                        );
+                        lease
+                    }
                     Decision::Busy => {
                         let busy = Attempt::Busy {
                             remaining_ms: held.remaining_ms(),
@@ -396,24 +412,6 @@ impl Engine {
         Ok(Attempt::Queued(waiter))
     }
 
-    /// Creates the header of a key never seen before (once per operation).
-    async fn create_rw_row(
-        &self,
-        lock: &LockRef,
-        budget: Budget,
-        inserted: &mut bool,
-    ) -> Result<(), EngineError> {
-        if *inserted {
-            return Err(sqlx::Error::RowNotFound.into());
-        }
-        let mut conn = self.conn(budget).await?;
-        // Idempotent: a lost answer is simply tried again.
-        rwlocks::insert_missing(&mut conn, &lock.tenant, &lock.storage_key).await?;
-        conn.done();
-        *inserted = true;
-        Ok(())
-    }
-
     /// The header, locked as asked, and the live readers; expired reader
     /// rows are deleted on the way. `None` for a key never used (or, with
     /// `SkipLocked`, one another transaction holds).
@@ -427,11 +425,33 @@ impl Engine {
         let Some(header) = rwlocks::header(tx, tenant, key, locking).await? else {
             return Ok(None);
         };
+        let mut header = header;
         let mut readers = rwlocks::readers(tx, tenant, key).await?;
-        let before = readers.len();
-        readers.retain(|r| r.expires_at > header.now);
-        if readers.len() < before {
+        // Leases that ran out end here, recorded with the transaction: the
+        // expired readers' rows are deleted, an expired writer cleared
+        // (every transaction that commits writes the header back).
+        let (live, expired): (Vec<_>, Vec<_>) =
+            readers.drain(..).partition(|r| r.expires_at > header.now);
+        readers = live;
+        for r in &expired {
+            let owner = String::from_utf8_lossy(&r.owner);
+            history::note(tx, lock, EventKind::Expired, &owner, r.token, r.expires_at);
+        }
+        if !expired.is_empty() {
             rwlocks::delete_expired_readers(tx, tenant, key).await?;
+        }
+        if let (Some(owner), Some(token), Some(at)) = (
+            &header.writer,
+            header.writer_token,
+            header.writer_expires_at,
+        ) {
+            if at <= header.now {
+                let owner = String::from_utf8_lossy(owner).into_owned();
+                history::note(tx, lock, EventKind::Expired, &owner, token, at);
+                header.writer = None;
+                header.writer_token = None;
+                header.writer_expires_at = None;
+            }
         }
         Ok(Some(Held { header, readers }))
     }
@@ -504,6 +524,8 @@ impl Engine {
             }
             let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
             let lease = held.grant(&owner, mode, waiter.ttl_ms);
+            let now = held.now();
+            history::note(tx, lock, EventKind::HandedOff, &owner, lease.token, now);
             if mode == RwMode::Read {
                 self.rw_put_reader(tx, lock, &lease).await?;
             }
@@ -519,12 +541,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::LeaseLost`] when that lease is not live (nothing
     /// changes); [`EngineError::Unavailable`].
-    pub fn release_rw(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        token: u64,
-    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static {
+    pub fn release_rw(&self, lock: &LockRef, owner: &str, token: u64) -> Op<()> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move { engine.release_rw_now(&lock, &owner, token, mark()).await })
     }
@@ -541,29 +558,28 @@ impl Engine {
         let budget = self.budget();
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
-                tx.rollback().await?;
-                return Err(EngineError::LeaseLost);
-            };
-            if held.header.changed_by == Some(mark) {
+            let read = self.rw_read(&mut tx, lock, Locking::Wait).await?;
+            if read
+                .as_ref()
+                .is_some_and(|h| h.header.changed_by == Some(mark))
+            {
                 // An earlier attempt of this release committed.
                 tx.rollback().await?;
                 return Ok(());
             }
-            let writes = held
-                .writer()
-                .is_some_and(|(w, t, _)| w == owner.as_bytes() && t == token);
-            let reads = held.reader(owner).is_some_and(|r| r.token == token);
-            if writes {
+            let held = read.and_then(|h| h.held_by(owner, token).map(|mode| (h, mode)));
+            let Some((mut held, mode)) = held else {
+                tx.rollback().await?;
+                return Err(EngineError::LeaseLost);
+            };
+            history::note(&mut tx, lock, EventKind::Released, owner, token, held.now());
+            if mode == RwMode::Write {
                 held.header.writer = None;
                 held.header.writer_token = None;
                 held.header.writer_expires_at = None;
-            } else if reads {
+            } else {
                 rwlocks::delete_reader(&mut tx, &lock.tenant, &lock.storage_key, owner).await?;
                 held.readers.retain(|r| r.owner != owner.as_bytes());
-            } else {
-                tx.rollback().await?;
-                return Err(EngineError::LeaseLost);
             }
             let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
             self.rw_write(&mut tx, lock, &held, mark).await?;
@@ -581,13 +597,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::LeaseLost`] once it has expired, even if nobody took
     /// the key since.
-    pub fn renew_rw(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        token: u64,
-        ttl_ms: u64,
-    ) -> impl std::future::Future<Output = Result<RwGrant, EngineError>> + Send + 'static {
+    pub fn renew_rw(&self, lock: &LockRef, owner: &str, token: u64, ttl_ms: u64) -> Op<RwGrant> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move { engine.renew_rw_now(&lock, &owner, token, ttl_ms).await })
     }
@@ -602,18 +612,9 @@ impl Engine {
         let budget = self.budget();
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
-            let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
-                tx.rollback().await?;
-                return Err(EngineError::LeaseLost);
-            };
-            let mode = if held
-                .writer()
-                .is_some_and(|(w, t, _)| w == owner.as_bytes() && t == token)
-            {
-                RwMode::Write
-            } else if held.reader(owner).is_some_and(|r| r.token == token) {
-                RwMode::Read
-            } else {
+            let read = self.rw_read(&mut tx, lock, Locking::Wait).await?;
+            let held = read.and_then(|h| h.held_by(owner, token).map(|mode| (h, mode)));
+            let Some((mut held, mode)) = held else {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
@@ -704,20 +705,26 @@ impl Engine {
         held: &mut Held,
         grant: &Undelivered,
     ) -> Result<(), EngineError> {
-        let h = &mut held.header;
-        if h.writer.as_deref() == Some(&grant.owner[..])
-            && h.writer_token == Some(grant.granted_token)
-        {
+        let owner = String::from_utf8_lossy(&grant.owner).into_owned();
+        let Some(mode) = held.held_by(&owner, grant.granted_token) else {
+            return Ok(());
+        };
+        // Its `handed_off` was recorded: record its end.
+        let now = held.now();
+        history::note(
+            tx,
+            lock,
+            EventKind::Released,
+            &owner,
+            grant.granted_token,
+            now,
+        );
+        if mode == RwMode::Write {
+            let h = &mut held.header;
             h.writer = None;
             h.writer_token = None;
             h.writer_expires_at = None;
-        }
-        let reader = held
-            .readers
-            .iter()
-            .any(|r| r.owner == grant.owner && r.token == grant.granted_token);
-        if reader {
-            let owner = String::from_utf8_lossy(&grant.owner);
+        } else {
             rwlocks::delete_reader(tx, &lock.tenant, &lock.storage_key, &owner).await?;
             held.readers.retain(|r| r.owner != grant.owner);
         }
@@ -728,10 +735,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
-    pub fn inspect_rw(
-        &self,
-        lock: &LockRef,
-    ) -> impl std::future::Future<Output = Result<RwState, EngineError>> + Send + 'static {
+    pub fn inspect_rw(&self, lock: &LockRef) -> Op<RwState> {
         let (engine, lock) = (self.clone(), lock.clone());
         finish(move |_| async move { engine.inspect_rw_now(&lock).await })
     }
@@ -780,12 +784,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(ms: i64) -> NaiveDateTime {
-        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
-            .unwrap()
-            .naive_utc()
-    }
+    use crate::engine::fixtures::at;
 
     fn held(writer: Option<(&str, u64, i64)>, readers: &[(&str, u64)], queued: u32) -> Held {
         Held {

@@ -19,7 +19,7 @@ use crate::store::{
     locks::{self, LockRow},
     pool::Conn,
     rwlocks,
-    semaphores::{self, SlotRow},
+    semaphores::{self, SlotKey, SlotRow},
     Kind, Locking,
 };
 
@@ -106,6 +106,20 @@ impl LeaseRow {
         self.live_owner() == Some(owner.as_bytes()) && self.token == token
     }
 
+    /// `owner`'s live lease of this row after one of its several holds is
+    /// released (the row is `owned_by` it, with a `hold_count` over 1).
+    pub fn less_one_hold(&self, owner: &str) -> Lease {
+        Lease {
+            seat: self.seat,
+            owner: owner.to_owned(),
+            token: self.token,
+            hold_count: self.hold_count - 1,
+            ttl_ms: self.remaining_ms(),
+            expires_at: self.expires_at.unwrap_or(self.now),
+            fresh: false,
+        }
+    }
+
     /// Milliseconds left on a live lease, 0 otherwise.
     pub fn remaining_ms(&self) -> u64 {
         match (self.live_owner(), self.expires_at) {
@@ -119,7 +133,7 @@ impl LeaseRow {
 
 /// A lease as the engine grants, renews and hands it on, whatever its seat.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Lease {
+pub struct Lease {
     pub seat: Seat,
     pub owner: String,
     /// The fencing token: strictly increasing per seat across all grants.
@@ -137,6 +151,15 @@ impl Lease {
     /// less its TTL (both from the clock read with its row).
     pub fn granted_at(&self) -> NaiveDateTime {
         self.expires_at - chrono::Duration::milliseconds(i64::try_from(self.ttl_ms).unwrap_or(0))
+    }
+}
+
+/// Slot `n` of the semaphore `lock`.
+fn slot_key(lock: &LockRef, n: u32) -> SlotKey<'_> {
+    SlotKey {
+        tenant: &lock.tenant,
+        key: &lock.storage_key,
+        slot: n,
     }
 }
 
@@ -160,6 +183,19 @@ pub(super) async fn header(
     })
 }
 
+/// Creates the header of a key never seen before, in its own autocommit
+/// statement (two first acquirers racing both succeed; they then meet on
+/// the row lock as usual). Idempotent: a lost answer is simply tried again.
+/// A semaphore's header is made with its size (`Engine::ensure`).
+pub(super) async fn create_header(conn: &mut Conn, lock: &LockRef) -> sqlx::Result<()> {
+    match lock.kind {
+        Kind::Lock | Kind::Election => locks::insert_missing(conn, lock.row()).await?,
+        Kind::RwLock => rwlocks::insert_missing(conn, &lock.tenant, &lock.storage_key).await?,
+        Kind::Semaphore => unreachable!("a semaphore is created with its size"),
+    };
+    Ok(())
+}
+
 /// The seat's row, row-locked.
 pub(super) async fn read(
     conn: &mut Conn,
@@ -170,7 +206,7 @@ pub(super) async fn read(
         Seat::Whole => locks::select(conn, lock.row(), Locking::Wait)
             .await?
             .map(|row| LeaseRow::of_lock(row).1),
-        Seat::Slot(n) => semaphores::slot_for_update(conn, &lock.tenant, &lock.storage_key, n)
+        Seat::Slot(n) => semaphores::slot_for_update(conn, slot_key(lock, n))
             .await?
             .map(LeaseRow::of_slot),
     })
@@ -241,17 +277,8 @@ pub(super) async fn write_marked(
             locks::write_lease(conn, lock.row(), write).await?;
         }
         Seat::Slot(n) => {
-            semaphores::write_slot(
-                conn,
-                &lock.tenant,
-                &lock.storage_key,
-                n,
-                &lease.owner,
-                lease.token,
-                lease.expires_at,
-                released_by,
-            )
-            .await?;
+            let holder = (lease.owner.as_str(), lease.token, lease.expires_at);
+            semaphores::write_slot(conn, slot_key(lock, n), holder, released_by).await?;
         }
     }
     if lease.fresh && lock.kind == Kind::Election {
@@ -283,9 +310,7 @@ pub(super) async fn free(
             let not_before = delay::after_free(row, lock.delays);
             locks::free(conn, lock.row(), released_by, not_before).await?
         }
-        Seat::Slot(n) => {
-            semaphores::free_slot(conn, &lock.tenant, &lock.storage_key, n, released_by).await?
-        }
+        Seat::Slot(n) => semaphores::free_slot(conn, slot_key(lock, n), released_by).await?,
     };
     Ok(())
 }
@@ -304,16 +329,7 @@ pub(super) async fn free_alone(
     match seat {
         Seat::Whole => locks::free_if_alone(conn, lock.row(), owner, token, 1, released_by).await,
         Seat::Slot(n) => {
-            semaphores::free_if_alone(
-                conn,
-                &lock.tenant,
-                &lock.storage_key,
-                n,
-                owner,
-                token,
-                released_by,
-            )
-            .await
+            semaphores::free_if_alone(conn, slot_key(lock, n), (owner, token), released_by).await
         }
     }
 }
@@ -321,38 +337,14 @@ pub(super) async fn free_alone(
 /// Adds `delta` to the header's count of pending waiters (the caller holds
 /// the header).
 pub(super) async fn add_queued(conn: &mut Conn, lock: &LockRef, delta: i64) -> sqlx::Result<()> {
-    match lock.kind {
-        Kind::Semaphore => {
-            semaphores::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?
-        }
-        Kind::Lock | Kind::Election => locks::add_queued(conn, lock.row(), delta).await?,
-        Kind::RwLock => rwlocks::add_queued(conn, &lock.tenant, &lock.storage_key, delta).await?,
-    };
+    crate::store::add_queued(conn, lock.row(), delta).await?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(ms: i64) -> NaiveDateTime {
-        chrono::DateTime::from_timestamp_millis(1_800_000_000_000 + ms)
-            .unwrap()
-            .naive_utc()
-    }
-
-    fn row(owner: Option<&str>, token: u64, expires_ms: Option<i64>) -> LeaseRow {
-        LeaseRow {
-            seat: Seat::Whole,
-            owner: owner.map(|o| o.as_bytes().to_vec()),
-            token,
-            hold_count: 1,
-            expires_at: expires_ms.map(at),
-            released_by: None,
-            not_before: None,
-            now: at(0),
-        }
-    }
+    use crate::engine::fixtures::{at, row};
 
     #[test]
     fn a_lease_is_live_until_its_expiry_by_the_database_clock() {

@@ -12,10 +12,11 @@ use chrono::NaiveDateTime;
 
 use super::{
     detach::{finish, Departure},
+    history,
     lease::{Attempt, Wish},
     plus_ms,
     seat::{self, Lease, LeaseRow, Seat},
-    Budget, Engine, EngineError, LockRef,
+    Ask, Budget, Engine, EngineError, LockRef, Op,
 };
 use crate::store::{pool::Conn, semaphores, Locking};
 
@@ -70,8 +71,8 @@ fn full(retry_after_ms: u64) -> EngineError {
 }
 
 impl Engine {
-    /// Takes a permit of `lock` (a semaphore of `permits` slots) for
-    /// `owner`, waiting in the queue up to `wait_ms`. An owner that already
+    /// Takes a permit of `lock` (a semaphore of `permits` slots) as `ask`
+    /// asks, waiting in the queue up to its `wait_ms`. An owner that already
     /// holds a live permit gets that one back, renewed. Runs to its end
     /// even if the caller leaves; a permit nobody receives is given back.
     ///
@@ -79,26 +80,11 @@ impl Engine {
     /// [`EngineError::SemaphoreFull`], [`EngineError::PermitsMismatch`],
     /// [`EngineError::TooManyWaiters`], [`EngineError::ShuttingDown`],
     /// [`EngineError::Unavailable`].
-    pub fn acquire_permit(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        permits: u32,
-        ttl_ms: u64,
-        wait_ms: u64,
-        priority: i32,
-    ) -> impl std::future::Future<Output = Result<SemaphoreGrant, EngineError>> + Send + 'static
-    {
-        let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
+    pub fn acquire_permit(&self, lock: &LockRef, ask: &Ask, permits: u32) -> Op<SemaphoreGrant> {
+        let (engine, lock, ask) = (self.clone(), lock.clone(), ask.clone());
         finish(move |departure| async move {
-            let wish = Wish {
-                owner: &owner,
-                ttl_ms,
-                wait_ms,
-                priority,
-            };
             engine
-                .acquire_permit_now(&lock, wish, permits, departure)
+                .acquire_permit_now(&lock, ask.wish(), permits, departure)
                 .await
         })
     }
@@ -191,7 +177,11 @@ impl Engine {
         Ok(match mine {
             Some(row) => Some(lease(row, false)),
             None if queued > 0 => None,
-            None => seat::free_one(tx, lock).await?.map(|row| lease(row, true)),
+            None => seat::free_one(tx, lock).await?.map(|row| {
+                // A slot whose lease ran out is taken over: record its end.
+                history::note_expired(tx, lock, &row);
+                lease(row, true)
+            }),
         })
     }
 
@@ -253,13 +243,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`] when that permit is not live.
-    pub fn release_slot(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        slot: u32,
-        token: u64,
-    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'static {
+    pub fn release_slot(&self, lock: &LockRef, owner: &str, slot: u32, token: u64) -> Op<()> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
             engine
@@ -280,8 +264,7 @@ impl Engine {
         slot: u32,
         token: u64,
         ttl_ms: u64,
-    ) -> impl std::future::Future<Output = Result<SemaphoreGrant, EngineError>> + Send + 'static
-    {
+    ) -> Op<SemaphoreGrant> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
         finish(move |_| async move {
             let permits = engine.permits(&lock).await?;
@@ -309,11 +292,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
-    pub fn inspect_semaphore(
-        &self,
-        lock: &LockRef,
-    ) -> impl std::future::Future<Output = Result<SemaphoreState, EngineError>> + Send + 'static
-    {
+    pub fn inspect_semaphore(&self, lock: &LockRef) -> Op<SemaphoreState> {
         let (engine, lock) = (self.clone(), lock.clone());
         finish(move |_| async move { engine.inspect_semaphore_now(&lock).await })
     }

@@ -170,18 +170,7 @@ impl Engine {
         session: &Session,
         budget: Budget,
     ) -> Result<bool, ()> {
-        loop {
-            match self.settle_once(lock, expect, session, budget).await {
-                Ok(happened) => return Ok(happened),
-                Err(err) => {
-                    tracing::debug!(error = %err, "cannot settle a lost commit yet");
-                    if budget.left() <= SETTLE_PAUSE {
-                        return Err(());
-                    }
-                    tokio::time::sleep(SETTLE_PAUSE).await;
-                }
-            }
-        }
+        until_answered(budget, || self.settle_once(lock, expect, session, budget)).await
     }
 
     async fn settle_once(
@@ -223,18 +212,8 @@ impl Engine {
             deadline: conn.deadline().max(Instant::now() + SETTLE_AT_LEAST),
         };
         drop(conn);
-        let outcome = loop {
-            match self.settle_all_once(members, &session, budget).await {
-                Ok(found) => break Ok(found),
-                Err(err) => {
-                    tracing::debug!(error = %err, "cannot settle a lost batch commit yet");
-                    if budget.left() <= SETTLE_PAUSE {
-                        break Err(());
-                    }
-                    tokio::time::sleep(SETTLE_PAUSE).await;
-                }
-            }
-        };
+        let outcome =
+            until_answered(budget, || self.settle_all_once(members, &session, budget)).await;
         let count = |label| {
             self.metrics
                 .inc("lockbroker_lost_commits_total", &[("outcome", label)]);
@@ -337,4 +316,25 @@ struct Session {
     server: String,
     id: u64,
     server_started: i64,
+}
+
+/// Asks `ask` again every [`SETTLE_PAUSE`] until the database answers or
+/// `budget` runs out (`Err`).
+async fn until_answered<T, F, Fut>(budget: Budget, mut ask: F) -> Result<T, ()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, EngineError>>,
+{
+    loop {
+        match ask().await {
+            Ok(answer) => return Ok(answer),
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot settle a lost commit yet");
+                if budget.left() <= SETTLE_PAUSE {
+                    return Err(());
+                }
+                tokio::time::sleep(SETTLE_PAUSE).await;
+            }
+        }
+    }
 }

@@ -1,5 +1,7 @@
 //! `/v1/admin`: tenants and their policies (admin token only).
 
+use std::{future::Future, pin::Pin};
+
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
     ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, TenantInfo, TenantList,
@@ -7,11 +9,12 @@ use lockbroker_api::{
 
 use super::{
     ok,
-    openapi::{
-        BadRequest, Forbidden, InvalidKey, MethodNotAllowed, NotFound, PolicyError, TenantKeyPath,
-        TenantPath, TooLarge, Unauthenticated, Unavailable, WasmComponent,
-    },
+    openapi::{TenantKeyPath, TenantPath, WasmComponent},
     request::{authenticate_admin, name_lock, read_body},
+    resource::{list, with_kind, ForKind, Resource},
+    responses::{
+        AdminErrors, BadRequest, InvalidKey, NotFound, PolicyError, TooLarge, Unavailable,
+    },
     ApiError, Response,
 };
 use crate::{app::App, store::Kind, tenant::Tenant};
@@ -35,7 +38,37 @@ pub async fn handle(
             Ok(ok(&force_release(app, name, key).await?))
         }
         (_, ["tenants", _, "locks", _, "release"]) => Err(ApiError::method_not_allowed("POST")),
+        (method, ["tenants", name, kind]) => {
+            let query = req.uri().query();
+            let list = TenantsList { app, name, query };
+            match with_kind(kind, list) {
+                Some(_) if method != Method::GET => Err(ApiError::method_not_allowed("GET")),
+                Some(listed) => listed.await,
+                None => Err(ApiError::not_found("no such admin path")),
+            }
+        }
         _ => Err(ApiError::not_found("no such admin path")),
+    }
+}
+
+/// A tenant's listing of one kind, as the admin asks for it.
+struct TenantsList<'a> {
+    app: &'a App,
+    name: &'a str,
+    query: Option<&'a str>,
+}
+
+impl<'a> ForKind for TenantsList<'a> {
+    type Output = Pin<Box<dyn Future<Output = Result<Response, ApiError>> + Send + 'a>>;
+    fn call<R: Resource>(self) -> Self::Output {
+        Box::pin(async move {
+            let tenant = self
+                .app
+                .tenants
+                .get(self.name)
+                .ok_or_else(|| ApiError::not_found(format!("no tenant {:?}", self.name)))?;
+            list::<R>(self.app, tenant, self.query).await
+        })
     }
 }
 
@@ -56,11 +89,9 @@ pub async fn handle(
     responses(
         (status = 200, description = "The new policy is in force; `policy.sha256` is its digest.",
             body = TenantInfo),
+        AdminErrors,
         (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
         (status = 404, response = NotFound),
-        (status = 405, response = MethodNotAllowed),
         (status = 413, response = TooLarge),
         (status = 422, description = "`invalid_policy`: the component is invalid, imports \
 anything, traps in its self-check, or exports the wrong interface; the reason is the message. \
@@ -89,7 +120,7 @@ async fn upload_policy(
         ));
     }
     app.reloader
-        .upload(&tenant, bytes.to_vec())
+        .upload(&tenant.policy, bytes.to_vec())
         .await
         .map_err(|err| ApiError::new(ErrorCode::InvalidPolicy, err.0))?;
     Ok(tenant_info(&tenant))
@@ -113,12 +144,10 @@ async fn upload_policy(
     responses(
         (status = 200, description = "The lease was ended: its holder and token.",
             body = ForceReleaseResponse),
-        (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
+        AdminErrors,
         (status = 404, description = "`not_found`: no such tenant, or nobody holds the lock.",
             body = ErrorBody,
             example = json!({"error": {"code": "not_found", "message": "nobody holds the lock"}})),
-        (status = 405, response = MethodNotAllowed),
         (status = 422, response = InvalidKey),
         (status = 500, response = PolicyError),
         (status = 503, response = Unavailable),
@@ -154,9 +183,7 @@ async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseR
     security(("adminToken" = [])),
     responses(
         (status = 200, description = "The tenants.", body = TenantList),
-        (status = 401, response = Unauthenticated),
-        (status = 403, response = Forbidden),
-        (status = 405, response = MethodNotAllowed),
+        AdminErrors,
     )
 )]
 fn tenants(app: &App) -> TenantList {
@@ -173,7 +200,7 @@ pub fn tenant_info(tenant: &Tenant) -> TenantInfo {
         max_ttl_ms: tenant.max_ttl_ms,
         max_waiters: tenant.max_waiters,
         policy: PolicyInfo {
-            file: tenant.policy_file.clone(),
+            file: tenant.policy.file().map(str::to_owned),
             name: loaded.descriptor.name.clone(),
             version: loaded.descriptor.version.clone(),
             sha256: loaded.sha256.clone(),

@@ -1,240 +1,119 @@
-//! `/v1/elections/{name}`: campaign, resign, renew, current leader, and
-//! `observe` (Server-Sent Events, one event per change of leader).
-//!
-//! An election is a lease like a lock, in its own namespace: the leader is
-//! the holder and the term is the fencing token. A leader campaigning again
-//! stays leader with the same term (no hold count).
+//! `/v1/elections/{name}`: leader election, a lease in its own namespace
+//! where the leader is the holder and the term is the fencing token (a
+//! leader campaigning again stays leader with the same term, no hold
+//! count). What an election adds to every kind's lease: `observe`, a
+//! Server-Sent Events stream with one event per change of leader.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::Method;
 use lockbroker_api::{
-    CampaignRequest, ElectionEvent, ElectionRenewRequest, ElectionStatus, ErrorBody, Leadership,
-    ResignRequest, ResignResponse,
+    CampaignRequest, Election, ElectionEvent, ElectionRenewRequest, ElectionStatus, Leadership,
+    Page, ResignRequest, ResignResponse,
 };
 
 use super::{
-    lease::{check_holder, leadership, rfc3339, Terms},
-    ok,
-    openapi::{
-        BadRequest, ElectionPath, InvalidKey, MethodNotAllowed, PolicyError, TooLarge,
-        TooManyWaiters, Unauthenticated, Unavailable,
-    },
-    request::parse_json,
-    router::{route_action, Command},
+    resource::{page, rfc3339, Resource, Verb},
+    responses::ReadErrors,
     sse, ApiError, Response,
 };
 use crate::{
-    app::App,
-    engine::{self, Engine, LockRef, Observation},
+    engine::{self, Ask, Engine, Grant, LockRef, Span},
     store::Kind,
-    tenant::Tenant,
 };
 
 /// A comment line this often keeps proxies from closing an idle stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// One election request, parsed and checked.
-#[derive(Debug)]
-pub enum ElectionCommand {
-    Campaign(Terms),
-    Resign(ResignRequest),
-    Renew { terms: Terms, term: u64 },
-    Status,
-    Observe,
-}
+/// `observe`, the one action of an election's own.
+pub struct Observe;
 
-impl Command for ElectionCommand {
+impl Resource for Election {
     const KIND: Kind = Kind::Election;
+    const PARAM: &'static str = "name";
+    const HISTORY: bool = false;
+    const EXTRAS: &'static [(Verb, &'static str)] = &[(Verb::Get, "observe")];
+    type Extra = Observe;
 
-    fn route(method: &Method, tail: &[&str]) -> Result<&'static str, ApiError> {
-        route_action(method, tail, &["campaign", "resign", "renew"], &["observe"])
+    async fn acquire(
+        engine: &Engine,
+        lock: &LockRef,
+        _: CampaignRequest,
+        ask: Ask,
+    ) -> Result<Leadership, ApiError> {
+        let grant = engine.acquire(lock, &ask).await?;
+        Ok(leadership(lock, grant))
     }
 
-    fn parse(action: &str, body: &Bytes, tenant: &Tenant) -> Result<Self, ApiError> {
-        Ok(match action {
-            "campaign" => ElectionCommand::Campaign(Terms::check(
-                &parse_json::<CampaignRequest>(body)?,
-                tenant,
-            )?),
-            "resign" => {
-                let request: ResignRequest = parse_json(body)?;
-                check_holder("candidate", &request.candidate)?;
-                ElectionCommand::Resign(request)
-            }
-            "renew" => {
-                let request: ElectionRenewRequest = parse_json(body)?;
-                ElectionCommand::Renew {
-                    terms: Terms::check(&request, tenant)?,
-                    term: request.term,
-                }
-            }
-            "observe" => ElectionCommand::Observe,
-            _ => ElectionCommand::Status,
-        })
+    async fn renew(
+        engine: &Engine,
+        lock: &LockRef,
+        request: ElectionRenewRequest,
+        ask: Ask,
+    ) -> Result<Leadership, ApiError> {
+        let grant = engine
+            .renew(lock, &ask.owner, request.term, ask.ttl_ms)
+            .await?;
+        Ok(leadership(lock, grant))
     }
 
-    async fn apply(self, app: &App, lock: LockRef) -> Result<Response, ApiError> {
-        let engine = app.engine(&lock.tenant);
-        Ok(match self {
-            ElectionCommand::Campaign(terms) => ok(&campaign(engine, &lock, terms).await?),
-            ElectionCommand::Renew { terms, term } => ok(&renew(engine, &lock, terms, term).await?),
-            ElectionCommand::Resign(request) => ok(&resign(engine, &lock, request).await?),
-            ElectionCommand::Status => ok(&status(engine, &lock).await?),
-            ElectionCommand::Observe => observe(engine, lock).await?,
-        })
+    async fn release(
+        engine: &Engine,
+        lock: &LockRef,
+        request: ResignRequest,
+    ) -> Result<ResignResponse, ApiError> {
+        engine
+            .release(lock, &request.candidate, request.term)
+            .await?;
+        Ok(ResignResponse { resigned: true })
+    }
+
+    async fn status(engine: &Engine, lock: &LockRef) -> Result<ElectionStatus, ApiError> {
+        let now = engine::Leadership::from(&engine.inspect(lock).await?);
+        Ok(election_status(
+            lock.key.clone(),
+            lock.storage_key.clone(),
+            now,
+        ))
+    }
+
+    async fn list(
+        engine: &Engine,
+        tenant: &str,
+        span: Span,
+    ) -> Result<Page<ElectionStatus>, ApiError> {
+        let listing = engine.list_locks(tenant, Kind::Election, span).await?;
+        Ok(page(listing, |key, state| {
+            election_status(key.clone(), key, engine::Leadership::from(&state))
+        }))
+    }
+
+    fn parse_extra(_: &'static str, _: &Bytes, _: Option<&str>) -> Result<Observe, ApiError> {
+        Ok(Observe)
+    }
+
+    async fn extra(engine: &Engine, lock: LockRef, _: Observe) -> Result<Response, ApiError> {
+        observe(engine, lock).await
     }
 }
 
-/// Campaign for leadership
-///
-/// Makes `candidate` the leader when nobody leads (a new, greater term) and
-/// answers 200 while it leads (a leader campaigning again keeps its term).
-/// With `wait_ms` > 0 the request waits for the leadership.
-#[utoipa::path(
-    post,
-    path = "/v1/elections/{name}/campaign",
-    operation_id = "campaign",
-    tag = "elections",
-    params(ElectionPath),
-    request_body = CampaignRequest,
-    security(("tenantKey" = [])),
-    responses(
-        (status = 200, description = "`candidate` leads.", body = Leadership),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
-        (status = 409, headers(("Retry-After" = u64, description = "Seconds before trying again: \
-`retry_after_ms` rounded up, at least 1.")),
-            description = "`lock_held`: another candidate leads and `wait_ms` ran out.",
-            body = ErrorBody,
-            example = json!({"error": {"code": "lock_held",
-                "message": "the lock is held by another owner", "retry_after_ms": 120}})),
-        (status = 413, response = TooLarge),
-        (status = 422, response = InvalidKey),
-        (status = 429, response = TooManyWaiters),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
-    )
-)]
-pub async fn campaign(
-    engine: &Engine,
-    lock: &LockRef,
-    terms: Terms,
-) -> Result<Leadership, ApiError> {
-    let grant = engine
-        .acquire(lock, &terms.holder, terms.ttl_ms, terms.wait_ms, 0)
-        .await?;
-    Ok(leadership(lock, grant))
-}
-
-/// Resign leadership
-///
-/// Ends the term; the election is open again.
-#[utoipa::path(
-    post,
-    path = "/v1/elections/{name}/resign",
-    operation_id = "resign",
-    tag = "elections",
-    params(ElectionPath),
-    request_body = ResignRequest,
-    security(("tenantKey" = [])),
-    responses(
-        (status = 200, description = "Resigned.", body = ResignResponse),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
-        (status = 409, description = "`lease_lost`: `candidate` does not lead in `term` (the \
-term expired or was never held). Nothing changes.",
-            body = ErrorBody,
-            example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
-not hold the current lease (expired, re-granted, released or never held)"}})),
-        (status = 413, response = TooLarge),
-        (status = 422, response = InvalidKey),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
-    )
-)]
-pub async fn resign(
-    engine: &Engine,
-    lock: &LockRef,
-    request: ResignRequest,
-) -> Result<ResignResponse, ApiError> {
-    engine
-        .release(lock, &request.candidate, request.term)
-        .await?;
-    Ok(ResignResponse { resigned: true })
-}
-
-/// Renew leadership
-///
-/// Extends the leader's lease to `ttl_ms` from now (database clock); the
-/// term stays.
-#[utoipa::path(
-    post,
-    path = "/v1/elections/{name}/renew",
-    operation_id = "renewLeadership",
-    tag = "elections",
-    params(ElectionPath),
-    request_body = ElectionRenewRequest,
-    security(("tenantKey" = [])),
-    responses(
-        (status = 200, description = "Renewed: the new `expires_at`.", body = Leadership),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
-        (status = 409, description = "`lease_lost`: the term expired (database clock) or is not \
-`candidate`'s.",
-            body = ErrorBody,
-            example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
-not hold the current lease (expired, re-granted, released or never held)"}})),
-        (status = 413, response = TooLarge),
-        (status = 422, response = InvalidKey),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
-    )
-)]
-pub async fn renew(
-    engine: &Engine,
-    lock: &LockRef,
-    terms: Terms,
-    term: u64,
-) -> Result<Leadership, ApiError> {
-    let grant = engine
-        .renew(lock, &terms.holder, term, terms.ttl_ms)
-        .await?;
-    Ok(leadership(lock, grant))
-}
-
-/// Show an election
-///
-/// The current leader and term, if any.
-#[utoipa::path(
-    get,
-    path = "/v1/elections/{name}",
-    operation_id = "getElection",
-    tag = "elections",
-    params(ElectionPath),
-    security(("tenantKey" = [])),
-    responses(
-        (status = 200, description = "The election now.", body = ElectionStatus),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
-        (status = 422, response = InvalidKey),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
-    )
-)]
-pub async fn status(engine: &Engine, lock: &LockRef) -> Result<ElectionStatus, ApiError> {
-    let now = engine::Leadership::from(&engine.inspect(lock).await?);
-    Ok(election_status(lock, now))
-}
-
-/// The leadership of an election (status, and each observed event).
-fn election_status(lock: &LockRef, now: engine::Leadership) -> ElectionStatus {
-    ElectionStatus {
+/// An election grant (the leader's lease) as the API answers it.
+fn leadership(lock: &LockRef, grant: Grant) -> Leadership {
+    Leadership {
         name: lock.key.clone(),
+        leader: grant.owner,
+        term: grant.token,
+        ttl_ms: grant.ttl_ms,
+        expires_at: rfc3339(grant.expires_at),
+    }
+}
+
+/// The leadership of an election (status, listing, and each observed
+/// event).
+fn election_status(name: String, storage_key: String, now: engine::Leadership) -> ElectionStatus {
+    ElectionStatus {
+        name,
+        storage_key,
         leader: now.leader,
         term: now.term,
         expires_at: now.expires_at.map(rfc3339),
@@ -254,32 +133,24 @@ fn election_status(lock: &LockRef, now: engine::Leadership) -> ElectionStatus {
     path = "/v1/elections/{name}/observe",
     operation_id = "observeElection",
     tag = "elections",
-    params(ElectionPath),
+    params(super::openapi::ElectionPath),
     security(("tenantKey" = [])),
     responses(
         (status = 200, description = "An open event stream.",
             content_type = "text/event-stream", body = ElectionEvent,
             example = "event: leader\ndata: {\"name\":\"scheduler\",\"leader\":\"node-2\",\"term\":7,\"expires_at\":\"2026-11-21T10:00:00.000Z\"}\n\n"),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
-        (status = 422, response = InvalidKey),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
+        ReadErrors,
     )
 )]
-pub async fn observe(engine: &Engine, lock: LockRef) -> Result<Response, ApiError> {
+async fn observe(engine: &Engine, lock: LockRef) -> Result<Response, ApiError> {
     // Fail now (503) rather than inside the stream if the database is down.
-    let observation = engine.observe(&lock).await?;
-    Ok(stream(engine, lock, observation))
-}
-
-/// Streams one `leader` event now and one per change of leader after,
-/// until the client leaves or the broker stops; a comment line keeps an
-/// idle stream alive.
-fn stream(engine: &Engine, lock: LockRef, mut observation: Observation) -> Response {
+    let mut observation = engine.observe(&lock).await?;
     let (tx, response) = sse::stream();
     let mut stop = engine.stop_signal();
-    let event = move |now| sse::event(&ElectionEvent::Leader(election_status(&lock, now)));
+    let event = move |now| {
+        let status = election_status(lock.key.clone(), lock.storage_key.clone(), now);
+        sse::event(&ElectionEvent::Leader(status))
+    };
     tokio::spawn(async move {
         if tx.send(event(observation.first.clone())).await.is_err() {
             return;
@@ -299,5 +170,5 @@ fn stream(engine: &Engine, lock: LockRef, mut observation: Observation) -> Respo
             }
         }
     });
-    response
+    Ok(response)
 }

@@ -15,6 +15,17 @@ use crate::{
 /// compiles in seconds.
 const LOADING_RETRY_AFTER_MS: u64 = 1000;
 
+/// Declares `ApiError::name(message)`, an error of `code`, for each
+/// `name: code`.
+macro_rules! constructors {
+    ($($name:ident: $code:ident,)*) => {$(
+        #[doc = concat!("A `", stringify!($name), "` error with `message`.")]
+        pub fn $name(message: impl Into<String>) -> ApiError {
+            ApiError::new(ErrorCode::$code, message)
+        }
+    )*};
+}
+
 /// An error answer. Build one with the constructors; map library errors
 /// with `From`.
 #[derive(Debug)]
@@ -36,20 +47,16 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::BadRequest, message)
-    }
-
-    pub fn unauthenticated(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::Unauthenticated, message)
-    }
-
-    pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::Forbidden, message)
-    }
-
-    pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::NotFound, message)
+    constructors! {
+        bad_request: BadRequest,
+        unauthenticated: Unauthenticated,
+        forbidden: Forbidden,
+        not_found: NotFound,
+        too_large: TooLarge,
+        invalid_key: InvalidKey,
+        unavailable: Unavailable,
+        uri_too_long: UriTooLong,
+        headers_too_large: HeadersTooLarge,
     }
 
     /// 405 for a path that takes only `allow` (`"GET"`, `"POST"`, ...).
@@ -61,26 +68,6 @@ impl ApiError {
                 "this method is not allowed on this path",
             )
         }
-    }
-
-    pub fn too_large(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::TooLarge, message)
-    }
-
-    pub fn invalid_key(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::InvalidKey, message)
-    }
-
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::Unavailable, message)
-    }
-
-    pub fn uri_too_long(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::UriTooLong, message)
-    }
-
-    pub fn headers_too_large(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorCode::HeadersTooLarge, message)
     }
 
     /// The error for a request that hyper refused before it reached the
@@ -159,6 +146,10 @@ impl From<EngineError> for ApiError {
             EngineError::LeaseLost => ApiError::new(
                 ErrorCode::LeaseLost,
                 "this owner and token do not hold the current lease (expired, re-granted, released or never held)",
+            ),
+            EngineError::TooManyStreams => ApiError::new(
+                ErrorCode::TooManyStreams,
+                "the tenant has max_streams event streams open on this broker already",
             ),
             EngineError::TooManyWaiters => ApiError::new(
                 ErrorCode::TooManyWaiters,

@@ -3,17 +3,21 @@
 //! (auth → body → naming policy → engine → response).
 //!
 //! - `router`: path and method to handler.
-//! - `request`: the shared pipeline steps (auth, body limits, JSON, key).
-//! - `locks`, `semaphores`, `rwlocks`, `elections`: the tenant resources (`sse` is
-//!   the event stream of `observe`); `multilock`: several lock keys at
-//!   once; `admin`: tenants, policies and force-release;
-//!   `ops`: health, readiness, metrics, OpenAPI; `internal`: calls
-//!   between brokers (push wake-ups), on their own secret.
-//! - `lease`: the lease request checks and answers the three resources
-//!   share.
+//! - `resource`: the one model of every lease kind ([`resource::Resource`])
+//!   and the one pipeline they all go through; `locks`, `semaphores`,
+//!   `rwlocks`, `elections` implement it, each with only what is its own
+//!   (`sse` is the event stream of an election's `observe`).
+//! - `history`: a kind's recorded events, as the API shows them;
+//!   `listing`: a listing's query and cursor.
+//! - `request`: the steps every call shares (auth, body limits, JSON, key).
+//! - `events`: the stream of every change (`GET /v1/events`).
+//! - `multilock`: several lock keys at once; `admin`: tenants, policies and
+//!   force-release; `ops`: health, readiness, metrics, OpenAPI;
+//!   `internal`: calls between brokers (push wake-ups), on their own secret.
 //! - `error`: every failure's status and JSON shape, in one place.
-//! - `openapi`: the OpenAPI document, generated from the handlers'
-//!   annotations and the `lockbroker_api` types.
+//! - `openapi`: the OpenAPI document, generated from the kinds' models,
+//!   the handlers' annotations and the `lockbroker_api` types;
+//!   `responses`: the error answers it shares between operations.
 //! - `limits`: the request head's size limits (414, 431), checked before
 //!   routing; `parse_errors`: JSON bodies for what hyper refuses itself.
 //! - `request_id` and `access`: each request's id, log line and metrics.
@@ -22,9 +26,11 @@ mod access;
 mod admin;
 mod elections;
 mod error;
+mod events;
+mod history;
 mod internal;
-mod lease;
 mod limits;
+mod listing;
 mod locks;
 mod multilock;
 mod openapi;
@@ -32,6 +38,8 @@ mod ops;
 mod parse_errors;
 mod request;
 mod request_id;
+mod resource;
+mod responses;
 mod router;
 mod rwlocks;
 mod semaphores;

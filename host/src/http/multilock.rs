@@ -14,18 +14,15 @@ use lockbroker_api::{
 
 use super::{
     access::Seen,
-    lease::{check_holder, rfc3339, LeaseRequest, Terms},
     ok,
-    openapi::{
-        BadRequest, InvalidKey, MethodNotAllowed, PolicyError, TooLarge, TooManyWaiters,
-        Unauthenticated, Unavailable,
-    },
     request::{authenticate, name_key, parse_json, read_body},
+    resource::{ask, rfc3339},
+    responses::{AcquireErrors, KeyedErrors},
     ApiError, Response,
 };
 use crate::{
     app::App,
-    engine::{Grant, LockRef},
+    engine::{Ask, Grant, LockRef},
     store::Kind,
     tenant::Tenant,
 };
@@ -55,27 +52,6 @@ pub async fn handle(
         "renew" => ok(&renew(app, &tenant, parse_json(&body)?).await?),
         _ => ok(&release(app, &tenant, parse_json(&body)?).await?),
     })
-}
-
-impl LeaseRequest for MultiLockAcquireRequest {
-    fn holder(&self) -> (&'static str, &str) {
-        ("owner", &self.owner)
-    }
-    fn ttl_ms(&self) -> Option<u64> {
-        self.ttl_ms
-    }
-    fn wait_ms(&self) -> Option<u64> {
-        self.wait_ms
-    }
-}
-
-impl LeaseRequest for MultiLockRenewRequest {
-    fn holder(&self) -> (&'static str, &str) {
-        ("owner", &self.owner)
-    }
-    fn ttl_ms(&self) -> Option<u64> {
-        self.ttl_ms
-    }
 }
 
 /// Checks the number of keys: 1 to [`MAX_MULTILOCK_KEYS`].
@@ -109,11 +85,11 @@ async fn name_held(
     Ok(named)
 }
 
-/// A granted or renewed set as the API answers it.
-fn lease(owner: String, ttl_ms: u64, grants: Vec<(LockRef, Grant)>) -> MultiLockLease {
+/// A set granted or renewed as `ask` asked, as the API answers it.
+fn lease(ask: Ask, grants: Vec<(LockRef, Grant)>) -> MultiLockLease {
     MultiLockLease {
-        owner,
-        ttl_ms,
+        owner: ask.owner,
+        ttl_ms: ask.ttl_ms,
         locks: grants
             .into_iter()
             .map(|(lock, grant)| MultiLockEntry {
@@ -145,9 +121,7 @@ fn lease(owner: String, ttl_ms: u64, grants: Vec<(LockRef, Grant)>) -> MultiLock
     responses(
         (status = 200, description = "Every key granted (or re-entered), in storage-key order.",
             body = MultiLockLease),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
+        AcquireErrors,
         (status = 409, headers(("Retry-After" = u64, description = "Seconds before trying again: \
 `retry_after_ms` rounded up, at least 1.")),
             description = "`lock_held`: some key is held by another owner (or has waiters \
@@ -155,11 +129,6 @@ before this request) and `wait_ms` ran out. None of the keys was granted.",
             body = ErrorBody,
             example = json!({"error": {"code": "lock_held",
                 "message": "the lock is held by another owner", "retry_after_ms": 120}})),
-        (status = 413, response = TooLarge),
-        (status = 422, response = InvalidKey),
-        (status = 429, response = TooManyWaiters),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
     )
 )]
 pub async fn acquire(
@@ -168,13 +137,10 @@ pub async fn acquire(
     request: MultiLockAcquireRequest,
 ) -> Result<MultiLockLease, ApiError> {
     check_count("keys", request.keys.len())?;
-    let terms = Terms::check(&request, tenant)?;
+    let ask = ask(&request, tenant)?;
     let set = name_all(tenant, request.keys).await?;
-    let grants = app
-        .engine(&tenant.name)
-        .multi_acquire(set, &terms.holder, terms.ttl_ms, terms.wait_ms)
-        .await?;
-    Ok(lease(terms.holder, terms.ttl_ms, grants))
+    let grants = app.engine(&tenant.name).multi_acquire(set, &ask).await?;
+    Ok(lease(ask, grants))
 }
 
 /// Renew a multi-lock
@@ -191,18 +157,12 @@ pub async fn acquire(
     responses(
         (status = 200, description = "Every lease renewed: the new `expires_at`s.",
             body = MultiLockLease),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
+        KeyedErrors,
         (status = 409, description = "`lease_lost`: some key's lease expired (by the database \
 clock) or its token is not the owner's current grant. Nothing changes.",
             body = ErrorBody,
             example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
 not hold the current lease (expired, re-granted, released or never held)"}})),
-        (status = 413, response = TooLarge),
-        (status = 422, response = InvalidKey),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
     )
 )]
 pub async fn renew(
@@ -211,13 +171,13 @@ pub async fn renew(
     request: MultiLockRenewRequest,
 ) -> Result<MultiLockLease, ApiError> {
     check_count("locks", request.locks.len())?;
-    let terms = Terms::check(&request, tenant)?;
+    let ask = ask(&request, tenant)?;
     let held = name_held(tenant, request.locks).await?;
     let grants = app
         .engine(&tenant.name)
-        .multi_renew(held, &terms.holder, terms.ttl_ms)
+        .multi_renew(held, &ask.owner, ask.ttl_ms)
         .await?;
-    Ok(lease(terms.holder, terms.ttl_ms, grants))
+    Ok(lease(ask, grants))
 }
 
 /// Release a multi-lock
@@ -236,18 +196,12 @@ pub async fn renew(
     responses(
         (status = 200, description = "One entry per key, in storage-key order.",
             body = MultiLockReleaseResponse),
-        (status = 400, response = BadRequest),
-        (status = 401, response = Unauthenticated),
-        (status = 405, response = MethodNotAllowed),
+        KeyedErrors,
         (status = 409, description = "`lease_lost`: none of the keys is held by its token. \
 Nothing changes.",
             body = ErrorBody,
             example = json!({"error": {"code": "lease_lost", "message": "this owner and token do \
 not hold the current lease (expired, re-granted, released or never held)"}})),
-        (status = 413, response = TooLarge),
-        (status = 422, response = InvalidKey),
-        (status = 500, response = PolicyError),
-        (status = 503, response = Unavailable),
     )
 )]
 pub async fn release(
@@ -256,11 +210,11 @@ pub async fn release(
     request: MultiLockReleaseRequest,
 ) -> Result<MultiLockReleaseResponse, ApiError> {
     check_count("locks", request.locks.len())?;
-    check_holder("owner", &request.owner)?;
+    let ask = ask(&request, tenant)?;
     let held = name_held(tenant, request.locks).await?;
     let results = app
         .engine(&tenant.name)
-        .multi_release(held, &request.owner)
+        .multi_release(held, &ask.owner)
         .await?;
     Ok(MultiLockReleaseResponse {
         locks: results

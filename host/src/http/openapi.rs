@@ -1,31 +1,44 @@
-//! The OpenAPI 3.1 document of the API, generated: paths from the
-//! `#[utoipa::path]` on each handler, schemas from the `lockbroker_api`
-//! types, and here what they share (path parameters, the error answers,
-//! security schemes, tags). `GET /openapi.json` serves it, and
-//! `host/src/openapi.json` is a checked-in copy for readers and tools; a
-//! test fails when that copy is stale (regenerate with
-//! `UPDATE_OPENAPI=1 cargo test -p lockbroker --lib openapi`).
+//! The OpenAPI 3.1 document of the API, generated. The operations every
+//! lease kind serves alike (acquire, renew, release, status) are built
+//! here from each kind's [`Resource`] (its path, parameter, request and
+//! answer types) with the shared error answers (`responses`) and the prose
+//! of `operations.toml`; every other operation comes from the
+//! `#[utoipa::path]` on its handler; every schema from the
+//! `lockbroker_api` types, with one example each from `examples.json`.
+//! `GET /openapi.json` serves it, and `host/src/openapi.json` is a
+//! checked-in copy for readers and tools; a test fails when that copy is
+//! stale (regenerate with `UPDATE_OPENAPI=1 cargo test -p lockbroker --lib
+//! openapi`).
 
-use std::sync::OnceLock;
+use std::{collections::BTreeMap, sync::OnceLock};
 
-use lockbroker_api as api;
+use lockbroker_api::{self as api, Election, Lock, RwLock, Semaphore};
+use serde::Deserialize;
 use utoipa::{
     openapi::{
-        security::{Http, HttpAuthScheme, SecurityScheme},
-        ContentBuilder, RefOr, Response, ResponseBuilder,
+        header::HeaderBuilder,
+        path::{HttpMethod, OperationBuilder, ParameterIn, Paths},
+        request_body::RequestBodyBuilder,
+        schema::Schema,
+        security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme},
+        Components, ContentBuilder, Ref, RefOr, Required, Response, ResponseBuilder,
     },
-    IntoParams, Modify, OpenApi, ToResponse,
+    IntoParams, IntoResponses, Modify, OpenApi, ToSchema,
 };
 
-use super::{admin, elections, locks, multilock, ops, rwlocks, semaphores};
+use super::{
+    admin, elections, events, locks, multilock, ops,
+    resource::{Action, Resource},
+    responses::{self, error_response, AcquireErrors, AdminErrors, KeyedErrors, ReadErrors},
+    ApiError,
+};
+use crate::engine::EngineError;
 
 /// The document as served, built once.
 pub fn document() -> &'static str {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
-        let mut json = ApiDoc::openapi()
-            .to_pretty_json()
-            .expect("the document serializes");
+        let mut json = build().to_pretty_json().expect("the document serializes");
         json.push('\n');
         json
     })
@@ -35,16 +48,17 @@ pub fn document() -> &'static str {
 #[openapi(
     info(
         title = "lockbroker",
-        description = "Distributed locks, semaphores and leader election for many tenants, \
-stored in MySQL/MariaDB.
+        description = "Distributed locks, semaphores, reader-writer locks and leader election for \
+many tenants, stored in MySQL/MariaDB.
 
 - Tenant calls carry `Authorization: Bearer <api key>`; the key decides the tenant, and a \
 tenant never reaches another tenant's locks.
 - Every grant carries a fencing token (a u64) that strictly increases per key and never repeats.
 - Leases expire by the database's clock, never by a client's or a broker's.
 - Request bodies are JSON of at most 64 KiB. Integer fields accept any JSON number that is a \
-whole number (`30000.0` is `30000`); optional fields may be absent or `null`, both meaning the \
-default; unknown fields are ignored.
+whole number (`30000.0` is `30000`), up to the maximum of their format (int64: \
+9223372036854775807; int32: 2147483647); optional fields may be absent or `null`, both meaning \
+the default; unknown fields are ignored.
 - Every error is `{\"error\": {\"code\", \"message\"}}`; a known path with the wrong method gets \
 405 `method_not_allowed` with an `Allow` header.
 - 503 `unavailable` means nothing was granted: no grant is reported that the database did not \
@@ -52,28 +66,12 @@ commit."
     ),
     servers((url = "http://127.0.0.1:7420")),
     paths(
-        locks::acquire,
-        locks::release,
-        locks::renew,
-        locks::status,
         locks::validate,
-        locks::history,
         multilock::acquire,
         multilock::renew,
         multilock::release,
-        semaphores::acquire,
-        semaphores::release,
-        semaphores::renew,
-        semaphores::status,
-        rwlocks::acquire,
-        rwlocks::release,
-        rwlocks::renew,
-        rwlocks::status,
-        elections::campaign,
-        elections::resign,
-        elections::renew,
-        elections::status,
         elections::observe,
+        events::handle,
         admin::tenants,
         admin::upload_policy,
         admin::force_release,
@@ -82,23 +80,7 @@ commit."
         metrics,
         ops::openapi,
     ),
-    components(
-        schemas(api::ErrorCode, api::ElectionEvent),
-        responses(
-            BadRequest,
-            Unauthenticated,
-            Forbidden,
-            NotFound,
-            MethodNotAllowed,
-            TooLarge,
-            UriTooLong,
-            HeadersTooLarge,
-            InvalidKey,
-            TooManyWaiters,
-            PolicyError,
-            Unavailable
-        )
-    ),
+    components(schemas(api::ErrorCode, api::ElectionEvent, api::ErrorBody)),
     modifiers(&SecuritySchemes),
     tags(
         (name = "locks", description = "Exclusive, re-entrant locks with fencing tokens; several \
@@ -112,6 +94,341 @@ queued writer blocks new readers."),
     )
 )]
 struct ApiDoc;
+
+/// The document: every lease kind's operations, each followed by the
+/// operations of its own; then multi-locks, admin and operations.
+fn build() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    let prose: BTreeMap<String, KindProse> =
+        toml::from_str(include_str!("operations.toml")).expect("operations.toml is valid");
+    let mut rest = std::mem::take(&mut doc.paths);
+    let components = doc.components.get_or_insert_with(Components::default);
+    components.responses.extend(
+        responses::all()
+            .into_iter()
+            .map(|(name, response)| (name.to_owned(), response)),
+    );
+    let mut paths = Paths::new();
+    kind::<Lock>(&mut paths, components, &prose);
+    take_under(&mut paths, &mut rest, "/v1/locks/");
+    take_under(&mut paths, &mut rest, "/v1/multilock/");
+    kind::<Semaphore>(&mut paths, components, &prose);
+    kind::<RwLock>(&mut paths, components, &prose);
+    kind::<Election>(&mut paths, components, &prose);
+    take_under(&mut paths, &mut rest, "/v1/elections/");
+    paths.paths.extend(rest.paths);
+    doc.paths = paths;
+    add_examples(components);
+    doc
+}
+
+/// Moves the paths of `from` that start with `prefix` to the end of `to`.
+fn take_under(to: &mut Paths, from: &mut Paths, prefix: &str) {
+    let (under, others): (Vec<_>, Vec<_>) = std::mem::take(&mut from.paths)
+        .into_iter()
+        .partition(|(p, _)| p.starts_with(prefix));
+    to.paths.extend(under);
+    from.paths.extend(others);
+}
+
+/// The prose of one kind's operations (`operations.toml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindProse {
+    acquire: Prose,
+    renew: Prose,
+    release: Prose,
+    status: Prose,
+    /// For the kinds whose events are recorded.
+    history: Option<Prose>,
+    /// `GET /v1/{kind}` (its admin variant is described from it).
+    list: Prose,
+}
+
+/// The prose of one operation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Prose {
+    id: String,
+    summary: String,
+    description: String,
+    /// The 200 answer.
+    ok: String,
+    /// The 409 answer, for actions that have one.
+    conflict: Option<String>,
+}
+
+/// Adds the four operations of the kind `R`, and the schemas of its types.
+fn kind<R: Resource>(
+    paths: &mut Paths,
+    components: &mut Components,
+    prose: &BTreeMap<String, KindProse>,
+) {
+    let prose = prose
+        .get(R::PATH)
+        .unwrap_or_else(|| panic!("operations.toml has no [{}]", R::PATH));
+    for schemas in [
+        schema::<R::Acquire>,
+        schema::<R::Renew>,
+        schema::<R::Release>,
+        schema::<R::Lease>,
+        schema::<R::Released>,
+        schema::<R::Status>,
+    ] {
+        schemas(components);
+    }
+    let base = format!("/v1/{}/{{{}}}", R::PATH, R::PARAM);
+    for action in Action::LEASE {
+        let (prose, request, answer, mut errors) = match action {
+            Action::Acquire => {
+                let (request, answer) = (R::Acquire::name(), R::Lease::name());
+                (
+                    &prose.acquire,
+                    Some(request),
+                    answer,
+                    AcquireErrors::responses(),
+                )
+            }
+            Action::Renew => {
+                let (request, answer) = (R::Renew::name(), R::Lease::name());
+                (
+                    &prose.renew,
+                    Some(request),
+                    answer,
+                    KeyedErrors::responses(),
+                )
+            }
+            Action::Release => {
+                let (request, answer) = (R::Release::name(), R::Released::name());
+                (
+                    &prose.release,
+                    Some(request),
+                    answer,
+                    KeyedErrors::responses(),
+                )
+            }
+            _ => (
+                &prose.status,
+                None,
+                R::Status::name(),
+                ReadErrors::responses(),
+            ),
+        };
+        if let Some(description) = &prose.conflict {
+            let refusals = match action {
+                Action::Acquire => busy::<R>(),
+                _ => vec![ApiError::from(EngineError::LeaseLost)],
+            };
+            let refused = conflict(description, &refusals, action == Action::Acquire);
+            errors.insert("409".into(), refused);
+        }
+        let parameters = path_parameter(R::PARAM);
+        let mut operation = operation::<R>(prose, parameters, &answer, errors, "tenantKey");
+        if let Some(request) = request {
+            operation = operation.request_body(Some(json_body(&request)));
+        }
+        let (path, method) = match action {
+            Action::Status => (base.clone(), HttpMethod::Get),
+            action => (format!("{base}/{}", action.name::<R>()), HttpMethod::Post),
+        };
+        paths.add_path_operation(path, vec![method], operation.build());
+    }
+    if R::HISTORY {
+        schema::<api::LockHistory>(components);
+        let prose = prose
+            .history
+            .as_ref()
+            .unwrap_or_else(|| panic!("operations.toml has no [{}.history]", R::PATH));
+        let errors = responses::refs(&[&[(400, "BadRequest")]]);
+        let mut parameters = path_parameter(R::PARAM);
+        parameters.extend(HistoryQuery::into_params(|| Some(ParameterIn::Query)));
+        let mut errors_and_reads = ReadErrors::responses();
+        errors_and_reads.extend(errors);
+        let answer = api::LockHistory::name();
+        let operation = operation::<R>(prose, parameters, &answer, errors_and_reads, "tenantKey");
+        let path = format!("{base}/history");
+        paths.add_path_operation(path, vec![HttpMethod::Get], operation.build());
+    }
+    list::<R>(paths, components, &prose.list);
+}
+
+/// Adds the listing of the kind `R` (`GET /v1/{kind}`), its admin variant
+/// (`GET /v1/admin/tenants/{tenant}/{kind}`), and the schema of its page.
+fn list<R: Resource>(paths: &mut Paths, components: &mut Components, prose: &Prose) {
+    let status = R::Status::name();
+    let page = format!("{status}Page");
+    components
+        .schemas
+        .insert(page.clone(), page_schema(&status));
+    let query = || ListQuery::into_params(|| Some(ParameterIn::Query));
+    let mut errors = responses::refs(&[&[
+        (400, "BadRequest"),
+        (401, "Unauthenticated"),
+        (405, "MethodNotAllowed"),
+        (503, "Unavailable"),
+    ]]);
+    let tenant = operation::<R>(prose, query(), &page, errors.clone(), "tenantKey");
+    let path = format!("/v1/{}", R::PATH);
+    paths.add_path_operation(path, vec![HttpMethod::Get], tenant.build());
+    let admin = Prose {
+        id: format!("admin{}{}", prose.id[..1].to_uppercase(), &prose.id[1..]),
+        summary: format!("{} of a tenant (admin)", prose.summary),
+        description: format!("The listing of `GET /v1/{}` for any tenant.", R::PATH),
+        ok: prose.ok.clone(),
+        conflict: None,
+    };
+    let mut parameters = TenantPath::into_params(|| Some(ParameterIn::Path));
+    parameters.extend(query());
+    errors.extend(AdminErrors::responses());
+    errors.extend(responses::refs(&[&[(404, "NotFound")]]));
+    let admin = operation::<R>(&admin, parameters, &page, errors, "adminToken").tag("admin");
+    let path = format!("/v1/admin/tenants/{{tenant}}/{}", R::PATH);
+    paths.add_path_operation(path, vec![HttpMethod::Get], admin.build());
+}
+
+/// The schema of a page of a listing of `item`s.
+fn page_schema(item: &str) -> RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::{
+        schema::{ArrayBuilder, SchemaType},
+        ObjectBuilder, Type,
+    };
+    let next = ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .description(Some(
+            "The cursor of the next page (`cursor=`), opaque; null after the last.",
+        ));
+    ObjectBuilder::new()
+        .description(Some(
+            "One page of a listing: live resources in storage-key (byte) order. A page may \
+hold fewer than `limit` (a scan examines a bounded stretch of keys): follow `next` until it \
+is null.",
+        ))
+        .property(
+            "items",
+            ArrayBuilder::new().items(Ref::from_schema_name(item)),
+        )
+        .required("items")
+        .property("next", next)
+        .required("next")
+        .into()
+}
+
+/// An operation of the kind `R` as `prose` describes it: its parameters,
+/// its 200 answer of the schema `answer`, its `errors`, and the bearer
+/// token it takes (`security`).
+fn operation<R: Resource>(
+    prose: &Prose,
+    parameters: Vec<utoipa::openapi::path::Parameter>,
+    answer: &str,
+    errors: BTreeMap<String, RefOr<Response>>,
+    security: &str,
+) -> OperationBuilder {
+    OperationBuilder::new()
+        .tag(R::PATH)
+        .operation_id(Some(prose.id.clone()))
+        .summary(Some(prose.summary.clone()))
+        .description(Some(prose.description.clone()))
+        .parameters(Some(parameters))
+        .responses(answers(&prose.ok, answer, errors))
+        .security(SecurityRequirement::new(security, Vec::<String>::new()))
+}
+
+/// The refusals of an acquire of the kind `R` for contention (409).
+fn busy<R: Resource>() -> Vec<ApiError> {
+    let refusals = match R::KIND {
+        crate::store::Kind::Semaphore => vec![
+            EngineError::SemaphoreFull {
+                retry_after_ms: 120,
+            },
+            EngineError::PermitsMismatch { permits: 5 },
+        ],
+        _ => vec![EngineError::LockHeld {
+            retry_after_ms: 120,
+        }],
+    };
+    refusals.into_iter().map(ApiError::from).collect()
+}
+
+/// Registers the schema of `T` and of the types it refers to.
+fn schema<T: ToSchema>(components: &mut Components) {
+    let mut schemas = vec![(T::name().into_owned(), T::schema())];
+    T::schemas(&mut schemas);
+    components.schemas.extend(schemas);
+}
+
+/// The path parameter that names a resource: a lock's `key` (every kind
+/// but elections) or an election's `name`.
+fn path_parameter(name: &str) -> Vec<utoipa::openapi::path::Parameter> {
+    match name {
+        "name" => ElectionPath::into_params(|| Some(ParameterIn::Path)),
+        _ => KeyPath::into_params(|| Some(ParameterIn::Path)),
+    }
+}
+
+/// A required JSON request body of the schema `name`.
+fn json_body(name: &str) -> utoipa::openapi::request_body::RequestBody {
+    RequestBodyBuilder::new()
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(name)))
+                .build(),
+        )
+        .required(Some(Required::True))
+        .build()
+}
+
+/// The answers of an operation: 200 with the schema `answer`, and `errors`.
+fn answers(
+    ok: &str,
+    answer: &str,
+    errors: BTreeMap<String, RefOr<Response>>,
+) -> utoipa::openapi::Responses {
+    let ok = ResponseBuilder::new().description(ok).content(
+        "application/json",
+        ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name(answer)))
+            .build(),
+    );
+    let mut responses = utoipa::openapi::Responses::new();
+    responses
+        .responses
+        .insert("200".into(), RefOr::T(ok.build()));
+    responses.responses.extend(errors);
+    responses
+}
+
+/// The 409 of an action: `description` with `examples`, and for a refused
+/// acquire the `Retry-After` header.
+fn conflict(description: &str, examples: &[ApiError], retry_after: bool) -> RefOr<Response> {
+    let mut response = error_response(description, examples);
+    if let (true, RefOr::T(response)) = (retry_after, &mut response) {
+        let header = HeaderBuilder::new()
+            .schema(Some(<u64 as utoipa::PartialSchema>::schema()))
+            .description(Some(
+                "Seconds before trying again: `retry_after_ms` rounded up, at least 1.",
+            ))
+            .build();
+        response
+            .headers
+            .insert("Retry-After".into(), RefOr::T(header));
+    }
+    response
+}
+
+/// Puts the example of each schema (`examples.json`) on it.
+fn add_examples(components: &mut Components) {
+    let examples: BTreeMap<String, serde_json::Value> =
+        serde_json::from_str(include_str!("examples.json")).expect("examples.json is valid");
+    for (name, example) in examples {
+        match components.schemas.get_mut(&name) {
+            Some(RefOr::T(Schema::Object(object))) => object.examples = vec![example],
+            Some(RefOr::T(Schema::AllOf(all))) => all.examples = vec![example],
+            Some(RefOr::T(Schema::OneOf(one))) => one.examples = vec![example],
+            _ => panic!("examples.json: no schema {name} to give an example"),
+        }
+    }
+}
 
 /// Prometheus metrics
 ///
@@ -131,7 +448,7 @@ struct ApiDoc;
         (status = 200, description = "OpenMetrics text exposition format 1.0.0.",
             content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String,
             example = "lockbroker_lock_grants_total{tenant=\"default\",via=\"direct\"} 1\n# EOF\n"),
-        (status = 401, response = Unauthenticated),
+        (status = 401, response = responses::Unauthenticated),
     )
 )]
 #[allow(dead_code)]
@@ -182,6 +499,22 @@ pub struct HistoryQuery {
     /// How many events at most, newest first: 1 to 1000 (default 100).
     #[param(minimum = 1, maximum = 1000, default = 100)]
     limit: Option<u32>,
+}
+
+/// The query of a listing.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct ListQuery {
+    /// Only storage keys that start with these bytes (percent-encoded;
+    /// matched literally: `%`, `_` and `\` are not wildcards).
+    #[param(example = "job-")]
+    prefix: Option<String>,
+    /// How many items at most: 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
+    limit: Option<u32>,
+    /// The previous page's `next`, to go on from.
+    cursor: Option<String>,
 }
 
 /// The `{name}` of an election.
@@ -235,81 +568,6 @@ impl utoipa::PartialSchema for WasmComponent {
 }
 
 impl utoipa::ToSchema for WasmComponent {}
-
-/// An error answer with `code`, its description and an example message.
-fn error_response(code: api::ErrorCode, description: &str, message: &str) -> RefOr<Response> {
-    let example = serde_json::to_value(api::ErrorBody::new(code, message)).expect("serializes");
-    ResponseBuilder::new()
-        .description(description)
-        .content(
-            "application/json",
-            ContentBuilder::new()
-                .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
-                .example(Some(example))
-                .build(),
-        )
-        .build()
-        .into()
-}
-
-/// Declares reusable error responses (`components/responses`), one per
-/// error code that many paths share.
-macro_rules! error_responses {
-    ($($name:ident: $code:ident, $description:literal, $message:literal;)*) => {$(
-        pub struct $name;
-        impl<'r> ToResponse<'r> for $name {
-            fn response() -> (&'r str, RefOr<Response>) {
-                (stringify!($name), error_response(api::ErrorCode::$code, $description, $message))
-            }
-        }
-    )*};
-}
-
-error_responses! {
-    BadRequest: BadRequest,
-        "`bad_request`: malformed JSON, a missing field, a field of the wrong type (a fraction or \
-a string for an integer), or a value out of range.",
-        "ttl_ms must be 100 to 3600000 (got 5)";
-    Unauthenticated: Unauthenticated,
-        "`unauthenticated`: no `Authorization: Bearer` token, or an unknown one.",
-        "unknown API key";
-    Forbidden: Forbidden,
-        "`forbidden`: a tenant's API key was sent to the admin API.",
-        "a tenant's API key cannot use the admin API";
-    NotFound: NotFound,
-        "`not_found`: no such path or resource.",
-        "no such path";
-    MethodNotAllowed: MethodNotAllowed,
-        "`method_not_allowed`: the path exists but not with this method; the `Allow` header \
-names the method it takes.",
-        "this method is not allowed on this path";
-    TooLarge: TooLarge,
-        "`too_large`: the body is over 64 KiB (policy components: over the configured \
-`max_policy_bytes`).",
-        "the body is over 65536 bytes";
-    UriTooLong: UriTooLong,
-        "`uri_too_long`: the request target (path and query) is over 8 KiB.",
-        "the request target has 9000 bytes; at most 8192 are allowed";
-    HeadersTooLarge: HeadersTooLarge,
-        "`headers_too_large`: the request's headers are over 16 KiB, or more than 100.",
-        "the headers have 17000 bytes; at most 16384 are allowed";
-    InvalidKey: InvalidKey,
-        "`invalid_key`: the key is not UTF-8, is over 1024 bytes, or the tenant's naming policy \
-rejected it (its reason is the message; the built-in policy rejects empty keys, keys over 255 \
-bytes and control characters).",
-        "key contains a control character (U+000A) at byte 3";
-    TooManyWaiters: TooManyWaiters,
-        "`too_many_waiters`: the tenant already has `max_waiters` requests waiting.",
-        "the tenant has max_waiters requests waiting already";
-    PolicyError: PolicyError,
-        "`policy_error`: the tenant's naming policy trapped, ran out of its time or memory \
-budget, or returned a storage key that is empty or over 512 bytes. Naming fails closed.",
-        "the tenant's naming policy failed: deadline exceeded";
-    Unavailable: Unavailable,
-        "`unavailable`: the database is unavailable or the broker is shutting down. Nothing was \
-granted: the broker never reports a grant the database did not commit.",
-        "the database is unavailable; nothing was granted";
-}
 
 #[cfg(test)]
 mod tests {

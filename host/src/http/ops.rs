@@ -3,7 +3,7 @@
 use hyper::{header, HeaderMap};
 use lockbroker_api::Status;
 
-use super::{full, ok, openapi::Unavailable, ApiError, Response};
+use super::{full, ok, request::bearer, responses::Unavailable, ApiError, Response};
 use crate::{app::App, metrics, tenant};
 
 /// Liveness
@@ -95,13 +95,6 @@ fn refresh(app: &App) {
         &[],
         i64::try_from(waiters).unwrap_or(i64::MAX),
     );
-}
-
-/// The bearer token of a request, if it has one.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// This document

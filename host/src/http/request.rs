@@ -89,16 +89,56 @@ pub async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
     }
 }
 
-/// Parses a JSON body into `T` (one of the `lockbroker_api` requests).
+/// Parses a JSON body into `T` (one of the `lockbroker_api` requests),
+/// reading its numbers as the OpenAPI document describes them ([`whole`]).
 ///
 /// # Errors
-/// 400 with serde's description (which names the field and position).
+/// 400 with serde's description (which names the field), or naming the
+/// number out of range.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("a JSON body is required"));
     }
-    serde_json::from_slice(body)
+    let mut value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|err| ApiError::bad_request(format!("invalid JSON body: {err}")))?;
+    whole(&mut value)?;
+    serde_json::from_value(value)
         .map_err(|err| ApiError::bad_request(format!("invalid JSON body: {err}")))
+}
+
+/// Makes every number of a request what JSON Schema (and so the OpenAPI
+/// document, and the tools that generate requests from it) takes it to be:
+/// a whole-number float is an integer (`30000.0` is `30000`), and no
+/// integer is above int64's maximum (the document's `u64` fields are
+/// `format: int64`). Fractions stay fractions, for serde to refuse where an
+/// integer is due.
+///
+/// # Errors
+/// 400 for an integer above 9223372036854775807.
+fn whole(value: &mut serde_json::Value) -> Result<(), ApiError> {
+    use serde_json::Value;
+    /// 2^63: every whole f64 in -2^63..2^63 converts exactly.
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    match value {
+        Value::Number(n) if n.as_u64().is_some_and(|v| v > i64::MAX as u64) => {
+            Err(ApiError::bad_request(format!(
+                "the number {n} is above 9223372036854775807, the largest integer taken"
+            )))
+        }
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
+                if f.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&f) {
+                    #[allow(clippy::cast_possible_truncation)]
+                    let whole = f as i64;
+                    *value = Value::from(whole);
+                }
+            }
+            Ok(())
+        }
+        Value::Array(items) => items.iter_mut().try_for_each(whole),
+        Value::Object(fields) => fields.values_mut().try_for_each(whole),
+        _ => Ok(()),
+    }
 }
 
 /// Decodes a percent-encoded path segment into the client's key.
@@ -147,6 +187,35 @@ pub async fn name_key(tenant: &Arc<Tenant>, kind: Kind, key: String) -> Result<L
     }
     let storage_key = tenant.policy.storage_key(&key).await?;
     Ok(LockRef::new(tenant, kind, key, storage_key).await)
+}
+
+/// The `name=value` pairs of a query string (empty pairs skipped).
+pub fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+}
+
+/// A `limit` query parameter: a whole number from 1 to `max`.
+///
+/// # Errors
+/// 400 otherwise.
+pub fn limit_param(value: &str, max: u32) -> Result<u32, ApiError> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("limit must be a whole number from 1 to {max}"))
+        })
+}
+
+/// The 400 of a query parameter `name` that an endpoint does not take
+/// (`takes` says which it does).
+pub fn unknown_param(name: &str, takes: &str) -> ApiError {
+    ApiError::bad_request(format!("unknown query parameter {name:?} (only {takes})"))
 }
 
 /// Checks that a string field has 1 to `max` bytes.
@@ -225,6 +294,43 @@ mod tests {
         let err = parse_json::<Body>(b"{}").unwrap_err();
         assert!(err.message.contains("owner"), "{}", err.message);
         assert!(parse_json::<Body>(br#"{"owner":"a"}"#).is_ok());
+    }
+
+    #[test]
+    fn whole_floats_are_integers_up_to_int64() {
+        #[derive(serde::Deserialize, Debug)]
+        struct Numbers {
+            n: u64,
+            p: Option<i32>,
+            s: Option<u32>,
+        }
+        let parse = |json: &str| parse_json::<Numbers>(json.as_bytes());
+        let p = parse(r#"{"n": 1283.0, "p": -5.0, "s": 7.0}"#).unwrap();
+        assert_eq!((p.n, p.p, p.s), (1283, Some(-5), Some(7)));
+        assert_eq!(parse(r#"{"n": 1e3}"#).unwrap().n, 1000);
+        assert_eq!(
+            parse(r#"{"n": 9223372036854775807}"#).unwrap().n,
+            i64::MAX as u64
+        );
+        assert_eq!(parse(r#"{"n": 1, "p": null}"#).unwrap().p, None);
+        for bad in [
+            r#"{"n": 1.5}"#,
+            r#"{"n": -1}"#,
+            r#"{"n": -1.0}"#,
+            r#"{"n": 1e20}"#,
+            r#"{"n": 9223372036854775808}"#,
+            r#"{"n": 18446744073709551615}"#,
+            r#"{"n": 9223372036854775808.0}"#,
+            r#"{"n": "1"}"#,
+            r#"{"n": null}"#,
+            r#"{"n": 1, "p": 2147483648}"#,
+            r#"{"n": 1, "s": 4294967296.0}"#,
+            r#"{"n": 1, "p": true}"#,
+            r#"{"n": 1, "other": [{"deep": 9223372036854775808}]}"#,
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert_eq!(err.code, ErrorCode::BadRequest, "{bad}");
+        }
     }
 
     #[test]

@@ -55,11 +55,17 @@ pub fn stream() -> (mpsc::Sender<Bytes>, Response) {
 /// One event in the wire format: its name on the `event:` line, its data
 /// as one line of JSON (serde_json escapes newlines inside strings).
 pub fn event(event: &ElectionEvent) -> Bytes {
-    let data = match event {
-        ElectionEvent::Leader(status) => serde_json::to_string(status),
+    match event {
+        ElectionEvent::Leader(status) => frame(event.name(), None, status),
     }
-    .expect("API types always serialize");
-    Bytes::from(format!("event: {}\ndata: {data}\n\n", event.name()))
+}
+
+/// An event named `name` with `data` (one line of JSON) and, if given, the
+/// `id:` a client resumes after.
+pub fn frame(name: &str, id: Option<u64>, data: &impl serde::Serialize) -> Bytes {
+    let data = serde_json::to_string(data).expect("API types always serialize");
+    let id = id.map_or(String::new(), |id| format!("id: {id}\n"));
+    Bytes::from(format!("{id}event: {name}\ndata: {data}\n\n"))
 }
 
 /// A comment line: keeps an idle stream (and proxies on the way) open.

@@ -73,6 +73,31 @@ pub struct Timing {
     pub min_hold_ms: Option<u64>,
 }
 
+/// A lock's lock-delay and minimum hold, in ms (0: none): a tenant's
+/// configured values, as its policy's [`Timing`] overrides them per key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delays {
+    pub lock_delay_ms: u64,
+    pub min_hold_ms: u64,
+}
+
+impl Delays {
+    /// True when neither applies: the fast paths may serve the tenant.
+    pub fn is_none(self) -> bool {
+        self.lock_delay_ms == 0 && self.min_hold_ms == 0
+    }
+
+    /// These (a tenant's configured) delays as a policy's `timing` answer
+    /// for one key overrides them: each value it gives replaces the
+    /// configured one, each `None` keeps it.
+    pub fn overridden_by(self, timing: Timing) -> Delays {
+        Delays {
+            lock_delay_ms: timing.lock_delay_ms.unwrap_or(self.lock_delay_ms),
+            min_hold_ms: timing.min_hold_ms.unwrap_or(self.min_hold_ms),
+        }
+    }
+}
+
 /// Longest lock-delay or minimum hold a policy may give a key (one day):
 /// a larger value is a bad answer, and the tenant's configured values
 /// apply instead (a typo of a policy author must not block a key for
@@ -184,13 +209,18 @@ pub struct Loaded {
 impl Loaded {
     /// The built-in policy, loaded now.
     pub fn builtin() -> Loaded {
-        let policy = Builtin;
+        Loaded::native(Builtin, false)
+    }
+
+    /// A policy of the broker's own (the built-in one, or a `stand_in` for
+    /// a file not loaded), put in force now.
+    pub(crate) fn native(policy: impl Policy, stand_in: bool) -> Loaded {
         Loaded {
-            descriptor: policy.describe().expect("builtin describes itself"),
+            descriptor: policy.describe().expect("a native policy describes itself"),
             policy: Arc::new(policy),
             sha256: None,
             loaded_at: now_rfc3339(),
-            stand_in: false,
+            stand_in,
             loading: false,
             from_cache: false,
         }
@@ -200,6 +230,8 @@ impl Loaded {
 /// A tenant's policy as the broker uses it: swappable, with fallbacks.
 pub struct TenantPolicy {
     tenant: String,
+    /// The component's file in `policy_dir`; none for the built-in policy.
+    file: Option<String>,
     current: RwLock<Arc<Loaded>>,
     /// Whether the policy in force exports `timing`: read on every lock
     /// operation, so one atomic load rather than the lock above (a policy
@@ -210,14 +242,32 @@ pub struct TenantPolicy {
 }
 
 impl TenantPolicy {
-    pub fn new(tenant: &str, loaded: Loaded, metrics: Arc<Metrics>) -> TenantPolicy {
+    /// `tenant`'s policy from `file` (none: the built-in one), `loaded` in
+    /// force for now.
+    pub fn new(
+        tenant: &str,
+        file: Option<String>,
+        loaded: Loaded,
+        metrics: Arc<Metrics>,
+    ) -> TenantPolicy {
         TenantPolicy {
             tenant: tenant.to_owned(),
+            file,
             timing: AtomicBool::new(loaded.policy.has_timing()),
             current: RwLock::new(Arc::new(loaded)),
             last_error: RwLock::new(None),
             metrics,
         }
+    }
+
+    /// The tenant whose policy this is.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The component's file in `policy_dir`; none for the built-in policy.
+    pub fn file(&self) -> Option<&str> {
+        self.file.as_deref()
     }
 
     /// The policy in force. Callers keep the `Arc` for a whole request, so a
@@ -421,6 +471,37 @@ pub fn now_rfc3339() -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_policys_timing_overrides_each_value_it_gives() {
+        let config = Delays {
+            lock_delay_ms: 100,
+            min_hold_ms: 200,
+        };
+        assert_eq!(config.overridden_by(Timing::default()), config);
+        let both = Timing {
+            lock_delay_ms: Some(0),
+            min_hold_ms: Some(5_000),
+        };
+        assert_eq!(
+            config.overridden_by(both),
+            Delays {
+                lock_delay_ms: 0,
+                min_hold_ms: 5_000
+            }
+        );
+        let one = Timing {
+            lock_delay_ms: Some(7),
+            min_hold_ms: None,
+        };
+        assert_eq!(
+            Delays::default().overridden_by(one),
+            Delays {
+                lock_delay_ms: 7,
+                min_hold_ms: 0
+            }
+        );
+    }
+
     /// A policy whose every call fails, to check the fallbacks.
     struct Broken;
     impl Policy for Broken {
@@ -482,7 +563,7 @@ mod tests {
     #[tokio::test]
     async fn timing_is_asked_only_of_a_policy_that_has_it_and_falls_back() {
         let metrics = Arc::new(Metrics::default());
-        let policy = TenantPolicy::new("t", loaded(Timed), metrics.clone());
+        let policy = TenantPolicy::new("t", None, loaded(Timed), metrics.clone());
         assert!(policy.has_timing());
         let hold = Timing {
             lock_delay_ms: None,
@@ -527,7 +608,10 @@ mod tests {
             from_cache: false,
             loaded_at: now_rfc3339(),
         };
-        (TenantPolicy::new("t", loaded, metrics.clone()), metrics)
+        (
+            TenantPolicy::new("t", None, loaded, metrics.clone()),
+            metrics,
+        )
     }
 
     #[tokio::test]
@@ -540,20 +624,25 @@ mod tests {
             .contains("lockbroker_policy_failures_total{tenant=\"t\",export=\"naming\"} 1"));
     }
 
-    #[tokio::test]
-    async fn fairness_and_backoff_fall_back() {
-        let (policy, metrics) = broken();
+    /// `policy` answers fairness and backoff as the built-in policy does.
+    async fn falls_back_to_builtin(policy: &TenantPolicy, attempt: u32, seed: u64) {
         let waiters = vec![Waiter::default(), Waiter::default()];
         assert_eq!(policy.pick_next("k", waiters).await, 0);
         let contention = Contention {
-            attempt: 1,
-            seed: 5,
+            attempt,
+            seed,
             ..Contention::default()
         };
         assert_eq!(
             policy.next_delay(contention.clone()).await,
             builtin::next_delay(&contention)
         );
+    }
+
+    #[tokio::test]
+    async fn fairness_and_backoff_fall_back() {
+        let (policy, metrics) = broken();
+        falls_back_to_builtin(&policy, 1, 5).await;
         let text = metrics.render();
         assert!(text.contains("export=\"fairness\"} 1"), "{text}");
         assert!(text.contains("export=\"backoff\"} 1"), "{text}");
@@ -562,21 +651,11 @@ mod tests {
     #[tokio::test]
     async fn a_policy_still_loading_fails_naming_closed_and_falls_back() {
         let metrics = Arc::new(Metrics::default());
-        let policy = TenantPolicy::new("t", reload::loading(), metrics.clone());
+        let policy = TenantPolicy::new("t", None, reload::loading(), metrics.clone());
         assert!(policy.is_loading() && !policy.is_loaded());
         let err = policy.storage_key("job").await.unwrap_err();
         assert!(matches!(err, NamingError::Loading), "{err:?}");
-        let waiters = vec![Waiter::default(), Waiter::default()];
-        assert_eq!(policy.pick_next("k", waiters).await, 0);
-        let contention = Contention {
-            attempt: 3,
-            seed: 77,
-            ..Contention::default()
-        };
-        assert_eq!(
-            policy.next_delay(contention.clone()).await,
-            builtin::next_delay(&contention)
-        );
+        falls_back_to_builtin(&policy, 3, 77).await;
         // Expected while starting: no failure counted.
         assert!(!metrics
             .render()

@@ -43,12 +43,11 @@ use tokio::{
 
 use super::{
     wasm::{Limits, LoadError, LoadOptions, WasmHost},
-    Builtin, Descriptor, Loaded, Policy, PolicyFault,
+    Builtin, Descriptor, Loaded, Policy, PolicyFault, TenantPolicy,
 };
 use crate::{
     config::{Config, TenantConfig},
     metrics::Metrics,
-    tenant::Tenant,
 };
 
 /// How often `policy_dir` is looked at.
@@ -116,15 +115,7 @@ fn not_loaded_descriptor() -> Descriptor {
 /// The stand-in for a tenant whose file never loaded (naming fails closed
 /// with `err`).
 fn not_loaded(err: &LoadError) -> Loaded {
-    Loaded {
-        policy: Arc::new(NotLoaded(err.0.clone())),
-        descriptor: not_loaded_descriptor(),
-        sha256: None,
-        loaded_at: super::now_rfc3339(),
-        stand_in: true,
-        loading: false,
-        from_cache: false,
-    }
+    Loaded::native(NotLoaded(err.0.clone()), true)
 }
 
 /// Stands in for a tenant's policy while its first load is under way:
@@ -154,15 +145,9 @@ impl Policy for Loading {
 /// What a tenant with a policy file starts with, until [`Reloader::load_all`]
 /// has loaded (or failed to load) the file.
 pub fn loading() -> Loaded {
-    let policy = Loading;
     Loaded {
-        descriptor: policy.describe().expect("the stand-in describes itself"),
-        policy: Arc::new(policy),
-        sha256: None,
-        loaded_at: super::now_rfc3339(),
-        stand_in: true,
         loading: true,
-        from_cache: false,
+        ..Loaded::native(Loading, true)
     }
 }
 
@@ -256,26 +241,30 @@ impl Reloader {
     ///
     /// # Errors
     /// Why the component was refused; the old policy stays in force.
-    pub async fn upload(&self, tenant: &Tenant, bytes: Vec<u8>) -> Result<Arc<Loaded>, LoadError> {
-        let turn = self.turn(&tenant.name);
+    pub async fn upload(
+        &self,
+        policy: &TenantPolicy,
+        bytes: Vec<u8>,
+    ) -> Result<Arc<Loaded>, LoadError> {
+        let turn = self.turn(policy.tenant());
         let _turn = turn.lock.lock().await;
-        let (loaded, bytes) = self.load(&tenant.name, bytes).await.inspect_err(|err| {
-            self.failed(tenant, err);
+        let (loaded, bytes) = self.load(policy.tenant(), bytes).await.inspect_err(|err| {
+            self.failed(policy, err);
         })?;
-        if let Some(file) = &tenant.policy_file {
+        if let Some(file) = policy.file() {
             let path = self.dir.join(file);
             if let Err(err) = write_atomically(&path, &bytes) {
                 let err = LoadError(format!("cannot write {}: {err}", path.display()));
-                self.failed(tenant, &err);
+                self.failed(policy, &err);
                 return Err(err);
             }
         }
-        Ok(self.put_in_force(tenant, loaded))
+        Ok(self.put_in_force(policy, loaded))
     }
 
-    fn put_in_force(&self, tenant: &Tenant, loaded: Loaded) -> Arc<Loaded> {
+    fn put_in_force(&self, policy: &TenantPolicy, loaded: Loaded) -> Arc<Loaded> {
         tracing::info!(
-            tenant = %tenant.name,
+            tenant = %policy.tenant(),
             policy = %loaded.descriptor.name,
             version = %loaded.descriptor.version,
             sha256 = loaded.sha256.as_deref().unwrap_or("builtin"),
@@ -284,55 +273,55 @@ impl Reloader {
         );
         self.metrics.inc(
             "lockbroker_policy_loads_total",
-            &[("tenant", &tenant.name), ("result", "ok")],
+            &[("tenant", policy.tenant()), ("result", "ok")],
         );
-        tenant.policy.swap(loaded);
-        tenant.policy.current()
+        policy.swap(loaded);
+        policy.current()
     }
 
     /// Records a failed load. The policy in force stays, unless it is the
     /// stand-in of a first load: then the tenant fails closed until a
     /// version loads.
-    fn failed(&self, tenant: &Tenant, err: &LoadError) {
+    fn failed(&self, policy: &TenantPolicy, err: &LoadError) {
         self.metrics.inc(
             "lockbroker_policy_loads_total",
-            &[("tenant", &tenant.name), ("result", "error")],
+            &[("tenant", policy.tenant()), ("result", "error")],
         );
-        if tenant.policy.is_loading() {
-            tracing::error!(tenant = %tenant.name, error = %err, "policy not loaded: the tenant's requests fail closed until it loads");
-            tenant.policy.swap(not_loaded(err));
+        if policy.is_loading() {
+            tracing::error!(tenant = %policy.tenant(), error = %err, "policy not loaded: the tenant's requests fail closed until it loads");
+            policy.swap(not_loaded(err));
         } else {
-            tracing::warn!(tenant = %tenant.name, error = %err, "policy not loaded; the previous one stays in force");
+            tracing::warn!(tenant = %policy.tenant(), error = %err, "policy not loaded; the previous one stays in force");
         }
-        tenant.policy.set_error(err.0.clone());
+        policy.set_error(err.0.clone());
     }
 
     /// Reloads a tenant's file if its content differs from the policy in
     /// force, in the tenant's turn.
-    async fn reload(&self, tenant: &Tenant, path: &Path) {
-        let turn = self.turn(&tenant.name);
+    async fn reload(&self, policy: &TenantPolicy, path: &Path) {
+        let turn = self.turn(policy.tenant());
         let _turn = turn.lock.lock().await;
-        self.reload_now(tenant, path).await;
+        self.reload_now(policy, path).await;
     }
 
     /// [`Reloader::reload`] once the caller has the tenant's turn.
-    async fn reload_now(&self, tenant: &Tenant, path: &Path) {
+    async fn reload_now(&self, policy: &TenantPolicy, path: &Path) {
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,
             Err(err) => {
                 let err = LoadError(format!("cannot read {}: {err}", path.display()));
-                return self.failed(tenant, &err);
+                return self.failed(policy, &err);
             }
         };
         let sha = super::wasm::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-        if tenant.policy.current().sha256.as_deref() == Some(sha.as_str()) {
+        if policy.current().sha256.as_deref() == Some(sha.as_str()) {
             return;
         }
-        match self.load(&tenant.name, bytes).await {
+        match self.load(policy.tenant(), bytes).await {
             Ok((loaded, _)) => {
-                self.put_in_force(tenant, loaded);
+                self.put_in_force(policy, loaded);
             }
-            Err(err) => self.failed(tenant, &err),
+            Err(err) => self.failed(policy, &err),
         }
     }
 
@@ -340,20 +329,20 @@ impl Reloader {
     /// [`LOADS_AT_ONCE`]), each put in force as soon as it is ready; returns
     /// when each has loaded or failed, with the watcher of those files.
     /// Tenants without a file keep the built-in policy.
-    pub async fn load_all(self: &Arc<Self>, tenants: Vec<Arc<Tenant>>) -> Watcher {
-        let files: Vec<(Arc<Tenant>, PathBuf)> = tenants
+    pub async fn load_all(self: &Arc<Self>, policies: Vec<Arc<TenantPolicy>>) -> Watcher {
+        let files: Vec<(Arc<TenantPolicy>, PathBuf)> = policies
             .into_iter()
             .filter_map(|t| {
-                let path = self.dir.join(t.policy_file.as_ref()?);
+                let path = self.dir.join(t.file()?);
                 Some((t, path))
             })
             .collect();
         // Before reading: a change made while they load is seen later.
         let seen = files.iter().map(|(_, p)| (p.clone(), stamp(p))).collect();
         let mut loads = JoinSet::new();
-        for (tenant, path) in &files {
-            let (this, tenant, path) = (self.clone(), tenant.clone(), path.clone());
-            loads.spawn(async move { this.reload(&tenant, &path).await });
+        for (policy, path) in &files {
+            let (this, policy, path) = (self.clone(), policy.clone(), path.clone());
+            loads.spawn(async move { this.reload(&policy, &path).await });
         }
         while let Some(done) = loads.join_next().await {
             if let Err(err) = done {
@@ -369,17 +358,22 @@ impl Reloader {
 
     /// Reloads `tenant` from `path` in a task of `tasks`, unless a reload
     /// of it already waits for its turn (that one will read the change).
-    fn schedule(self: &Arc<Self>, tasks: &mut JoinSet<()>, tenant: &Arc<Tenant>, path: &Path) {
-        let turn = self.turn(&tenant.name);
+    fn schedule(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        policy: &Arc<TenantPolicy>,
+        path: &Path,
+    ) {
+        let turn = self.turn(policy.tenant());
         if turn.queued.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (this, tenant, path) = (self.clone(), tenant.clone(), path.to_owned());
+        let (this, policy, path) = (self.clone(), policy.clone(), path.to_owned());
         tasks.spawn(async move {
             let _turn = turn.lock.lock().await;
             // From here on, a change is either read below or schedules anew.
             turn.queued.store(false, Ordering::SeqCst);
-            this.reload_now(&tenant, &path).await;
+            this.reload_now(&policy, &path).await;
         });
     }
 }
@@ -388,7 +382,7 @@ impl Reloader {
 /// ([`Reloader::load_all`]).
 pub struct Watcher {
     reloader: Arc<Reloader>,
-    files: Vec<(Arc<Tenant>, PathBuf)>,
+    files: Vec<(Arc<TenantPolicy>, PathBuf)>,
     /// Each file's stamp when last looked at.
     seen: HashMap<PathBuf, Option<Stamp>>,
 }
@@ -423,8 +417,8 @@ impl Watcher {
                     }
                 }
             }
-            for (tenant, path) in self.files.iter().filter(|(_, p)| changed.contains(p)) {
-                self.reloader.schedule(&mut reloads, tenant, path);
+            for (policy, path) in self.files.iter().filter(|(_, p)| changed.contains(p)) {
+                self.reloader.schedule(&mut reloads, policy, path);
             }
         }
     }

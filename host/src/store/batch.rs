@@ -5,22 +5,16 @@
 
 use chrono::NaiveDateTime;
 
-use super::{pool::Conn, RowKey};
+use super::{locks::LockRow, pool::Conn, RowKey};
 
-/// A lock row read by a batch, with its key and the database clock.
+/// A lock row read by a batch, with its key.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct KeyedLockRow {
     pub tenant: Vec<u8>,
     pub kind: u8,
     pub lock_key: Vec<u8>,
-    pub owner: Option<Vec<u8>>,
-    pub token: u64,
-    pub hold_count: u32,
-    pub expires_at: Option<NaiveDateTime>,
-    pub queued: u32,
-    pub released_by: Option<u64>,
-    pub not_before: Option<NaiveDateTime>,
-    pub now: NaiveDateTime,
+    #[sqlx(flatten)]
+    pub row: LockRow,
 }
 
 impl KeyedLockRow {
@@ -29,20 +23,6 @@ impl KeyedLockRow {
         self.kind == k.kind as u8
             && self.tenant == k.tenant.as_bytes()
             && self.lock_key == k.key.as_bytes()
-    }
-
-    /// The row without its key.
-    pub fn into_row(self) -> super::locks::LockRow {
-        super::locks::LockRow {
-            owner: self.owner,
-            token: self.token,
-            hold_count: self.hold_count,
-            expires_at: self.expires_at,
-            queued: self.queued,
-            released_by: self.released_by,
-            not_before: self.not_before,
-            now: self.now,
-        }
     }
 }
 
@@ -63,14 +43,11 @@ FROM locks WHERE (tenant, kind, lock_key) IN ({tuples})
 FOR UPDATE SKIP LOCKED
 "#
     );
-    conn.run(|c| {
-        let mut query = sqlx::query_as(&sql);
-        for k in keys {
-            query = query.bind(k.tenant).bind(k.kind as u8).bind(k.key);
-        }
-        query.fetch_all(c)
-    })
-    .await
+    let params: Vec<_> = keys
+        .iter()
+        .map(|k| (k.tenant, k.kind as u8, k.key))
+        .collect();
+    conn.fetch_all(&sql, params).await
 }
 
 /// A lease state to write into a lock row: a holder (or none, freed), its
@@ -103,21 +80,22 @@ ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
   released_by = COALESCE(VALUES(released_by), locks.released_by)
 "#
     );
-    conn.run(|c| {
-        let mut query = sqlx::query(&sql);
-        for w in writes {
-            query = query
-                .bind(w.key.tenant)
-                .bind(w.key.kind as u8)
-                .bind(w.key.key)
-                .bind(w.owner)
-                .bind(w.token)
-                .bind(w.hold_count)
-                .bind(w.expires_at)
-                .bind(w.released_by);
-        }
-        query.execute(c)
-    })
-    .await?;
+    let params: Vec<_> = writes
+        .iter()
+        .map(|w| {
+            let k = w.key;
+            (
+                k.tenant,
+                k.kind as u8,
+                k.key,
+                w.owner,
+                w.token,
+                w.hold_count,
+                w.expires_at,
+                w.released_by,
+            )
+        })
+        .collect();
+    conn.execute(&sql, params).await?;
     Ok(())
 }

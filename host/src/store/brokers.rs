@@ -19,21 +19,20 @@ pub async fn heartbeat(
     server: &str,
     contact: Option<Contact<'_>>,
 ) -> sqlx::Result<()> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 INSERT INTO brokers (name, started_at, heartbeat_at, server, url, secret)
 VALUES (?, NOW(6), NOW(6), ?, ?, ?)
 ON DUPLICATE KEY UPDATE heartbeat_at = NOW(6), server = VALUES(server),
   url = VALUES(url), secret = VALUES(secret)
 "#,
-        )
-        .bind(name)
-        .bind(server)
-        .bind(contact.map(|c| c.url))
-        .bind(contact.map(|c| c.secret))
-        .execute(c)
-    })
+        (
+            name,
+            server,
+            contact.map(|c| c.url),
+            contact.map(|c| c.secret),
+        ),
+    )
     .await?;
     Ok(())
 }
@@ -49,56 +48,41 @@ pub struct PeerRow {
 /// The brokers heard from within `alive_us` microseconds, this one
 /// included.
 pub async fn peers(conn: &mut Conn, alive_us: u64) -> sqlx::Result<Vec<PeerRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT name, url, secret FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
 "#,
-        )
-        .bind(alive_us)
-        .fetch_all(c)
-    })
+        (alive_us,),
+    )
     .await
 }
 
 /// Broker `name`, if it is heard from within `alive_us` microseconds.
 pub async fn peer(conn: &mut Conn, name: &[u8], alive_us: u64) -> sqlx::Result<Option<PeerRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_optional(
+        r#"
 SELECT name, url, secret FROM brokers
 WHERE name = ? AND heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
 "#,
-        )
-        .bind(name)
-        .bind(alive_us)
-        .fetch_optional(c)
-    })
+        (name, alive_us),
+    )
     .await
 }
 
 /// Removes a broker that says it is gone.
 pub async fn remove(conn: &mut Conn, name: &str) -> sqlx::Result<()> {
-    conn.run(|c| {
-        sqlx::query("DELETE FROM brokers WHERE name = ?")
-            .bind(name)
-            .execute(c)
-    })
-    .await?;
+    conn.execute("DELETE FROM brokers WHERE name = ?", (name,))
+        .await?;
     Ok(())
 }
 
 /// Removes up to `limit` brokers not heard from for `after_s` seconds.
 pub async fn forget_departed(conn: &mut Conn, after_s: u64, limit: u32) -> sqlx::Result<u64> {
     let done = conn
-        .run(|c| {
-            sqlx::query(
-                "DELETE FROM brokers WHERE heartbeat_at < NOW(6) - INTERVAL ? SECOND LIMIT ?",
-            )
-            .bind(after_s)
-            .bind(limit)
-            .execute(c)
-        })
+        .execute(
+            "DELETE FROM brokers WHERE heartbeat_at < NOW(6) - INTERVAL ? SECOND LIMIT ?",
+            (after_s, limit),
+        )
         .await?;
     Ok(done.rows_affected())
 }
@@ -109,15 +93,12 @@ pub async fn oldest_alive(
     conn: &mut Conn,
     alive_us: u64,
 ) -> sqlx::Result<Option<(Vec<u8>, Option<Vec<u8>>)>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_optional(
+        r#"
 SELECT name, server FROM brokers WHERE heartbeat_at > NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY started_at, name LIMIT 1
 "#,
-        )
-        .bind(alive_us)
-        .fetch_optional(c)
-    })
+        (alive_us,),
+    )
     .await
 }

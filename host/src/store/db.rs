@@ -113,7 +113,7 @@ impl Db {
             match self.servers[i].acquire(until).await {
                 Ok(conn) => {
                     if step > 0 {
-                        self.switch(start, i);
+                        self.switch(start, i, "the database server failed");
                     }
                     return Ok(conn);
                 }
@@ -132,8 +132,9 @@ impl Db {
         Err(last)
     }
 
-    /// Moves from server `from` to `to`, unless another task did already.
-    fn switch(&self, from: usize, to: usize) {
+    /// Moves from server `from` to `to` because `why`, unless another task
+    /// did already.
+    fn switch(&self, from: usize, to: usize, why: &str) {
         if self
             .current
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
@@ -142,7 +143,7 @@ impl Db {
             tracing::warn!(
                 from = self.servers[from].name(),
                 to = self.servers[to].name(),
-                "database server failed: moved to the next one"
+                "moved to another database server: {why}"
             );
         }
     }
@@ -170,17 +171,7 @@ impl Db {
         match self.servers[to].acquire(deadline).await {
             Ok(mut conn) => {
                 conn.done();
-                if self
-                    .current
-                    .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    tracing::warn!(
-                        from = self.servers[from].name(),
-                        to = server,
-                        "moved to the database server the longest-running broker writes through"
-                    );
-                }
+                self.switch(from, to, "the longest-running broker writes through it");
                 true
             }
             Err(_) => false,

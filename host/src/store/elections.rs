@@ -22,13 +22,7 @@ pub async fn record(
     leader: &str,
     expires_at: NaiveDateTime,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| sqlx::query("INSERT INTO election_terms (tenant, name, term, leader, expires_at) VALUES (?, ?, ?, ?, ?)")
-        .bind(tenant)
-        .bind(name)
-        .bind(term)
-        .bind(leader)
-        .bind(expires_at)
-        .execute(c)).await
+    conn.execute("INSERT INTO election_terms (tenant, name, term, leader, expires_at) VALUES (?, ?, ?, ?, ?)", (tenant, name, term, leader, expires_at)).await
 }
 
 /// Terms after `after`, oldest first.
@@ -38,18 +32,13 @@ pub async fn since(
     name: &str,
     after: u64,
 ) -> sqlx::Result<Vec<TermRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT term, leader, expires_at FROM election_terms
 WHERE tenant = ? AND name = ? AND term > ?
 ORDER BY term LIMIT 1000
 "#,
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(after)
-        .fetch_all(c)
-    })
+        (tenant, name, after),
+    )
     .await
 }

@@ -83,58 +83,102 @@ INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at)
 VALUES {tuples}
 "#
     );
-    conn.run(|c| {
-        let mut query = sqlx::query(&sql);
-        for e in events {
-            query = query
-                .bind(&e.tenant)
-                .bind(e.kind as u8)
-                .bind(&e.lock_key)
-                .bind(e.event as u8)
-                .bind(&e.owner)
-                .bind(e.token)
-                .bind(e.at);
-        }
-        query.execute(c)
-    })
-    .await?;
+    let params: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                &e.tenant,
+                e.kind as u8,
+                &e.lock_key,
+                e.event as u8,
+                &e.owner,
+                e.token,
+                e.at,
+            )
+        })
+        .collect();
+    conn.execute(&sql, params).await?;
     Ok(())
 }
 
 /// The key's latest `limit` events, newest first.
 pub async fn latest(conn: &mut Conn, k: RowKey<'_>, limit: u32) -> sqlx::Result<Vec<EventRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT event, owner, token, at FROM lock_events
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 ORDER BY id DESC LIMIT ?
 "#,
-        )
-        .bind(k.tenant)
-        .bind(k.kind as u8)
-        .bind(k.key)
-        .bind(limit)
-        .fetch_all(c)
-    })
+        (k.tenant, k.kind as u8, k.key, limit),
+    )
     .await
+}
+
+/// An event with its id and key, as the feed of every change reads it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FeedRow {
+    pub id: u64,
+    pub tenant: Vec<u8>,
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    pub event: u8,
+    pub owner: Vec<u8>,
+    pub token: u64,
+    pub at: NaiveDateTime,
+}
+
+/// The columns of a [`FeedRow`].
+const FEED: &str = "id, tenant, kind, lock_key, event, owner, token, at";
+
+/// Every tenant's events after `after`, oldest first, at most `limit`.
+pub async fn after(conn: &mut Conn, after: u64, limit: u32) -> sqlx::Result<Vec<FeedRow>> {
+    let sql = format!("SELECT {FEED} FROM lock_events WHERE id > ? ORDER BY id LIMIT ?");
+    conn.fetch_all(&sql, (after, limit)).await
+}
+
+/// The events of `ids` that exist (ids the feed passed over as gaps, looked
+/// for again in case their transactions committed late).
+pub async fn with_ids(conn: &mut Conn, ids: &[u64]) -> sqlx::Result<Vec<FeedRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    let sql = format!("SELECT {FEED} FROM lock_events WHERE id IN ({marks}) ORDER BY id");
+    let params: Vec<(u64,)> = ids.iter().map(|id| (*id,)).collect();
+    conn.fetch_all(&sql, params).await
+}
+
+/// `tenant`'s events with ids in `after..=until`, oldest first, at most
+/// `limit` (a stream catching up).
+pub async fn of_tenant(
+    conn: &mut Conn,
+    tenant: &str,
+    (after, until): (u64, u64),
+    limit: u32,
+) -> sqlx::Result<Vec<FeedRow>> {
+    let sql = format!(
+        "SELECT {FEED} FROM lock_events WHERE id > ? AND id <= ? AND tenant = ? ORDER BY id LIMIT ?"
+    );
+    conn.fetch_all(&sql, (after, until, tenant, limit)).await
+}
+
+/// The lowest and the highest id of the events kept (`None` when none).
+pub async fn ids(conn: &mut Conn) -> sqlx::Result<(Option<u64>, Option<u64>)> {
+    conn.fetch_one("SELECT MIN(id), MAX(id) FROM lock_events", ())
+        .await
 }
 
 /// Deletes up to `limit` events older than `older_than_us` µs by the
 /// database clock (autocommit); how many.
 pub async fn prune(conn: &mut Conn, older_than_us: u64, limit: u32) -> sqlx::Result<u64> {
     let done = conn
-        .run(|c| {
-            sqlx::query(
-                r#"
+        .execute(
+            r#"
 DELETE FROM lock_events WHERE at < NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY at LIMIT ?
 "#,
-            )
-            .bind(older_than_us)
-            .bind(limit)
-            .execute(c)
-        })
+            (older_than_us, limit),
+        )
         .await?;
     Ok(done.rows_affected())
 }

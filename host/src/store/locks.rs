@@ -38,31 +38,20 @@ FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
 {suffix}
 "#
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(k.tenant)
-            .bind(k.kind as u8)
-            .bind(k.key)
-            .fetch_optional(c)
-    })
-    .await
+    conn.fetch_optional(&sql, (k.tenant, k.kind as u8, k.key))
+        .await
 }
 
 /// Creates the row of a key never seen before, in its own autocommit
 /// statement. Two first acquirers racing here both succeed (the second
 /// insert is ignored); they then meet on the row lock as usual.
 pub async fn insert_missing(conn: &mut Conn, k: RowKey<'_>) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 INSERT IGNORE INTO locks (tenant, kind, lock_key) VALUES (?, ?, ?)
 "#,
-        )
-        .bind(k.tenant)
-        .bind(k.kind as u8)
-        .bind(k.key)
-        .execute(c)
-    })
+        (k.tenant, k.kind as u8, k.key),
+    )
     .await
 }
 
@@ -86,25 +75,24 @@ pub async fn write_lease(
     k: RowKey<'_>,
     w: LeaseWrite<'_>,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?,
   released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
-        )
-        .bind(w.owner)
-        .bind(w.token)
-        .bind(w.hold_count)
-        .bind(w.expires_at)
-        .bind(w.released_by)
-        .bind(w.not_before)
-        .bind(k.tenant)
-        .bind(k.kind as u8)
-        .bind(k.key)
-        .execute(c)
-    })
+        (
+            w.owner,
+            w.token,
+            w.hold_count,
+            w.expires_at,
+            w.released_by,
+            w.not_before,
+            k.tenant,
+            k.kind as u8,
+            k.key,
+        ),
+    )
     .await
 }
 
@@ -116,43 +104,14 @@ pub async fn free(
     released_by: Option<u64>,
     not_before: Option<NaiveDateTime>,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL,
   released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
-        )
-        .bind(released_by)
-        .bind(not_before)
-        .bind(k.tenant)
-        .bind(k.kind as u8)
-        .bind(k.key)
-        .execute(c)
-    })
-    .await
-}
-
-/// Adds `delta` to the count of pending waiters (row locked by the caller).
-pub async fn add_queued(
-    conn: &mut Conn,
-    k: RowKey<'_>,
-    delta: i64,
-) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
-UPDATE locks SET queued = CAST(queued AS SIGNED) + ?
-WHERE tenant = ? AND kind = ? AND lock_key = ?
-"#,
-        )
-        .bind(delta)
-        .bind(k.tenant)
-        .bind(k.kind as u8)
-        .bind(k.key)
-        .execute(c)
-    })
+        (released_by, not_before, k.tenant, k.kind as u8, k.key),
+    )
     .await
 }
 
@@ -180,18 +139,19 @@ WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
         live = lease_live("l")
     );
     let done = conn
-        .run(|c| {
-            sqlx::query(&sql)
-                .bind(released_by)
-                .bind(k.tenant)
-                .bind(k.kind as u8)
-                .bind(k.key)
-                .bind(owner)
-                .bind(token)
-                .bind(holds)
-                .bind(released_by)
-                .execute(c)
-        })
+        .execute(
+            &sql,
+            (
+                released_by,
+                k.tenant,
+                k.kind as u8,
+                k.key,
+                owner,
+                token,
+                holds,
+                released_by,
+            ),
+        )
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -209,12 +169,6 @@ LIMIT ?
 "#,
         free = lease_free("l")
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(Kind::Lock as u8)
-            .bind(Kind::Election as u8)
-            .bind(limit)
-            .fetch_all(c)
-    })
-    .await
+    conn.fetch_all(&sql, (Kind::Lock as u8, Kind::Election as u8, limit))
+        .await
 }

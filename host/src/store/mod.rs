@@ -18,8 +18,10 @@ pub mod db;
 pub mod elections;
 pub mod history;
 pub mod keepalive;
+pub mod listing;
 pub mod locks;
 pub mod pool;
+pub mod query;
 pub mod routines;
 pub mod rwlocks;
 pub mod semaphores;
@@ -68,6 +70,34 @@ impl Locking {
             Locking::Wait => "FOR UPDATE",
             Locking::NoWait => "FOR UPDATE NOWAIT",
             Locking::SkipLocked => "FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
+
+/// Adds `delta` to the count of pending waiters in `k`'s header (row
+/// locked by the caller): a lock's or election's own row, a semaphore's or
+/// a rwlock's header.
+pub async fn add_queued(
+    conn: &mut pool::Conn,
+    k: RowKey<'_>,
+    delta: i64,
+) -> sqlx::Result<sqlx::mysql::MySqlQueryResult> {
+    let (tenant, key) = (k.tenant, k.key);
+    match k.kind {
+        Kind::Lock | Kind::Election => {
+            let sql = "UPDATE locks SET queued = CAST(queued AS SIGNED) + ? \
+                WHERE tenant = ? AND kind = ? AND lock_key = ?";
+            conn.execute(sql, (delta, tenant, k.kind as u8, key)).await
+        }
+        Kind::Semaphore => {
+            let sql = "UPDATE semaphores SET queued = CAST(queued AS SIGNED) + ? \
+                WHERE tenant = ? AND sem_key = ?";
+            conn.execute(sql, (delta, tenant, key)).await
+        }
+        Kind::RwLock => {
+            let sql = "UPDATE rwlocks SET queued = CAST(queued AS SIGNED) + ? \
+                WHERE tenant = ? AND rw_key = ?";
+            conn.execute(sql, (delta, tenant, key)).await
         }
     }
 }

@@ -75,20 +75,21 @@ pub struct AcquireCall<'a> {
 /// the general path).
 pub async fn acquire(conn: &mut Conn, k: RowKey<'_>, a: AcquireCall<'_>) -> sqlx::Result<Outcome> {
     let rows: Vec<Outcome> = conn
-        .run(|c| {
-            sqlx::query_as("CALL lockbroker_lock_acquire(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-                .bind(k.tenant)
-                .bind(k.kind as u8)
-                .bind(k.key)
-                .bind(a.owner)
-                .bind(a.ttl_ms)
-                .bind(a.wait_ms)
-                .bind(a.priority)
-                .bind(a.broker)
-                .bind(a.alive_us)
-                .bind(a.max_waiters)
-                .fetch_all(c)
-        })
+        .fetch_all(
+            "CALL lockbroker_lock_acquire(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                k.tenant,
+                k.kind as u8,
+                k.key,
+                a.owner,
+                a.ttl_ms,
+                a.wait_ms,
+                a.priority,
+                a.broker,
+                a.alive_us,
+                a.max_waiters,
+            ),
+        )
         .await?;
     one(rows)
 }
@@ -107,18 +108,19 @@ pub async fn release(
     alive_us: u64,
 ) -> sqlx::Result<Outcome> {
     let rows: Vec<Outcome> = conn
-        .run(|c| {
-            sqlx::query_as("CALL lockbroker_lock_release(?, ?, ?, ?, ?, ?, ?, ?)")
-                .bind(k.tenant)
-                .bind(k.kind as u8)
-                .bind(k.key)
-                .bind(owner)
-                .bind(token)
-                .bind(mark)
-                .bind(broker)
-                .bind(alive_us)
-                .fetch_all(c)
-        })
+        .fetch_all(
+            "CALL lockbroker_lock_release(?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                k.tenant,
+                k.kind as u8,
+                k.key,
+                owner,
+                token,
+                mark,
+                broker,
+                alive_us,
+            ),
+        )
         .await?;
     one(rows)
 }

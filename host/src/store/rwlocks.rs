@@ -48,13 +48,7 @@ FROM rwlocks WHERE tenant = ? AND rw_key = ?
 "#,
         locking.suffix()
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(c)
-    })
-    .await
+    conn.fetch_optional(&sql, (tenant, key)).await
 }
 
 /// Creates the header of a key never seen before, in its own autocommit
@@ -65,29 +59,23 @@ pub async fn insert_missing(
     tenant: &str,
     key: &str,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query("INSERT IGNORE INTO rwlocks (tenant, rw_key) VALUES (?, ?)")
-            .bind(tenant)
-            .bind(key)
-            .execute(c)
-    })
+    conn.execute(
+        "INSERT IGNORE INTO rwlocks (tenant, rw_key) VALUES (?, ?)",
+        (tenant, key),
+    )
     .await
 }
 
 /// Every reader row of the key, expired ones included (the caller judges
 /// them by the header's `now`).
 pub async fn readers(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec<ReaderRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT owner, token, expires_at FROM rwlock_readers
 WHERE tenant = ? AND rw_key = ? ORDER BY token
 "#,
-        )
-        .bind(tenant)
-        .bind(key)
-        .fetch_all(c)
-    })
+        (tenant, key),
+    )
     .await
 }
 
@@ -105,23 +93,22 @@ pub async fn write_header(
         Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
         None => (None, None, None),
     };
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 UPDATE rwlocks SET token = ?, writer = ?, writer_token = ?, writer_expires_at = ?,
   changed_by = ?
 WHERE tenant = ? AND rw_key = ?
 "#,
-        )
-        .bind(token)
-        .bind(owner)
-        .bind(writer_token)
-        .bind(expires_at)
-        .bind(changed_by)
-        .bind(tenant)
-        .bind(key)
-        .execute(c)
-    })
+        (
+            token,
+            owner,
+            writer_token,
+            expires_at,
+            changed_by,
+            tenant,
+            key,
+        ),
+    )
     .await
 }
 
@@ -134,20 +121,13 @@ pub async fn put_reader(
     token: u64,
     expires_at: NaiveDateTime,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 INSERT INTO rwlock_readers (tenant, rw_key, owner, token, expires_at) VALUES (?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)
 "#,
-        )
-        .bind(tenant)
-        .bind(key)
-        .bind(owner)
-        .bind(token)
-        .bind(expires_at)
-        .execute(c)
-    })
+        (tenant, key, owner, token, expires_at),
+    )
     .await
 }
 
@@ -158,13 +138,10 @@ pub async fn delete_reader(
     key: &str,
     owner: &str,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query("DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND owner = ?")
-            .bind(tenant)
-            .bind(key)
-            .bind(owner)
-            .execute(c)
-    })
+    conn.execute(
+        "DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND owner = ?",
+        (tenant, key, owner),
+    )
     .await
 }
 
@@ -175,33 +152,10 @@ pub async fn delete_expired_readers(
     tenant: &str,
     key: &str,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            "DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND expires_at <= NOW(6)",
-        )
-        .bind(tenant)
-        .bind(key)
-        .execute(c)
-    })
-    .await
-}
-
-/// Adds `delta` to the count of pending waiters (header locked by the caller).
-pub async fn add_queued(
-    conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    delta: i64,
-) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            "UPDATE rwlocks SET queued = CAST(queued AS SIGNED) + ? WHERE tenant = ? AND rw_key = ?",
-        )
-        .bind(delta)
-        .bind(tenant)
-        .bind(key)
-        .execute(c)
-    })
+    conn.execute(
+        "DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND expires_at <= NOW(6)",
+        (tenant, key),
+    )
     .await
 }
 
@@ -210,9 +164,8 @@ pub async fn add_queued(
 /// waiter is a reader (the writer it queued behind left the queue), up to
 /// `limit`.
 pub async fn free_with_waiters(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<KeyRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT h.tenant, CAST(? AS SIGNED) AS kind, h.rw_key AS lock_key FROM rwlocks h
 WHERE h.queued > 0
   AND (h.writer IS NULL OR h.writer_expires_at <= NOW(6))
@@ -227,11 +180,7 @@ WHERE h.queued > 0
       ORDER BY w.id LIMIT 1) = 0)
 LIMIT ?
 "#,
-        )
-        .bind(Kind::RwLock as u8)
-        .bind(Kind::RwLock as u8)
-        .bind(limit)
-        .fetch_all(c)
-    })
+        (Kind::RwLock as u8, Kind::RwLock as u8, limit),
+    )
     .await
 }

@@ -25,6 +25,14 @@ pub struct SlotRow {
     pub now: NaiveDateTime,
 }
 
+/// Which slot: tenant, semaphore (its storage key) and slot number.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotKey<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub slot: u32,
+}
+
 /// The header, locked as asked (see [`Locking`]).
 pub async fn header(
     conn: &mut Conn,
@@ -36,36 +44,21 @@ pub async fn header(
         "SELECT permits, queued FROM semaphores WHERE tenant = ? AND sem_key = ? {}",
         locking.suffix()
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(c)
-    })
-    .await
+    conn.fetch_optional(&sql, (tenant, key)).await
 }
 
 /// Creates a semaphore of `permits` slots unless it exists (autocommit:
 /// two first acquirers racing both succeed; the first size wins).
 pub async fn create(conn: &mut Conn, tenant: &str, key: &str, permits: u32) -> sqlx::Result<()> {
-    conn.run(|c| {
-        sqlx::query("INSERT IGNORE INTO semaphores (tenant, sem_key, permits) VALUES (?, ?, ?)")
-            .bind(tenant)
-            .bind(key)
-            .bind(permits)
-            .execute(c)
-    })
+    conn.execute(
+        "INSERT IGNORE INTO semaphores (tenant, sem_key, permits) VALUES (?, ?, ?)",
+        (tenant, key, permits),
+    )
     .await?;
     let rows = vec!["(?, ?, ?)"; permits as usize].join(", ");
     let sql = format!("INSERT IGNORE INTO semaphore_slots (tenant, sem_key, slot) VALUES {rows}");
-    conn.run(|c| {
-        let mut query = sqlx::query(&sql);
-        for slot in 0..permits {
-            query = query.bind(tenant).bind(key).bind(slot);
-        }
-        query.execute(c)
-    })
-    .await?;
+    let params: Vec<_> = (0..permits).map(|slot| (tenant, key, slot)).collect();
+    conn.execute(&sql, params).await?;
     Ok(())
 }
 
@@ -84,13 +77,7 @@ FOR UPDATE SKIP LOCKED
 "#,
         free = lease_free("x")
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(c)
-    })
-    .await
+    conn.fetch_optional(&sql, (tenant, key)).await
 }
 
 /// The slot `owner` holds live, if any, by a plain read: locking reads over
@@ -110,129 +97,78 @@ LIMIT 1
 "#,
         live = lease_live("x")
     );
-    let row: Option<(u32,)> = conn
-        .run(|c| {
-            sqlx::query_as(&sql)
-                .bind(tenant)
-                .bind(key)
-                .bind(owner)
-                .fetch_optional(c)
-        })
-        .await?;
+    let row: Option<(u32,)> = conn.fetch_optional(&sql, (tenant, key, owner)).await?;
     Ok(row.map(|(slot,)| slot))
 }
 
 /// One slot, row-locked.
-pub async fn slot_for_update(
-    conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    slot: u32,
-) -> sqlx::Result<Option<SlotRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+pub async fn slot_for_update(conn: &mut Conn, s: SlotKey<'_>) -> sqlx::Result<Option<SlotRow>> {
+    conn.fetch_optional(
+        r#"
 SELECT slot, owner, token, expires_at, released_by, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 FOR UPDATE
 "#,
-        )
-        .bind(tenant)
-        .bind(key)
-        .bind(slot)
-        .fetch_optional(c)
-    })
+        (s.tenant, s.key, s.slot),
+    )
     .await
 }
 
 /// All slots, unlocked.
 pub async fn slots(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec<SlotRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT slot, owner, token, expires_at, released_by, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? ORDER BY slot
 "#,
-        )
-        .bind(tenant)
-        .bind(key)
-        .fetch_all(c)
-    })
+        (tenant, key),
+    )
     .await
 }
 
-/// Writes a slot's lease; `released_by` marks a write made by a release (a
-/// handoff), `None` keeps the mark.
-#[allow(clippy::too_many_arguments)]
+/// Writes `owner`'s lease with `token` until `expires_at` into slot `s`;
+/// `released_by` marks a write made by a release (a handoff), `None` keeps
+/// the mark.
 pub async fn write_slot(
     conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    slot: u32,
-    owner: &str,
-    token: u64,
-    expires_at: NaiveDateTime,
+    s: SlotKey<'_>,
+    (owner, token, expires_at): (&str, u64, NaiveDateTime),
     released_by: Option<u64>,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 UPDATE semaphore_slots SET owner = ?, token = ?, expires_at = ?,
   released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
-        )
-        .bind(owner)
-        .bind(token)
-        .bind(expires_at)
-        .bind(released_by)
-        .bind(tenant)
-        .bind(key)
-        .bind(slot)
-        .execute(c)
-    })
+        (
+            owner,
+            token,
+            expires_at,
+            released_by,
+            s.tenant,
+            s.key,
+            s.slot,
+        ),
+    )
     .await
 }
 
 /// Frees a slot. The token stays: the next grant continues from it.
 pub async fn free_slot(
     conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    slot: u32,
+    s: SlotKey<'_>,
     released_by: Option<u64>,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 UPDATE semaphore_slots SET owner = NULL, expires_at = NULL,
   released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
-        )
-        .bind(released_by)
-        .bind(tenant)
-        .bind(key)
-        .bind(slot)
-        .execute(c)
-    })
-    .await
-}
-
-/// Adds `delta` to the count of pending waiters (header locked by the caller).
-pub async fn add_queued(
-    conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    delta: i64,
-) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| sqlx::query(
-        "UPDATE semaphores SET queued = CAST(queued AS SIGNED) + ? WHERE tenant = ? AND sem_key = ?",
+        (released_by, s.tenant, s.key, s.slot),
     )
-    .bind(delta)
-    .bind(tenant)
-    .bind(key)
-    .execute(c)).await
+    .await
 }
 
 /// Frees `owner`'s live slot with `token` in one statement if no waiter is
@@ -240,14 +176,10 @@ pub async fn add_queued(
 /// releases do not queue behind each other), marking the slot with
 /// `released_by` (a slot already marked so is left to the full release);
 /// whether it did.
-#[allow(clippy::too_many_arguments)]
 pub async fn free_if_alone(
     conn: &mut Conn,
-    tenant: &str,
-    key: &str,
-    slot: u32,
-    owner: &str,
-    token: u64,
+    s: SlotKey<'_>,
+    (owner, token): (&str, u64),
     released_by: u64,
 ) -> sqlx::Result<bool> {
     let sql = format!(
@@ -262,17 +194,18 @@ WHERE s.tenant = ? AND s.sem_key = ? AND s.slot = ?
         live = lease_live("s")
     );
     let done = conn
-        .run(|c| {
-            sqlx::query(&sql)
-                .bind(released_by)
-                .bind(tenant)
-                .bind(key)
-                .bind(slot)
-                .bind(owner)
-                .bind(token)
-                .bind(released_by)
-                .execute(c)
-        })
+        .execute(
+            &sql,
+            (
+                released_by,
+                s.tenant,
+                s.key,
+                s.slot,
+                owner,
+                token,
+                released_by,
+            ),
+        )
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -289,11 +222,5 @@ LIMIT ?
 "#,
         free = lease_free("x")
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(Kind::Semaphore as u8)
-            .bind(limit)
-            .fetch_all(c)
-    })
-    .await
+    conn.fetch_all(&sql, (Kind::Semaphore as u8, limit)).await
 }

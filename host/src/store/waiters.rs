@@ -64,26 +64,9 @@ pub struct Staleness {
 }
 
 impl Staleness {
-    /// Binds the thresholds in the order [`ELIGIBLE`] and [`STALE`] take them.
-    fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
-        query.bind_u64(self.grace_us).bind_u64(self.alive_us)
-    }
-}
-
-/// Binding a `u64` to either kind of sqlx query.
-trait Bind<'q> {
-    fn bind_u64(self, value: u64) -> Self;
-}
-
-impl<'q> Bind<'q> for sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    fn bind_u64(self, value: u64) -> Self {
-        self.bind(value)
-    }
-}
-
-impl<'q, O> Bind<'q> for sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments> {
-    fn bind_u64(self, value: u64) -> Self {
-        self.bind(value)
+    /// The thresholds, in the order [`ELIGIBLE`] and [`STALE`] take them.
+    fn params(self) -> (u64, u64) {
+        (self.grace_us, self.alive_us)
     }
 }
 
@@ -135,23 +118,22 @@ pub struct NewWaiter<'a> {
 /// Enqueues a waiter; its id.
 pub async fn insert(conn: &mut Conn, k: RowKey<'_>, w: NewWaiter<'_>) -> sqlx::Result<u64> {
     let done = conn
-        .run(|c| {
-            sqlx::query(
-                r#"
+        .execute(
+            r#"
 INSERT INTO waiters (tenant, kind, lock_key, owner, priority, ttl_ms, broker, enqueued_at, deadline)
 VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
 "#,
-            )
-            .bind(k.tenant)
-            .bind(k.kind as u8)
-            .bind(k.key)
-            .bind(w.owner)
-            .bind(w.priority)
-            .bind(w.ttl_ms)
-            .bind(w.broker)
-            .bind(w.wait_ms.saturating_mul(1000))
-            .execute(c)
-        })
+            (
+                k.tenant,
+                k.kind as u8,
+                k.key,
+                w.owner,
+                w.priority,
+                w.ttl_ms,
+                w.broker,
+                w.wait_ms.saturating_mul(1000),
+            ),
+        )
         .await?;
     Ok(done.last_insert_id())
 }
@@ -159,13 +141,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
 /// Sets what waiter `id` (of a rwlock, just inserted by the caller's
 /// transaction) asks for: 0 read, 1 write.
 pub async fn set_mode(conn: &mut Conn, id: u64, mode: u8) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query("UPDATE waiters SET mode = ? WHERE id = ?")
-            .bind(mode)
-            .bind(id)
-            .execute(c)
-    })
-    .await
+    conn.execute("UPDATE waiters SET mode = ? WHERE id = ?", (mode, id))
+        .await
 }
 
 /// Which end of the queue to read.
@@ -199,13 +176,11 @@ WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND w.granted_token IS NULL
 ORDER BY {order_by} LIMIT ?
 "#
     );
-    conn.run(|c| {
-        let query = sqlx::query_as(&sql)
-            .bind(k.tenant)
-            .bind(k.kind as u8)
-            .bind(k.key);
-        stale.bind(query).bind(limit).fetch_all(c)
-    })
+    let (grace_us, alive_us) = stale.params();
+    conn.fetch_all(
+        &sql,
+        (k.tenant, k.kind as u8, k.key, grace_us, alive_us, limit),
+    )
     .await
 }
 
@@ -217,14 +192,9 @@ DELETE w FROM waiters w
 WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND {STALE}
 "#
     );
+    let (grace_us, alive_us) = stale.params();
     let done = conn
-        .run(|c| {
-            let query = sqlx::query(&sql)
-                .bind(k.tenant)
-                .bind(k.kind as u8)
-                .bind(k.key);
-            stale.bind(query).execute(c)
-        })
+        .execute(&sql, (k.tenant, k.kind as u8, k.key, grace_us, alive_us))
         .await?;
     Ok(done.rows_affected())
 }
@@ -239,20 +209,13 @@ pub async fn grant(
     expires_at: NaiveDateTime,
     claimed: bool,
 ) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query(
-            r#"
+    conn.execute(
+        r#"
 UPDATE waiters SET granted_token = ?, granted_slot = ?, granted_expires_at = ?, claimed = ?
 WHERE id = ?
 "#,
-        )
-        .bind(token)
-        .bind(slot)
-        .bind(expires_at)
-        .bind(u8::from(claimed))
-        .bind(id)
-        .execute(c)
-    })
+        (token, slot, expires_at, u8::from(claimed), id),
+    )
     .await
 }
 
@@ -263,39 +226,26 @@ pub async fn passed_over(conn: &mut Conn, ids: &[u64]) -> sqlx::Result<()> {
     }
     let marks = vec!["?"; ids.len()].join(", ");
     let sql = format!("UPDATE waiters SET attempts = attempts + 1 WHERE id IN ({marks})");
-    conn.run(|c| {
-        let mut query = sqlx::query(&sql);
-        for id in ids {
-            query = query.bind(id);
-        }
-        query.execute(c)
-    })
-    .await?;
+    let ids: Vec<(u64,)> = ids.iter().map(|id| (*id,)).collect();
+    conn.execute(&sql, ids).await?;
     Ok(())
 }
 
 /// A waiter's row, if it still exists.
 pub async fn get(conn: &mut Conn, id: u64) -> sqlx::Result<Option<GrantRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_optional(
+        r#"
 SELECT id, granted_token, granted_slot, granted_expires_at, claimed FROM waiters WHERE id = ?
 "#,
-        )
-        .bind(id)
-        .fetch_optional(c)
-    })
+        (id,),
+    )
     .await
 }
 
 /// Removes a waiter's row.
 pub async fn delete(conn: &mut Conn, id: u64) -> sqlx::Result<MySqlQueryResult> {
-    conn.run(|c| {
-        sqlx::query("DELETE FROM waiters WHERE id = ?")
-            .bind(id)
-            .execute(c)
-    })
-    .await
+    conn.execute("DELETE FROM waiters WHERE id = ?", (id,))
+        .await
 }
 
 /// Removes the rows of waiters `ids` (granted rows whose waiters have their
@@ -314,31 +264,25 @@ pub async fn delete_many(conn: &mut Conn, ids: &[u64]) -> sqlx::Result<()> {
 /// how many.
 pub async fn claim_for_broker(conn: &mut Conn, broker: &str) -> sqlx::Result<u64> {
     let done = conn
-        .run(|c| {
-            sqlx::query(
-                r#"
+        .execute(
+            r#"
 UPDATE waiters SET claimed = 1 WHERE broker = ? AND granted_token IS NOT NULL AND claimed = 0
 "#,
-            )
-            .bind(broker)
-            .execute(c)
-        })
+            (broker,),
+        )
         .await?;
     Ok(done.rows_affected())
 }
 
 /// Granted waiters of one broker: its one batched check per tick.
 pub async fn granted_for_broker(conn: &mut Conn, broker: &str) -> sqlx::Result<Vec<GrantRow>> {
-    conn.run(|c| {
-        sqlx::query_as(
-            r#"
+    conn.fetch_all(
+        r#"
 SELECT id, granted_token, granted_slot, granted_expires_at, claimed FROM waiters
 WHERE broker = ? AND granted_token IS NOT NULL
 "#,
-        )
-        .bind(broker)
-        .fetch_all(c)
-    })
+        (broker,),
+    )
     .await
 }
 
@@ -354,12 +298,8 @@ SELECT COUNT(*) FROM waiters w
 WHERE w.tenant = ? AND w.granted_token IS NULL AND {ELIGIBLE}
 "#
     );
-    let (n,): (i64,) = conn
-        .run(|c| {
-            let query = sqlx::query_as(&sql).bind(tenant);
-            stale.bind(query).fetch_one(c)
-        })
-        .await?;
+    let (grace_us, alive_us) = stale.params();
+    let (n,): (i64,) = conn.fetch_one(&sql, (tenant, grace_us, alive_us)).await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -377,15 +317,9 @@ WHERE {STALE} OR {UNDELIVERED}
 LIMIT ?
 "#
     );
-    conn.run(|c| {
-        let query = sqlx::query_as(&sql);
-        stale
-            .bind(query)
-            .bind(stale.alive_us)
-            .bind(limit)
-            .fetch_all(c)
-    })
-    .await
+    let (grace_us, alive_us) = stale.params();
+    conn.fetch_all(&sql, (grace_us, alive_us, stale.alive_us, limit))
+        .await
 }
 
 /// A key's grants that gone brokers (not heard from within `alive_us`)
@@ -401,26 +335,15 @@ SELECT w.id, w.owner, w.granted_token, w.granted_slot FROM waiters w
 WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND {UNDELIVERED}
 "#
     );
-    conn.run(|c| {
-        sqlx::query_as(&sql)
-            .bind(k.tenant)
-            .bind(k.kind as u8)
-            .bind(k.key)
-            .bind(alive_us)
-            .fetch_all(c)
-    })
-    .await
+    conn.fetch_all(&sql, (k.tenant, k.kind as u8, k.key, alive_us))
+        .await
 }
 
 /// Takes back an unclaimed grant: true if it was still unclaimed (a
 /// broker's claim and this are atomic on the row).
 pub async fn revoke(conn: &mut Conn, id: u64) -> sqlx::Result<bool> {
     let done = conn
-        .run(|c| {
-            sqlx::query("DELETE FROM waiters WHERE id = ? AND claimed = 0")
-                .bind(id)
-                .execute(c)
-        })
+        .execute("DELETE FROM waiters WHERE id = ? AND claimed = 0", (id,))
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -429,18 +352,14 @@ pub async fn revoke(conn: &mut Conn, id: u64) -> sqlx::Result<bool> {
 /// `after_us` ago (nobody collected them).
 pub async fn delete_uncollected(conn: &mut Conn, after_us: u64, limit: u32) -> sqlx::Result<u64> {
     let done = conn
-        .run(|c| {
-            sqlx::query(
-                r#"
+        .execute(
+            r#"
 DELETE FROM waiters
 WHERE granted_token IS NOT NULL AND granted_expires_at < NOW(6) - INTERVAL ? MICROSECOND
 LIMIT ?
 "#,
-            )
-            .bind(after_us)
-            .bind(limit)
-            .execute(c)
-        })
+            (after_us, limit),
+        )
         .await?;
     Ok(done.rows_affected())
 }

@@ -230,13 +230,19 @@ fn bad_components_are_refused_with_a_reason() {
     assert!(host.load(b"").is_err());
 }
 
-#[test]
-fn compiled_components_are_cached_by_sha256() {
-    let dir = std::env::temp_dir().join(format!("lb-cache-test-{}", std::process::id()));
+/// A cache directory of this test process's own, and small limits.
+fn cache_dir(name: &str) -> (PathBuf, Limits) {
+    let dir = std::env::temp_dir().join(format!("lb-{name}-{}", std::process::id()));
     let limits = Limits {
         deadline: Duration::from_millis(5),
         memory_bytes: 16 << 20,
     };
+    (dir, limits)
+}
+
+#[test]
+fn compiled_components_are_cached_by_sha256() {
+    let (dir, limits) = cache_dir("cache-test");
     let host = WasmHost::new(limits, Some(dir.clone())).unwrap();
     let loaded = host.load_file(&dist("default.wasm")).unwrap();
     let sha = loaded.sha256.unwrap();
@@ -262,11 +268,7 @@ fn compiled_components_are_cached_by_sha256() {
 
 #[test]
 fn concurrent_loads_into_one_cache_keep_each_policy_its_own() {
-    let dir = std::env::temp_dir().join(format!("lb-cache-race-{}", std::process::id()));
-    let limits = Limits {
-        deadline: Duration::from_millis(5),
-        memory_bytes: 16 << 20,
-    };
+    let (dir, limits) = cache_dir("cache-race");
     let names = ["default", "priority"];
     for _ in 0..4 {
         let _ = std::fs::remove_dir_all(&dir);
