@@ -231,7 +231,7 @@ async fn a_handoff_is_timed() {
 async fn the_metrics_token_is_required_when_set() {
     let db = fresh_db_name();
     let mut config = config(&db);
-    config.metrics_token = Some("scrape-secret".into());
+    config.metrics_token = Some("scrape-secret".try_into().unwrap());
     let broker = Broker::start_with(db, config).await;
     for bearer in [None, Some("wrong"), Some(KEY), Some(ADMIN)] {
         let reply = broker.client_with(bearer).get("/metrics").await.unwrap();

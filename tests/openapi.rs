@@ -181,6 +181,9 @@ async fn every_documented_example_gets_a_documented_answer() {
         if path.starts_with("/v1/admin") || path.ends_with("/observe") || path == "/metrics" {
             continue; // below, with their own auth or media type
         }
+        if path == "/v1/events" {
+            continue; // a stream that does not end: tests/events.rs
+        }
         let url = spec.path_with_example(path, op);
         let what = format!("{method} {url}");
         let reply = if method == "post" {

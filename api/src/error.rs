@@ -83,6 +83,12 @@ pub enum ErrorCode {
     /// 429: the tenant has `max_streams` event streams open on this broker
     /// already.
     TooManyStreams,
+    /// 429: the grant would take the tenant past `max_held` live leases
+    /// (a multi-lock counts as a whole: none of it is granted).
+    QuotaExceeded,
+    /// 429: the tenant sent more than `max_requests_per_s` (with its
+    /// burst) to this broker; `retry_after_ms` says when one more fits.
+    RateLimited,
     /// 500: the tenant's naming policy trapped or ran out of its budget.
     PolicyError,
     /// 503: the database is unavailable or the broker is shutting down;
@@ -100,7 +106,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a broker sends, in the order above ([`ErrorCode::Unknown`]
     /// is not one).
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::BadRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -117,6 +123,8 @@ impl ErrorCode {
         ErrorCode::InvalidPolicy,
         ErrorCode::TooManyWaiters,
         ErrorCode::TooManyStreams,
+        ErrorCode::QuotaExceeded,
+        ErrorCode::RateLimited,
         ErrorCode::PolicyError,
         ErrorCode::Unavailable,
     ];
@@ -139,7 +147,10 @@ impl ErrorCode {
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::InvalidKey | ErrorCode::InvalidPolicy => 422,
-            ErrorCode::TooManyWaiters | ErrorCode::TooManyStreams => 429,
+            ErrorCode::TooManyWaiters
+            | ErrorCode::TooManyStreams
+            | ErrorCode::QuotaExceeded
+            | ErrorCode::RateLimited => 429,
             ErrorCode::PolicyError | ErrorCode::Unknown => 500,
             ErrorCode::Unavailable => 503,
         }
@@ -164,6 +175,8 @@ impl ErrorCode {
             ErrorCode::InvalidPolicy => "invalid_policy",
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::TooManyStreams => "too_many_streams",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::PolicyError => "policy_error",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Unknown => "unknown",
@@ -193,11 +206,11 @@ mod tests {
     #[test]
     fn an_unknown_code_is_read_not_refused() {
         assert_eq!(
-            serde_json::from_str::<ErrorCode>(r#""rate_limited""#).unwrap(),
+            serde_json::from_str::<ErrorCode>(r#""from_a_newer_broker""#).unwrap(),
             ErrorCode::Unknown
         );
         let body: ErrorBody = serde_json::from_str(
-            r#"{"error": {"code": "quota_exceeded", "message": "over quota", "retry_after_ms": 5}}"#,
+            r#"{"error": {"code": "from_a_newer_broker", "message": "over quota", "retry_after_ms": 5}}"#,
         )
         .unwrap();
         assert_eq!(body.error.code, ErrorCode::Unknown);

@@ -17,7 +17,7 @@ use crate::{
         Loaded, TenantPolicy,
     },
     store::{db::Db, pool::Setup},
-    tenant::{self, SecretDigest, Tenant, Tenants},
+    tenant::{Tenant, Tenants},
 };
 
 /// How long a start waits for each database server to answer.
@@ -31,7 +31,6 @@ pub struct App {
     /// a tenant names); a tenant's `database` is its index here.
     pub engines: Vec<Engine>,
     pub metrics: Arc<Metrics>,
-    pub admin_digest: Option<SecretDigest>,
     pub reloader: Arc<Reloader>,
     /// Push wake-ups between brokers: this process's secret and its
     /// client to the others.
@@ -96,7 +95,6 @@ impl App {
             tenants.push(Tenant::new(t, policy, database));
         }
         Ok(App {
-            admin_digest: config.admin_token.as_deref().map(tenant::digest),
             tenants: Tenants::new(tenants),
             reloader,
             engines,

@@ -9,6 +9,8 @@ use std::{
 
 use serde::Deserialize;
 
+use crate::secret::Secret;
+
 /// Default listen address (API.md).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
 /// Default database (API.md).
@@ -22,10 +24,13 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The parser's message says where and what (printed once: not a
-    /// `source`, so an error chain does not repeat it).
-    #[error("invalid config: {0}")]
-    Parse(toml::de::Error),
+    /// What the parser said and on which line, without the line itself:
+    /// it may hold a secret.
+    #[error("invalid config: {message}{}", line.map(|l| format!(" (line {l})")).unwrap_or_default())]
+    Parse {
+        message: String,
+        line: Option<usize>,
+    },
     #[error("invalid config: {0}")]
     Invalid(String),
 }
@@ -95,9 +100,10 @@ pub struct Config {
     /// share transactions (on by default; off, each has its own).
     #[serde(default = "default_group_commit")]
     pub group_commit: bool,
-    /// Bearer token for `/v1/admin`. Without one, the admin API answers 401.
+    /// Bearer token for `/v1/admin` (or its `sha256:` digest). Without
+    /// one, the admin API answers 401.
     #[serde(default)]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// Directory of policy components, watched for changes.
     #[serde(default = "default_policy_dir")]
     pub policy_dir: PathBuf,
@@ -131,9 +137,10 @@ pub struct Config {
     #[serde(default = "default_header_read_timeout_ms")]
     pub header_read_timeout_ms: u64,
     /// Bearer token `GET /metrics` requires when set (its label values
-    /// name tenants); without one, `/metrics` is open.
+    /// name tenants), or its `sha256:` digest; without one, `/metrics` is
+    /// open.
     #[serde(default)]
-    pub metrics_token: Option<String>,
+    pub metrics_token: Option<Secret>,
     /// How log lines are written: `text` (the default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
@@ -179,7 +186,14 @@ pub const MAX_HISTORY_RETENTION_HOURS: u64 = 87_600;
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     pub name: String,
-    pub api_key: String,
+    /// One key (`api_key = "..."`), kept for configs written before
+    /// `api_keys`; both may be given and all their keys work.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// The tenant's keys, each a secret or its `sha256:` digest: several
+    /// so that a key is rotated without downtime.
+    #[serde(default)]
+    pub api_keys: Vec<Secret>,
     /// A file in `policy_dir`; `None` is the built-in default policy.
     #[serde(default)]
     pub policy: Option<String>,
@@ -187,6 +201,17 @@ pub struct TenantConfig {
     pub max_ttl_ms: u64,
     #[serde(default = "default_max_waiters")]
     pub max_waiters: u64,
+    /// Live leases of the tenant, all kinds together; an acquire that
+    /// would pass it answers 429 `quota_exceeded`.
+    #[serde(default = "default_max_held")]
+    pub max_held: u64,
+    /// Requests per second on one broker (a token bucket); `None`:
+    /// unlimited. Past it, 429 `rate_limited`.
+    #[serde(default)]
+    pub max_requests_per_s: Option<u32>,
+    /// The bucket's size; `None`: twice `max_requests_per_s`.
+    #[serde(default)]
+    pub max_requests_burst: Option<u32>,
     /// Event streams (`GET /v1/events`) the tenant may have open on one
     /// broker at once.
     #[serde(default = "default_max_streams")]
@@ -216,13 +241,20 @@ pub struct TenantConfig {
 impl TenantConfig {
     /// A tenant with this name and API key, the built-in policy and the
     /// default limits.
+    ///
+    /// # Panics
+    /// `api_key` is empty or a malformed digest.
     pub fn new(name: &str, api_key: &str) -> TenantConfig {
         TenantConfig {
             name: name.to_owned(),
-            api_key: api_key.to_owned(),
+            api_key: Some(Secret::try_from(api_key).expect("a valid API key")),
+            api_keys: Vec::new(),
             policy: None,
             max_ttl_ms: default_max_ttl_ms(),
             max_waiters: default_max_waiters(),
+            max_held: default_max_held(),
+            max_requests_per_s: None,
+            max_requests_burst: None,
             max_streams: default_max_streams(),
             database_url: None,
             policy_deadline_ms: None,
@@ -284,11 +316,29 @@ fn default_max_waiters() -> u64 {
 fn default_max_streams() -> usize {
     16
 }
+fn default_max_held() -> u64 {
+    1_000_000
+}
 
-impl From<toml::de::Error> for ConfigError {
-    fn from(err: toml::de::Error) -> Self {
-        ConfigError::Parse(err)
+impl TenantConfig {
+    /// Every key of the tenant (`api_key` and `api_keys`).
+    pub fn keys(&self) -> impl Iterator<Item = &Secret> {
+        self.api_key.iter().chain(&self.api_keys)
     }
+
+    /// The token bucket's rate and size, when the tenant is rate limited.
+    pub fn rate(&self) -> Option<(u32, u32)> {
+        let rate = self.max_requests_per_s?;
+        Some((
+            rate,
+            self.max_requests_burst.unwrap_or(rate.saturating_mul(2)),
+        ))
+    }
+}
+
+/// `text` as a secret for the setting `what`.
+fn secret(what: &str, text: String) -> Result<Secret, ConfigError> {
+    Secret::try_from(text).map_err(|why| ConfigError::Invalid(format!("{what} {why}")))
 }
 
 impl Config {
@@ -318,7 +368,12 @@ impl Config {
     /// # Errors
     /// The text is not valid TOML or does not match the schema.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        Ok(toml::from_str(text)?)
+        toml::from_str(text).map_err(|err| ConfigError::Parse {
+            message: err.message().trim_end().to_owned(),
+            line: err
+                .span()
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1),
+        })
     }
 
     /// The development defaults: one tenant `default` with key `dev-key`,
@@ -358,7 +413,7 @@ api_key = "dev-key"
             self.database_url = DatabaseUrl::parse_list(&url);
         }
         if let Some(token) = var("LOCKBROKER_ADMIN_TOKEN") {
-            self.admin_token = Some(token);
+            self.admin_token = Some(secret("LOCKBROKER_ADMIN_TOKEN", token)?);
         }
         if let Some(dir) = var("LOCKBROKER_POLICY_DIR") {
             self.policy_dir = PathBuf::from(dir);
@@ -367,7 +422,7 @@ api_key = "dev-key"
             self.cache_dir = Some(PathBuf::from(dir));
         }
         if let Some(token) = var("LOCKBROKER_METRICS_TOKEN") {
-            self.metrics_token = Some(token);
+            self.metrics_token = Some(secret("LOCKBROKER_METRICS_TOKEN", token)?);
         }
         if let Some(format) = var("LOCKBROKER_LOG_FORMAT") {
             self.log_format = format.parse()?;
@@ -420,12 +475,6 @@ api_key = "dev-key"
                 "history_retention_hours must be 1 to {MAX_HISTORY_RETENTION_HOURS}"
             ));
         }
-        if matches!(&self.admin_token, Some(t) if t.is_empty()) {
-            return invalid("admin_token must not be empty".into());
-        }
-        if matches!(&self.metrics_token, Some(t) if t.is_empty()) {
-            return invalid("metrics_token must not be empty".into());
-        }
         for (i, tenant) in self.tenants.iter().enumerate() {
             let name = &tenant.name;
             let name_ok = (1..=64).contains(&name.len())
@@ -435,8 +484,21 @@ api_key = "dev-key"
             if !name_ok {
                 return invalid(format!("tenant name {name:?} must match [a-z0-9-]{{1,64}}"));
             }
-            if tenant.api_key.is_empty() {
-                return invalid(format!("tenant {name}: api_key must not be empty"));
+            if tenant.keys().next().is_none() {
+                return invalid(format!("tenant {name}: needs api_key or api_keys"));
+            }
+            if tenant.max_held == 0 {
+                return invalid(format!("tenant {name}: max_held must be at least 1"));
+            }
+            if tenant.max_requests_per_s == Some(0) || tenant.max_requests_burst == Some(0) {
+                return invalid(format!(
+                    "tenant {name}: max_requests_per_s and max_requests_burst must be at least 1"
+                ));
+            }
+            if tenant.max_requests_burst.is_some() && tenant.max_requests_per_s.is_none() {
+                return invalid(format!(
+                    "tenant {name}: max_requests_burst needs max_requests_per_s"
+                ));
             }
             if tenant.max_streams == 0 {
                 return invalid(format!("tenant {name}: max_streams must be at least 1"));
@@ -476,15 +538,17 @@ api_key = "dev-key"
                 if other.name == tenant.name {
                     return invalid(format!("tenant {name} is defined twice"));
                 }
-                if other.api_key == tenant.api_key {
+                if other.keys().any(|key| tenant.keys().any(|k| k == key)) {
                     return invalid(format!(
-                        "tenants {} and {name} share an api_key",
+                        "tenants {} and {name} share an API key",
                         other.name
                     ));
                 }
             }
-            if self.admin_token.as_deref() == Some(tenant.api_key.as_str()) {
-                return invalid(format!("tenant {name}: api_key equals admin_token"));
+            if let Some(admin) = &self.admin_token {
+                if tenant.keys().any(|key| key == admin) {
+                    return invalid(format!("tenant {name}: an API key equals admin_token"));
+                }
             }
         }
         Ok(())
@@ -645,8 +709,8 @@ max_waiters = 10000
         config.validate().unwrap();
         assert!(config.dev_defaults);
         assert_eq!(config.tenants[0].name, "default");
-        assert_eq!(config.tenants[0].api_key, "dev-key");
-        assert_eq!(config.admin_token.as_deref(), Some("dev-admin"));
+        assert!(config.tenants[0].keys().eq([&secret_of("dev-key")]));
+        assert_eq!(config.admin_token, Some(secret_of("dev-admin")));
     }
 
     /// `config` with the environment `vars` applied.
@@ -691,7 +755,7 @@ max_waiters = 10000
         )
         .unwrap();
         config.validate().unwrap();
-        assert_eq!(config.metrics_token.as_deref(), Some("m"));
+        assert_eq!(config.metrics_token, Some(secret_of("m")));
         assert_eq!(config.log_format, LogFormat::Json);
         assert_eq!(Config::dev().log_format, LogFormat::Text);
         assert_eq!(Config::dev().metrics_token, None);
@@ -700,7 +764,7 @@ max_waiters = 10000
             ("LOCKBROKER_LOG_FORMAT", "TEXT"),
         ];
         with_env(&mut config, &vars).unwrap();
-        assert_eq!(config.metrics_token.as_deref(), Some("n"));
+        assert_eq!(config.metrics_token, Some(secret_of("n")));
         assert_eq!(config.log_format, LogFormat::Text);
         let err = config
             .apply_env(|name| (name == "LOCKBROKER_LOG_FORMAT").then(|| "xml".into()))
@@ -710,8 +774,54 @@ max_waiters = 10000
             "log_format = \"xml\"\n[[tenant]]\nname = \"a\"\napi_key = \"k\""
         )
         .is_err());
-        config.metrics_token = Some(String::new());
-        assert!(config.validate().is_err());
+        let err = with_env(&mut config, &[("LOCKBROKER_METRICS_TOKEN", "")]).unwrap_err();
+        assert!(err.to_string().contains("must not be empty"), "{err}");
+    }
+
+    fn secret_of(text: &str) -> Secret {
+        Secret::try_from(text).unwrap()
+    }
+
+    #[test]
+    fn keys_and_tokens_may_be_digests_and_a_tenant_may_have_several() {
+        let digest = crate::secret::digest_text("new-key");
+        let config = Config::from_toml(&format!(
+            "admin_token = \"{}\"\n[[tenant]]\nname = \"a\"\napi_key = \"old-key\"\napi_keys = [\"{digest}\", \"third\"]",
+            crate::secret::digest_text("admin")
+        ))
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.admin_token, Some(secret_of("admin")));
+        let keys: Vec<_> = config.tenants[0].keys().cloned().collect();
+        assert_eq!(
+            keys,
+            [
+                secret_of("old-key"),
+                secret_of("new-key"),
+                secret_of("third")
+            ]
+        );
+        // Nothing of a key in the config's debug print.
+        assert!(!format!("{config:?}").contains("old-key"));
+        for bad in [
+            "admin_token = \"\"\n[[tenant]]\nname = \"a\"\napi_key = \"k\"",
+            "[[tenant]]\nname = \"a\"\napi_keys = [\"sha256:12\"]",
+        ] {
+            assert!(Config::from_toml(bad).is_err(), "accepted: {bad}");
+        }
+    }
+
+    #[test]
+    fn quotas_default_and_are_checked() {
+        let config = Config::from_toml(
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_requests_per_s = 50\n[[tenant]]\nname = \"b\"\napi_key = \"j\"\nmax_held = 7\nmax_requests_per_s = 5\nmax_requests_burst = 6",
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let (a, b) = (&config.tenants[0], &config.tenants[1]);
+        assert_eq!((a.max_held, a.rate()), (1_000_000, Some((50, 100))));
+        assert_eq!((b.max_held, b.rate()), (7, Some((5, 6))));
+        assert_eq!(Config::dev().tenants[0].rate(), None);
     }
 
     #[test]
@@ -829,12 +939,19 @@ api_key = "k2"
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_ttl_ms = 5",
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nlock_delay_ms = 86400001",
             "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmin_hold_ms = 86400001",
+            "[[tenant]]\nname = \"a\"",
+            "[[tenant]]\nname = \"a\"\napi_keys = []",
+            "[[tenant]]\nname = \"a\"\napi_keys = [\"k\"]\n[[tenant]]\nname = \"b\"\napi_keys = [\"j\", \"k\"]",
+            "admin_token = \"k\"\n[[tenant]]\nname = \"a\"\napi_keys = [\"j\", \"k\"]",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_held = 0",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_requests_per_s = 0",
+            "[[tenant]]\nname = \"a\"\napi_key = \"k\"\nmax_requests_burst = 5",
             "history_retention_hours = 0\n[[tenant]]\nname = \"a\"\napi_key = \"k\"",
             "",
         ];
         for text in bad {
-            let config = Config::from_toml(text).unwrap();
-            assert!(config.validate().is_err(), "accepted: {text}");
+            let refused = Config::from_toml(text).map_or(true, |c| c.validate().is_err());
+            assert!(refused, "accepted: {text}");
         }
         assert!(Config::from_toml("nonsense = 1").is_err());
     }

@@ -22,6 +22,8 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod policy;
+pub mod quota;
+pub mod secret;
 pub mod server;
 pub mod shutdown;
 pub mod store;

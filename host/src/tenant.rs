@@ -1,38 +1,28 @@
 //! Tenants and who they are: bearer keys compared in constant time.
 //!
-//! Keys are kept only as sha256 digests, so they cannot leak through a
-//! `Debug` print or a log line, and every comparison touches every tenant
-//! (no early exit), so response times say nothing about which byte differed.
+//! Keys are kept only as digests ([`Secret`]), and every comparison
+//! touches every key of every tenant (no early exit), so response times
+//! say nothing about which tenant or byte matched.
 
 use std::sync::Arc;
-
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::{
     config::TenantConfig,
     policy::{Delays, TenantPolicy},
+    quota::{Held, Rate},
+    secret::{self, Secret},
 };
-
-/// sha256 of a secret.
-pub type SecretDigest = [u8; 32];
-
-/// Hashes a bearer secret for comparison.
-pub fn digest(secret: &str) -> SecretDigest {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
-/// True when `presented` hashes to `expected`, in constant time.
-pub fn matches(presented: &SecretDigest, expected: &SecretDigest) -> bool {
-    presented.ct_eq(expected).into()
-}
 
 /// One tenant: its limits and its policy.
 pub struct Tenant {
     pub name: String,
-    key_digest: SecretDigest,
+    keys: Vec<Secret>,
     pub max_ttl_ms: u64,
     pub max_waiters: u64,
+    /// Its live leases against `max_held`.
+    pub held: Held,
+    /// Its requests against `max_requests_per_s`, if limited.
+    pub rate: Option<Rate>,
     /// Event streams it may have open on this broker at once.
     pub max_streams: usize,
     /// Its policy (and the policy's file in `policy_dir`, if any).
@@ -56,9 +46,11 @@ impl Tenant {
         Tenant {
             database,
             name: config.name.clone(),
-            key_digest: digest(&config.api_key),
+            keys: config.keys().cloned().collect(),
             max_ttl_ms: config.max_ttl_ms,
             max_waiters: config.max_waiters,
+            held: Held::new(config.max_held),
+            rate: config.rate().map(|(per_s, burst)| Rate::new(per_s, burst)),
             max_streams: config.max_streams,
             policy: Arc::new(policy),
             delays: Delays {
@@ -84,10 +76,10 @@ impl Tenants {
 
     /// The tenant whose API key is `bearer`, comparing against all of them.
     pub fn authenticate(&self, bearer: &str) -> Option<Arc<Tenant>> {
-        let presented = digest(bearer);
+        let presented = secret::digest(bearer);
         let mut found = None;
         for tenant in &self.list {
-            if matches(&presented, &tenant.key_digest) {
+            if Secret::any_matches(&tenant.keys, &presented) {
                 found = Some(tenant.clone());
             }
         }

@@ -111,7 +111,7 @@ pub fn config_at(server: &str, db: &str) -> Config {
     config.dev_defaults = false;
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.database_url = format!("{}/{db}", server.trim_end_matches('/')).into();
-    config.admin_token = Some(ADMIN.into());
+    config.admin_token = Some(ADMIN.try_into().unwrap());
     config.max_connections = 16;
     config.tenants.push(TenantConfig::new("other", OTHER_KEY));
     config.validate().expect("test config is valid");

@@ -171,7 +171,7 @@ async fn a_refusal_is_never_retried() {
 async fn an_unknown_error_code_is_still_a_refusal() {
     let server = Scripted::start(vec![(
         429,
-        r#"{"error":{"code":"quota_exceeded","message":"over the tenant's quota","retry_after_ms":40}}"#,
+        r#"{"error":{"code":"from_a_newer_broker","message":"over the tenant's quota","retry_after_ms":40}}"#,
     )])
     .await;
     let err = server

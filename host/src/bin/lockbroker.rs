@@ -1,5 +1,8 @@
-//! `lockbroker serve|migrate [--config FILE]`: the broker process; and
+//! `lockbroker serve|migrate [--config FILE]`: the broker process;
 //! `lockbroker policy check FILE.wasm`: would the broker take this policy?
+//! `lockbroker config check FILE`: would it start with this config?
+//! `lockbroker hash-key`: the `sha256:` digest a config may hold instead of
+//! a secret.
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -40,6 +43,24 @@ enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+    /// Config files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Read a secret (an API key, the admin or metrics token) on stdin and
+    /// print its digest `sha256:<hex>`, which the config may hold instead.
+    HashKey,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Parse and validate a config (with the LOCKBROKER_* environment
+    /// overrides) without starting: exit 0, or 2 with the reason.
+    Check {
+        /// The TOML config.
+        file: PathBuf,
     },
 }
 
@@ -87,6 +108,13 @@ fn main() -> ExitCode {
     {
         return policy_check::run(&file, &tenant, &keys, config.as_deref());
     }
+    match command {
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => return config_check(&file),
+        Command::HashKey => return hash_key(),
+        _ => {}
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -108,7 +136,9 @@ async fn run(command: Command) -> ExitCode {
     let result = match command {
         Command::Serve { config } => serve(config).await,
         Command::Migrate { config } => migrate(config).await,
-        Command::Policy { .. } => unreachable!("handled before the runtime starts"),
+        Command::Policy { .. } | Command::Config { .. } | Command::HashKey => {
+            unreachable!("handled before the runtime starts")
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -124,7 +154,7 @@ async fn run(command: Command) -> ExitCode {
 /// logging is set up.
 fn log_format(cli: &Cli) -> LogFormat {
     let path = match &cli.command {
-        None => None,
+        None | Some(Command::Config { .. } | Command::HashKey) => None,
         Some(
             Command::Serve { config }
             | Command::Migrate { config }
@@ -165,6 +195,45 @@ async fn migrate(path: Option<PathBuf>) -> anyhow::Result<()> {
     lockbroker::app::migrate(&config).await?;
     println!("migrations applied");
     Ok(())
+}
+
+/// Exit code of a config or secret that cannot be used.
+const UNUSABLE: u8 = 2;
+
+fn config_check(file: &std::path::Path) -> ExitCode {
+    match Config::load(Some(file)) {
+        Ok(config) => {
+            println!(
+                "{}: ok ({} tenant(s))",
+                file.display(),
+                config.tenants.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{}: {err}", file.display());
+            ExitCode::from(UNUSABLE)
+        }
+    }
+}
+
+/// The secret is the whole of stdin but for one line ending, so that
+/// `echo key | lockbroker hash-key` and a file without one agree.
+fn hash_key() -> ExitCode {
+    let mut text = String::new();
+    if let Err(err) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+        eprintln!("cannot read the secret from stdin: {err}");
+        return ExitCode::from(UNUSABLE);
+    }
+    let secret = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if secret.is_empty() {
+        eprintln!("no secret on stdin");
+        return ExitCode::from(UNUSABLE);
+    }
+    println!("{}", lockbroker::secret::digest_text(secret));
+    ExitCode::SUCCESS
 }
 
 async fn shutdown_signal() {

@@ -44,6 +44,25 @@ fn text(bytes: &[u8]) -> String {
 }
 
 impl Engine {
+    /// How many live leases `tenant` holds, every kind together.
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub fn count_held(&self, tenant: &str) -> Op<u64> {
+        let (engine, tenant) = (self.clone(), tenant.to_owned());
+        finish(move |_| async move {
+            let budget = engine.budget();
+            engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let count = listing::count_held(&mut conn, &tenant).await?;
+                    conn.done();
+                    Ok(count)
+                })
+                .await
+        })
+    }
+
     /// A page of the tenant's live locks (or elections, by `kind`).
     ///
     /// # Errors

@@ -39,8 +39,8 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::{Engine, EngineError};
 use crate::{
+    secret::{self, Secret},
     store::brokers::{self, Contact, PeerRow},
-    tenant::{self, SecretDigest},
 };
 
 /// The path of the wake route, on every broker.
@@ -75,7 +75,7 @@ pub struct WakeReply {
 /// pushes with (keep-alive connections, bounded in number).
 pub struct Push {
     secret: String,
-    digest: SecretDigest,
+    digest: Secret,
     url: Option<String>,
     client: HyperClient<HttpConnector, Full<Bytes>>,
     in_flight: Arc<Semaphore>,
@@ -98,7 +98,7 @@ impl Push {
             .pool_max_idle_per_host(IDLE_PER_PEER)
             .build(connector);
         Push {
-            digest: tenant::digest(&secret),
+            digest: Secret::try_from(secret.as_str()).expect("a random, non-empty secret"),
             secret,
             url,
             client,
@@ -113,7 +113,7 @@ impl Push {
 
     /// True when `bearer` is this process's secret (in constant time).
     pub fn accepts(&self, bearer: &str) -> bool {
-        tenant::matches(&tenant::digest(bearer), &self.digest)
+        self.digest.matches(&secret::digest(bearer))
     }
 
     /// What the heartbeat row says about reaching this broker.

@@ -59,6 +59,28 @@ impl ApiError {
         headers_too_large: HeadersTooLarge,
     }
 
+    /// 429 `rate_limited`: one more request fits in `wait`.
+    pub fn rate_limited(wait: std::time::Duration) -> ApiError {
+        ApiError {
+            retry_after_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1)),
+            ..ApiError::new(
+                ErrorCode::RateLimited,
+                "the tenant sent more than max_requests_per_s to this broker",
+            )
+        }
+    }
+
+    /// 429 `quota_exceeded`: the grant would pass `max_held`.
+    pub fn quota_exceeded() -> ApiError {
+        ApiError {
+            retry_after_ms: Some(crate::quota::OVER_QUOTA_RETRY_AFTER.as_millis() as u64),
+            ..ApiError::new(
+                ErrorCode::QuotaExceeded,
+                "the grant would take the tenant past max_held live leases; nothing was granted",
+            )
+        }
+    }
+
     /// 405 for a path that takes only `allow` (`"GET"`, `"POST"`, ...).
     pub fn method_not_allowed(allow: &'static str) -> ApiError {
         ApiError {

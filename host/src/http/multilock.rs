@@ -16,7 +16,7 @@ use super::{
     access::Seen,
     ok,
     request::{authenticate, name_key, parse_json, read_body},
-    resource::{ask, rfc3339},
+    resource::{ask, rfc3339, within_quota},
     responses::{AcquireErrors, KeyedErrors},
     ApiError, Response,
 };
@@ -139,7 +139,10 @@ pub async fn acquire(
     check_count("keys", request.keys.len())?;
     let ask = ask(&request, tenant)?;
     let set = name_all(tenant, request.keys).await?;
-    let grants = app.engine(&tenant.name).multi_acquire(set, &ask).await?;
+    let engine = app.engine(&tenant.name);
+    let n = set.len() as u64;
+    let grant = async { Ok(engine.multi_acquire(set, &ask).await?) };
+    let grants = within_quota(engine, tenant, n, grant).await?;
     Ok(lease(ask, grants))
 }
 
@@ -216,6 +219,8 @@ pub async fn release(
         .engine(&tenant.name)
         .multi_release(held, &ask.owner)
         .await?;
+    let freed = results.iter().filter(|(_, r)| r.is_some()).count();
+    tenant.held.released(freed as u64).await;
     Ok(MultiLockReleaseResponse {
         locks: results
             .into_iter()

@@ -4,7 +4,7 @@ use hyper::{header, HeaderMap};
 use lockbroker_api::Status;
 
 use super::{full, ok, request::bearer, responses::Unavailable, ApiError, Response};
-use crate::{app::App, metrics, tenant};
+use crate::{app::App, metrics, secret};
 
 /// Liveness
 ///
@@ -60,7 +60,7 @@ pub fn metrics(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
         let presented = bearer(headers).ok_or_else(|| {
             ApiError::unauthenticated("missing Authorization: Bearer <metrics token>")
         })?;
-        if !tenant::matches(&tenant::digest(presented), &tenant::digest(expected)) {
+        if !expected.matches(&secret::digest(presented)) {
             return Err(ApiError::unauthenticated("unknown metrics token"));
         }
     }

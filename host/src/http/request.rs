@@ -11,12 +11,7 @@ use percent_encoding::percent_decode_str;
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
-use crate::{
-    app::App,
-    engine::LockRef,
-    store::Kind,
-    tenant::{self, Tenant},
-};
+use crate::{app::App, engine::LockRef, secret, store::Kind, tenant::Tenant};
 
 /// Time a client has to send its body once the headers are in.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,16 +23,23 @@ pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// The tenant whose API key the request carries.
+/// The tenant whose API key the request carries, once its rate
+/// (`max_requests_per_s`) admits one more request.
 ///
 /// # Errors
-/// 401 when there is no bearer token or it is no tenant's key.
+/// 401 when there is no bearer token or it is no tenant's key; 429
+/// `rate_limited`.
 pub fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
     let token = bearer(headers)
         .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <api key>"))?;
-    app.tenants
+    let tenant = app
+        .tenants
         .authenticate(token)
-        .ok_or_else(|| ApiError::unauthenticated("unknown API key"))
+        .ok_or_else(|| ApiError::unauthenticated("unknown API key"))?;
+    if let Some(rate) = &tenant.rate {
+        rate.admit().map_err(ApiError::rate_limited)?;
+    }
+    Ok(tenant)
 }
 
 /// Checks the admin token.
@@ -47,11 +49,12 @@ pub fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiEr
 pub fn authenticate_admin(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
     let token = bearer(headers)
         .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <admin token>"))?;
-    let presented = tenant::digest(token);
+    let presented = secret::digest(token);
     if app
-        .admin_digest
+        .config
+        .admin_token
         .as_ref()
-        .is_some_and(|expected| tenant::matches(&presented, expected))
+        .is_some_and(|expected| expected.matches(&presented))
     {
         return Ok(());
     }

@@ -32,6 +32,7 @@ use super::{
 use crate::{
     app::App,
     engine::{Ask, Engine, Listing, LockRef, Span},
+    quota::Refused,
     store::Kind,
     tenant::Tenant,
 };
@@ -276,16 +277,48 @@ pub async fn serve<R: Resource>(
         },
         Action::Extra(name) => Parsed::Extra(R::parse_extra(name, &body, query.as_deref())?),
     };
-    let lock = name_lock(tenant, R::KIND, key).await?;
+    let lock = name_lock(tenant.clone(), R::KIND, key).await?;
     let engine = app.engine(&lock.tenant);
     Ok(match parsed {
-        Parsed::Acquire(request, ask) => ok(&R::acquire(engine, &lock, request, ask).await?),
+        Parsed::Acquire(request, ask) => {
+            let grant = R::acquire(engine, &lock, request, ask);
+            ok(&within_quota(engine, &tenant, 1, grant).await?)
+        }
         Parsed::Renew(request, ask) => ok(&R::renew(engine, &lock, request, ask).await?),
-        Parsed::Release(request) => ok(&R::release(engine, &lock, request).await?),
+        Parsed::Release(request) => {
+            let released = R::release(engine, &lock, request).await?;
+            tenant.held.released(1).await;
+            ok(&released)
+        }
         Parsed::Status => ok(&R::status(engine, &lock).await?),
         Parsed::History { limit } => ok(&history::latest(engine, &lock, limit).await?),
         Parsed::Extra(request) => R::extra(engine, lock, request).await?,
     })
+}
+
+/// Makes the grant of `n` leases (`grant`) if the tenant's `max_held`
+/// admits it (see `crate::quota`): a multi-lock is admitted whole or
+/// refused whole, before any of it is tried.
+///
+/// # Errors
+/// 429 `quota_exceeded`; 503 when the count cannot be read; the grant's.
+pub async fn within_quota<T>(
+    engine: &Engine,
+    tenant: &Tenant,
+    n: u64,
+    grant: impl Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tenant
+        .held
+        .admit(n, || engine.count_held(&tenant.name))
+        .await
+        .map_err(|refused| match refused {
+            Refused::OverQuota => ApiError::quota_exceeded(),
+            Refused::Count(err) => err.into(),
+        })?;
+    let result = grant.await;
+    tenant.held.settle(n, result.is_ok()).await;
+    result
 }
 
 /// Something done with one lease kind, chosen by its URL segment

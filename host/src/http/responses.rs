@@ -49,7 +49,7 @@ macro_rules! error_responses {
         )*
         /// Every reusable error response, for `components/responses`.
         pub fn all() -> Vec<(&'static str, RefOr<Response>)> {
-            vec![$(<$name as ToResponse>::response()),*]
+            vec![$(<$name as ToResponse>::response()),*, Throttled::response()]
         }
     };
 }
@@ -94,13 +94,40 @@ bytes and control characters).",
         "`policy_error`: the tenant's naming policy trapped, ran out of its time or memory \
 budget, or returned a storage key that is empty or over 512 bytes. Naming fails closed.",
         "the tenant's naming policy failed: deadline exceeded";
+    RateLimited: RateLimited,
+        "`rate_limited`: the tenant sent more than its `max_requests_per_s` (and burst) to this \
+broker; `retry_after_ms` and the `Retry-After` header say when one more fits.",
+        "the tenant sent more than max_requests_per_s to this broker";
     Unavailable: Unavailable,
         "`unavailable`: the database is unavailable or the broker is shutting down. Nothing was \
 granted: the broker never reports a grant the database did not commit.",
         "the database is unavailable; nothing was granted";
 }
 
-/// References to reusable responses, by status.
+/// The 429 of a grant: its queue is full, the tenant's `max_held` would be
+/// passed, or its rate is spent.
+pub struct Throttled;
+
+impl<'r> ToResponse<'r> for Throttled {
+    fn response() -> (&'r str, RefOr<Response>) {
+        let examples = [
+            ApiError::new(
+                ErrorCode::TooManyWaiters,
+                "the tenant has max_waiters requests waiting already",
+            ),
+            ApiError::quota_exceeded(),
+            ApiError::rate_limited(std::time::Duration::from_millis(40)),
+        ];
+        let description = "`too_many_waiters`: the tenant already has `max_waiters` requests \
+waiting; `quota_exceeded`: the grant would take the tenant past `max_held` live leases (a \
+multi-lock counts whole; nothing was granted); `rate_limited`: the tenant sent more than its \
+`max_requests_per_s` to this broker (`retry_after_ms` and `Retry-After` say when to try again).";
+        ("Throttled", error_response(description, &examples))
+    }
+}
+
+/// References to reusable responses, by status (a later set's response
+/// for a status replaces an earlier one's).
 pub fn refs(entries: &[&[(u16, &str)]]) -> BTreeMap<String, RefOr<Response>> {
     entries
         .iter()
@@ -115,6 +142,7 @@ pub fn refs(entries: &[&[(u16, &str)]]) -> BTreeMap<String, RefOr<Response>> {
 /// What any tenant call on a key may answer.
 const READ: &[(u16, &str)] = &[
     (401, "Unauthenticated"),
+    (429, "RateLimited"),
     (405, "MethodNotAllowed"),
     (422, "InvalidKey"),
     (500, "PolicyError"),
@@ -123,7 +151,7 @@ const READ: &[(u16, &str)] = &[
 /// What a call with a body adds.
 const BODY: &[(u16, &str)] = &[(400, "BadRequest"), (413, "TooLarge")];
 /// What an acquire adds (it may queue).
-const QUEUE: &[(u16, &str)] = &[(429, "TooManyWaiters")];
+const QUEUE: &[(u16, &str)] = &[(429, "Throttled")];
 /// What every admin call may answer.
 const ADMIN: &[(u16, &str)] = &[
     (401, "Unauthenticated"),
@@ -131,7 +159,7 @@ const ADMIN: &[(u16, &str)] = &[
     (405, "MethodNotAllowed"),
 ];
 
-/// The errors of a `GET` on a key: 401, 405, 422, 500, 503.
+/// The errors of a `GET` on a key: 401, 405, 422, 429, 500, 503.
 pub struct ReadErrors;
 /// The errors of a `POST` with a body on a key: those of [`ReadErrors`],
 /// 400 and 413.

@@ -217,6 +217,29 @@ ORDER BY {column}, token
     conn.fetch_all(&sql, params).await
 }
 
+/// How many live leases the tenant holds, every kind together (lock and
+/// election rows, semaphore slots, rwlock writers and readers). Reads the
+/// tenant's rows through each table's primary key: the cost grows with
+/// what the tenant holds, so callers count rarely (see `crate::quota`).
+pub async fn count_held(conn: &mut Conn, tenant: &str) -> sqlx::Result<u64> {
+    let sql = format!(
+        r#"
+SELECT CAST(
+  (SELECT COUNT(*) FROM locks l WHERE l.tenant = ? AND {locks})
++ (SELECT COUNT(*) FROM semaphore_slots s WHERE s.tenant = ? AND {slots})
++ (SELECT COUNT(*) FROM rwlocks w WHERE w.tenant = ?
+     AND w.writer IS NOT NULL AND w.writer_expires_at > NOW(6))
++ (SELECT COUNT(*) FROM rwlock_readers r WHERE r.tenant = ? AND r.expires_at > NOW(6))
+AS UNSIGNED)
+"#,
+        locks = lease_live("l"),
+        slots = lease_live("s"),
+    );
+    let t = tenant.as_bytes();
+    let (count,): (u64,) = conn.fetch_one(&sql, (t, t, t, t)).await?;
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::upper_bound;
