@@ -69,7 +69,8 @@ class Proxy:
     """A TCP proxy to the broker, to cut a client off it while others still reach it.
 
     ``cut()`` closes the listening socket and every connection: new
-    connections are refused, ones in flight break.
+    connections are refused, ones in flight break. ``drop()`` breaks only
+    the connections in flight.
     """
 
     def __init__(self, upstream_url: str) -> None:
@@ -121,15 +122,25 @@ class Proxy:
                     pass
 
     def cut(self) -> None:
+        """Refuses new connections and breaks the ones in flight."""
         with self._lock:
             self._cut = True
             self._listener.close()
-            for s in self._sockets:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            self._break()
+
+    def drop(self) -> None:
+        """Breaks the connections in flight; new ones still get through."""
+        with self._lock:
+            self._break()
+
+    def _break(self) -> None:
+        for s in self._sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self._sockets = []
 
 
 class FakeBroker:

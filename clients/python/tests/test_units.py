@@ -106,11 +106,20 @@ class EventStream(unittest.TestCase):
             ]
         )
         got = list(events(lambda: next(stream)))
-        self.assertEqual(got, [("leader", {"leader": "a", "term": 1}), ("leader", {"leader": None})])
+        self.assertEqual(got, [("leader", {"leader": "a", "term": 1}, None), ("leader", {"leader": None}, None)])
 
     def test_readline_none_stops(self):
         lines = iter([b"event: leader\n", b"data: {}\n", b"\n", None, b"event: x\n"])
-        self.assertEqual(list(events(lambda: next(lines))), [("leader", {})])
+        self.assertEqual(list(events(lambda: next(lines))), [("leader", {}, None)])
+
+    def test_an_id_holds_until_the_next_one(self):
+        lines = iter(
+            [b"id: 7\n", b"event: granted\n", b'data: {"token": 1}\n', b"\n",
+             b"event: reset\n", b"data: {}\n", b"\n",
+             b"id: 9\n", b"data: {}\n", b"\n", b""]
+        )
+        got = [(m.event, m.id) for m in events(lambda: next(lines))]
+        self.assertEqual(got, [("granted", "7"), ("reset", "7"), ("message", "9")])
 
 
 class Times(unittest.TestCase):
