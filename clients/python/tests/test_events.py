@@ -75,12 +75,15 @@ class Events(unittest.TestCase):
         proxy = Proxy(env("LOCKBROKER_URL"))
         via_proxy = lockbroker.Client(proxy.url, env("LOCKBROKER_API_KEY"))
         stream = self.stream(via_proxy, prefix=prefix)
+        witness = self.stream(c, prefix=prefix)
         c.locks.acquire(prefix + "before", "w", ttl=30)
         (before,) = self.next_events(stream, 1)
         proxy.drop()
-        # Made while the stream is broken (it reconnects when read): only a
-        # resume with Last-Event-ID sends these, a fresh stream would not.
+        # Made while the stream is broken (it reconnects when next read), and
+        # seen by another stream first: the broker's feed is past them, so
+        # only a resume with Last-Event-ID sends them, a fresh stream would not.
         missed = [c.locks.acquire(prefix + str(n), "w", ttl=30).token for n in range(2)]
+        self.assertEqual([e.token for e in self.next_events(witness, 3)[1:]], missed)
         got = self.next_events(stream, 2)
         self.assertEqual([e.token for e in got], missed)
         self.assertGreater(got[0].id, before.id)
