@@ -98,6 +98,22 @@ class Retries(unittest.TestCase):
         self.assertEqual(fake.requests[0][1], "/prefix/v1/locks/a%2Fb%20c%25%3F%23%C3%BC~-._")
 
 
+class Listing(unittest.TestCase):
+    def test_pages_are_followed_by_their_cursor_up_to_the_limit(self):
+        item = dict(STATUS, held=True)
+        fake = FakeBroker([(200, {"items": [dict(item, storage_key="a")], "next": "c1"}),
+                           (200, {"items": [dict(item, storage_key="b"), dict(item, storage_key="c")], "next": None})])
+        self.addCleanup(fake.close)
+        client = lockbroker.Client(fake.url, "k")
+        listed = list(client.semaphores.list(prefix="a b/%", limit=2, page_size=5))
+        self.assertEqual([s.storage_key for s in listed], ["a", "b"])
+        self.assertIsInstance(listed[0], lockbroker.SemaphoreStatus)
+        self.assertEqual(
+            [path for _, path, _ in fake.requests],
+            ["/v1/semaphores?prefix=a%20b%2F%25&limit=2", "/v1/semaphores?prefix=a%20b%2F%25&limit=1&cursor=c1"],
+        )
+
+
 class Configuration(unittest.TestCase):
     def test_url_and_key_come_from_the_environment(self):
         import os

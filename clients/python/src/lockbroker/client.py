@@ -74,9 +74,9 @@ class Client:
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
 
-    # -- guards by their usual names (``terms``: ttl, wait, owner, priority) --
+    # -- guards by their usual names; ``terms``: ttl, wait, owner, priority, as for Kind.hold --
 
-    def lock(self, key: str, **terms: Any) -> Lease:
+    def lock(self, key: str, *terms: Any, **named: Any) -> Lease:
         """Takes the lock ``key``, waiting up to ``wait`` seconds (default :data:`MAX_WAIT`), and
         keeps it renewed until released (:meth:`Kind.hold`)::
 
@@ -86,45 +86,47 @@ class Client:
         Raises:
             LockHeld: still held by another owner after ``wait``.
         """
-        return self.locks.hold(key, **terms)
+        return self.locks.hold(key, *terms, **named)
 
-    def try_lock(self, key: str, **terms: Any) -> Optional[Lease]:
+    def try_lock(self, key: str, *terms: Any, **named: Any) -> Optional[Lease]:
         """Like :meth:`lock` with no wait, but None when another owner holds it."""
-        return self.locks.try_hold(key, **terms)
+        return self.locks.try_hold(key, *terms, **named)
 
-    def semaphore(self, key: str, permits: int, **terms: Any) -> Permit:
+    def semaphore(self, key: str, permits: int, *terms: Any, **named: Any) -> Permit:
         """Takes one of ``permits`` slots of the semaphore ``key`` and keeps it renewed::
 
             with client.semaphore("pool", permits=3, ttl=30) as permit:
                 use_connection(permit.slot)
         """
-        return self.semaphores.hold(key, permits=permits, **terms)
+        return self.semaphores.hold(key, *terms, permits=permits, **named)
 
-    def try_semaphore(self, key: str, permits: int, **terms: Any) -> Optional[Permit]:
+    def try_semaphore(self, key: str, permits: int, *terms: Any, **named: Any) -> Optional[Permit]:
         """Like :meth:`semaphore` with no wait, but None when every permit is taken."""
-        return self.semaphores.try_hold(key, permits=permits, **terms)
+        return self.semaphores.try_hold(key, *terms, permits=permits, **named)
 
-    def rwlock(self, key: str, mode: str, **terms: Any) -> RwLease:
+    def rwlock(self, key: str, mode: str, *terms: Any, **named: Any) -> RwLease:
         """Takes the rwlock ``key`` in ``mode`` (``"read"`` or ``"write"``) and keeps it renewed."""
-        return self.rwlocks.hold(key, mode=mode, **terms)
+        return self.rwlocks.hold(key, *terms, mode=mode, **named)
 
-    def read_lock(self, key: str, **terms: Any) -> RwLease:
+    def read_lock(self, key: str, *terms: Any, **named: Any) -> RwLease:
         """A shared (read) lease of the rwlock ``key``, renewed until released."""
-        return self.rwlock(key, "read", **terms)
+        return self.rwlock(key, "read", *terms, **named)
 
-    def write_lock(self, key: str, **terms: Any) -> RwLease:
+    def write_lock(self, key: str, *terms: Any, **named: Any) -> RwLease:
         """An exclusive (write) lease of the rwlock ``key``, renewed until released."""
-        return self.rwlock(key, "write", **terms)
+        return self.rwlock(key, "write", *terms, **named)
 
-    def try_read_lock(self, key: str, **terms: Any) -> Optional[RwLease]:
+    def try_read_lock(self, key: str, *terms: Any, **named: Any) -> Optional[RwLease]:
         """Like :meth:`read_lock` with no wait, but None when a writer holds it or waits."""
-        return self.rwlocks.try_hold(key, mode="read", **terms)
+        return self.rwlocks.try_hold(key, *terms, mode="read", **named)
 
-    def try_write_lock(self, key: str, **terms: Any) -> Optional[RwLease]:
+    def try_write_lock(self, key: str, *terms: Any, **named: Any) -> Optional[RwLease]:
         """Like :meth:`write_lock` with no wait, but None when anyone holds it or waits."""
-        return self.rwlocks.try_hold(key, mode="write", **terms)
+        return self.rwlocks.try_hold(key, *terms, mode="write", **named)
 
-    def campaign(self, name: str, candidate: Optional[str] = None, **terms: Any) -> Leader:
+    def campaign(
+        self, name: str, ttl: float = 30.0, wait: float = MAX_WAIT, candidate: Optional[str] = None, priority: int = 0
+    ) -> Leader:
         """Becomes leader of ``name``, waiting up to ``wait`` seconds, and stays leader until resigning::
 
             with client.campaign("scheduler", ttl=10, wait=60) as leader:
@@ -134,11 +136,13 @@ class Client:
         Raises:
             LockHeld: another candidate still leads after ``wait``.
         """
-        return self.elections.hold(name, owner=candidate, **terms)
+        return self.elections.hold(name, ttl, wait, candidate, priority)
 
-    def try_campaign(self, name: str, candidate: Optional[str] = None, **terms: Any) -> Optional[Leader]:
+    def try_campaign(
+        self, name: str, ttl: float = 30.0, candidate: Optional[str] = None, priority: int = 0
+    ) -> Optional[Leader]:
         """Like :meth:`campaign` with no wait, but None when another candidate leads."""
-        return self.elections.try_hold(name, owner=candidate, **terms)
+        return self.elections.try_hold(name, ttl, candidate, priority)
 
     # -- events ----------------------------------------------------------------
 
@@ -157,7 +161,7 @@ class Client:
         ends after ``timeout`` seconds (None: never) or :meth:`EventStream.close`.
 
         Raises:
-            TooManyWaiters: (429) the tenant has its most streams open on this broker.
+            TooManyStreams: the tenant has its most streams open on this broker.
         """
         return EventStream(self._http, prefix, after, timeout, idle_timeout)
 

@@ -315,7 +315,7 @@ class Elections(Kind[Term, Leadership, Leader]):
             "GET",
             f"/v1/elections/{quote_key(name)}/observe",
             idempotent=True,
-            read_timeout=idle_timeout if timeout is None else min(idle_timeout, timeout),
+            read_timeout=idle_timeout if timeout is None else max(sse.MIN_WAIT, min(idle_timeout, timeout)),
             headers={"Accept": "text/event-stream"},
         )
         for message in sse.read(response, end, idle_timeout, f"observing {name!r}"):

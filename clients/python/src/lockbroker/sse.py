@@ -17,6 +17,9 @@ from .errors import Unreachable
 #: The most lines one event may have: a stream that never ends an event is broken.
 MAX_EVENT_LINES = 1000
 
+#: The shortest socket timeout of a read (0 would make the socket non-blocking).
+MIN_WAIT = 0.01
+
 
 class Message(NamedTuple):
     """One event of a stream: its ``event:`` name, its JSON ``data`` and its ``id:`` (None without)."""
@@ -77,7 +80,7 @@ def read(response: Any, end: Optional[float], idle_timeout: float, what: str) ->
         if left <= 0:
             return None
         if sock is not None:
-            sock.settimeout(left)
+            sock.settimeout(max(MIN_WAIT, left))
         try:
             return response.readline()
         except socket.timeout:
