@@ -114,6 +114,22 @@ class Listing(unittest.TestCase):
         )
 
 
+class EventStreams(unittest.TestCase):
+    def test_a_stream_the_broker_ends_is_resumed_after_the_last_id(self):
+        granted = b'id: 5\nevent: granted\ndata: {"id": 5, "kind": "lock", "storage_key": "k", "owner": "o", "token": 9, "at": "2026-11-21T10:00:00.000001Z"}\n\n'
+        released = granted.replace(b"5", b"6").replace(b"granted", b"released")
+        fake = FakeBroker([(200, b": keep-alive\n\nevent: reset\ndata: {}\n\n" + granted), (200, released)])
+        self.addCleanup(fake.close)
+        client = lockbroker.Client(fake.url, "k")
+        with client.events(prefix="k", after=3, timeout=10) as stream:
+            got = [next(stream) for _ in range(3)]
+        self.assertEqual([(e.event, e.id, e.token) for e in got], [("reset", None, None), ("granted", 5, 9), ("released", 6, 9)])
+        self.assertEqual(got[1].at.microsecond, 1)
+        self.assertEqual((stream.last_id, stream.reconnects), (6, 1))
+        self.assertEqual([path for _, path, _ in fake.requests[:2]], ["/v1/events?prefix=k"] * 2)
+        self.assertEqual([h.get("Last-Event-ID") for h in fake.headers[:2]], ["3", "5"], "resumed after the last id seen")
+
+
 class Configuration(unittest.TestCase):
     def test_url_and_key_come_from_the_environment(self):
         import os
