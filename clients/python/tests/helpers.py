@@ -69,7 +69,8 @@ class Proxy:
     """A TCP proxy to the broker, to cut a client off it while others still reach it.
 
     ``cut()`` closes the listening socket and every connection: new
-    connections are refused, ones in flight break.
+    connections are refused, ones in flight break. ``drop()`` breaks only
+    the connections in flight.
     """
 
     def __init__(self, upstream_url: str) -> None:
@@ -121,15 +122,25 @@ class Proxy:
                     pass
 
     def cut(self) -> None:
+        """Refuses new connections and breaks the ones in flight."""
         with self._lock:
             self._cut = True
             self._listener.close()
-            for s in self._sockets:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            self._break()
+
+    def drop(self) -> None:
+        """Breaks the connections in flight; new ones still get through."""
+        with self._lock:
+            self._break()
+
+    def _break(self) -> None:
+        for s in self._sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self._sockets = []
 
 
 class FakeBroker:
@@ -137,14 +148,16 @@ class FakeBroker:
 
     ``answers`` is a list of ``(status, json_body)`` or the string
     ``"hang-up"`` (close the connection without answering); the last one
-    repeats. ``requests`` records ``(method, path, monotonic time)``, ``bodies``
-    the JSON bodies (None for none).
+    repeats (a body of bytes is sent as it is, as an event stream).
+    ``requests`` records ``(method, path, monotonic time)``, ``bodies`` the
+    JSON bodies (None for none), ``headers`` the request headers.
     """
 
     def __init__(self, answers: List) -> None:
         self.answers = list(answers)
         self.requests: List[Tuple[str, str, float]] = []
         self.bodies: List[Optional[dict]] = []
+        self.headers: List[dict] = []
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -152,15 +165,16 @@ class FakeBroker:
                 length = int(self.headers.get("Content-Length") or 0)
                 fake.bodies.append(json.loads(self.rfile.read(length)) if length else None)
                 fake.requests.append((self.command, self.path, time.monotonic()))
+                fake.headers.append(dict(self.headers))
                 answer = fake.answers.pop(0) if len(fake.answers) > 1 else fake.answers[0]
                 if answer == "hang-up":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 status, body = answer
-                raw = json.dumps(body).encode()
+                raw = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/event-stream" if isinstance(body, bytes) else "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)

@@ -20,7 +20,7 @@ class Elections(unittest.TestCase):
 
         def observer():
             try:
-                for change in c.observe(name, timeout=30):
+                for change in c.elections.observe(name, timeout=30):
                     seen.append(change)
                     first_seen.set()
                     if len(seen) == 4:
@@ -34,10 +34,10 @@ class Elections(unittest.TestCase):
         self.assertIsNone(seen[0].leader)
 
         a = c.campaign(name, ttl=1.0, wait=5, candidate="node-a")
-        self.assertEqual(c.leader(name).leader, "node-a")
+        self.assertEqual(c.elections.leader(name).leader, "node-a")
         self.assertIsNone(c.try_campaign(name, candidate="node-b"), "one leader at a time")
         eventually("leadership renewed past its TTL", 10, lambda: a.renewals >= 3)
-        self.assertEqual((c.leader(name).leader, c.leader(name).term), ("node-a", a.term))
+        self.assertEqual((c.elections.leader(name).leader, c.elections.leader(name).term), ("node-a", a.term))
         a.resign()
         self.assertFalse(a.lost.is_set(), "resigning is not losing")
         eventually("the observer sees the vacancy", 10, lambda: len(seen) >= 3)
@@ -50,12 +50,12 @@ class Elections(unittest.TestCase):
             [(e.leader, e.term) for e in seen[1:]],
             [("node-a", a.term), (None, seen[2].term), ("node-b", b.term)],
         )
-        self.assertIsNone(c.leader(name).leader, "resigned on exit")
+        self.assertIsNone(c.elections.leader(name).leader, "resigned on exit")
 
     def test_observe_ends_at_its_timeout(self):
         c, name = client(), unique("quiet")
         started = time.monotonic()
-        changes = list(c.observe(name, timeout=0.5))
+        changes = list(c.elections.observe(name, timeout=0.5))
         elapsed = time.monotonic() - started
         self.assertEqual([e.leader for e in changes], [None])
         self.assertGreaterEqual(elapsed, 0.5)

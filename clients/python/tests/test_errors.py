@@ -15,17 +15,17 @@ class Errors(unittest.TestCase):
     def test_bad_input_is_a_bad_request_with_its_code(self):
         c = client()
         with self.assertRaises(lockbroker.BadRequest) as caught:
-            c.acquire(unique("ttl"), "me", ttl=0.001)
+            c.locks.acquire(unique("ttl"), "me", ttl=0.001)
         err = caught.exception
         self.assertEqual((err.status, err.code), (400, "bad_request"))
         self.assertIn("ttl_ms", err.message)
         with self.assertRaises(lockbroker.BadRequest) as caught:
-            c.acquire(unique("owner"), "")
+            c.locks.acquire(unique("owner"), "")
         self.assertIn("owner", caught.exception.message)
 
     def test_a_key_the_naming_policy_rejects(self):
         with self.assertRaises(lockbroker.InvalidKey) as caught:
-            client().status("bad\x01key")
+            client().locks.status("bad\x01key")
         self.assertEqual((caught.exception.status, caught.exception.code), (422, "invalid_key"))
         self.assertIsInstance(caught.exception, lockbroker.BadRequest)
 
@@ -35,17 +35,17 @@ class Errors(unittest.TestCase):
             wrong.lock(unique("auth"), wait=0)
         self.assertEqual((caught.exception.status, caught.exception.code), (401, "unauthenticated"))
         with self.assertRaises(lockbroker.Unauthenticated):
-            lockbroker.Client(env("LOCKBROKER_URL"), api_key="").status("x")
+            lockbroker.Client(env("LOCKBROKER_URL"), api_key="").locks.status("x")
 
     def test_a_stale_token_is_lease_lost(self):
         c, key = client(), unique("stale")
-        grant = c.acquire(key, "me", ttl=30)
-        self.addCleanup(c.release, key, "me", grant.token)
+        grant = c.locks.acquire(key, "me", ttl=30)
+        self.addCleanup(c.locks.release, key, "me", grant.token)
         with self.assertRaises(lockbroker.NotOwner) as caught:
-            c.release(key, "me", grant.token + 1)
+            c.locks.release(key, "me", grant.token + 1)
         self.assertEqual(caught.exception.code, "lease_lost")
         with self.assertRaises(lockbroker.LeaseLost):
-            c.renew(key, "not-me", grant.token)
+            c.locks.renew(key, "not-me", grant.token)
 
 
 if __name__ == "__main__":

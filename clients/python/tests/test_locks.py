@@ -20,7 +20,7 @@ class Exclusivity(unittest.TestCase):
         with c.lock(key, ttl=10, wait=5) as lease:
             self.assertIsNone(c.try_lock(key), "another owner (a fresh one per call)")
             self.assertIsNone(client().try_lock(key, owner="someone-else"))
-            status = c.status(key)
+            status = c.locks.status(key)
             self.assertEqual((status.held, status.owner, status.token), (True, lease.owner, lease.token))
         later = c.try_lock(key)
         self.assertIsNotNone(later, "free once the block ended")
@@ -68,17 +68,17 @@ class Renewal(unittest.TestCase):
         with c.lock(key, ttl=ttl, wait=5) as lease:
             # A lease of the same TTL that nobody renews shows that the TTL
             # really runs out meanwhile, by the database's clock.
-            control = c.acquire(control_key, "control", ttl=ttl)
-            eventually("the unrenewed control lease expires", 10, lambda: not c.status(control_key).held)
+            control = c.locks.acquire(control_key, "control", ttl=ttl)
+            eventually("the unrenewed control lease expires", 10, lambda: not c.locks.status(control_key).held)
             eventually("three TTLs pass", 10, lambda: time.monotonic() - started >= 3 * ttl)
-            status = c.status(key)
+            status = c.locks.status(key)
             self.assertTrue(status.held)
             self.assertEqual((status.owner, status.token), (lease.owner, lease.token))
             self.assertGreaterEqual(lease.renewals, 3)
             self.assertFalse(lease.lost.is_set())
         with self.assertRaises(lockbroker.LeaseLost):
-            c.release(control_key, "control", control.token)
-        self.assertFalse(c.status(key).held)
+            c.locks.release(control_key, "control", control.token)
+        self.assertFalse(c.locks.status(key).held)
 
 
 class LosingTheLease(unittest.TestCase):
@@ -89,8 +89,8 @@ class LosingTheLease(unittest.TestCase):
         c, key = client(), unique("taken")
         lease = c.lock(key, ttl=1.5, wait=5)
         self.addCleanup(lease.close)
-        client().release(key, lease.owner, lease.token)
-        thief = client().acquire(key, "thief", ttl=30)
+        client().locks.release(key, lease.owner, lease.token)
+        thief = client().locks.acquire(key, "thief", ttl=30)
         self.assertGreater(thief.token, lease.token)
         self.assertTrue(lease.lost.wait(5), "lost within a renewal period")
         self.assertIsInstance(lease.lost_reason, lockbroker.LeaseLost)
@@ -98,7 +98,7 @@ class LosingTheLease(unittest.TestCase):
             lease.raise_if_lost()
         with lease:  # the exit's release is refused: no exception, lost stays set
             pass
-        self.assertEqual(c.status(key).owner, "thief", "the thief's lease was not touched")
+        self.assertEqual(c.locks.status(key).owner, "thief", "the thief's lease was not touched")
 
     def test_lost_when_no_renewal_gets_through_before_expiry(self):
         direct, key = client(), unique("cut-off")
@@ -124,39 +124,39 @@ class ReleaseOnExit(unittest.TestCase):
         c, key = client(), unique("raises")
         with self.assertRaises(RuntimeError):
             with c.lock(key, ttl=30, wait=5) as lease:
-                self.assertTrue(c.status(key).held)
+                self.assertTrue(c.locks.status(key).held)
                 raise RuntimeError("the job failed")
-        status = c.status(key)
+        status = c.locks.status(key)
         self.assertFalse(status.held, "released at once, not after the 30 s TTL")
         self.assertFalse(lease.lost.is_set())
         with self.assertRaises(lockbroker.LeaseLost):
-            c.release(key, lease.owner, lease.token)
+            c.locks.release(key, lease.owner, lease.token)
 
     def test_explicit_release_is_idempotent(self):
         c, key = client(), unique("explicit")
         lease = c.lock(key, ttl=30, wait=5)
         self.assertEqual(lease.release(), lockbroker.Released(released=True, hold_count=0))
         self.assertIsNone(lease.release())
-        self.assertFalse(c.status(key).held)
+        self.assertFalse(c.locks.status(key).held)
 
 
 class PlainCalls(unittest.TestCase):
     def test_acquire_reenter_renew_release_status(self):
         c, key = client(), unique("plain")
-        grant = c.acquire(key, "w7", ttl=30)
+        grant = c.locks.acquire(key, "w7", ttl=30)
         self.assertIsInstance(grant, lockbroker.LockGrant)
         self.assertEqual((grant.key, grant.owner, grant.hold_count, grant.ttl_ms), (key, "w7", 1, 30000))
         self.assertIsNotNone(grant.expires_at.tzinfo)
-        again = c.acquire(key, "w7", ttl=30)
+        again = c.locks.acquire(key, "w7", ttl=30)
         self.assertEqual((again.token, again.hold_count), (grant.token, 2), "re-entry keeps the token")
-        renewed = c.renew(key, "w7", grant.token, ttl=60)
+        renewed = c.locks.renew(key, "w7", grant.token, ttl=60)
         self.assertGreater(renewed.expires_at, grant.expires_at)
         with self.assertRaises(lockbroker.LockHeld) as caught:
-            c.acquire(key, "w8")
+            c.locks.acquire(key, "w8")
         self.assertIsNotNone(caught.exception.retry_after_ms)
-        self.assertEqual(c.release(key, "w7", grant.token), lockbroker.Released(released=False, hold_count=1))
-        self.assertEqual(c.release(key, "w7", grant.token), lockbroker.Released(released=True, hold_count=0))
-        status = c.status(key)
+        self.assertEqual(c.locks.release(key, "w7", grant.token), lockbroker.Released(released=False, hold_count=1))
+        self.assertEqual(c.locks.release(key, "w7", grant.token), lockbroker.Released(released=True, hold_count=0))
+        status = c.locks.status(key)
         self.assertEqual((status.held, status.owner, status.token, status.expires_at), (False, None, None, None))
 
     def test_a_waiting_lock_gets_the_lock_when_it_is_released(self):
@@ -165,7 +165,7 @@ class PlainCalls(unittest.TestCase):
         got = []
         waiter = threading.Thread(target=lambda: got.append(c.lock(key, ttl=30, wait=30)))
         waiter.start()
-        eventually("the second lock waits in the queue", 10, lambda: c.status(key).waiters == 1)
+        eventually("the second lock waits in the queue", 10, lambda: c.locks.status(key).waiters == 1)
         first.release()
         waiter.join(30)
         self.assertEqual(len(got), 1)
@@ -174,20 +174,20 @@ class PlainCalls(unittest.TestCase):
 
     def test_history_lists_the_locks_events_newest_first(self):
         c, key = client(), unique("audited")
-        a = c.acquire(key, "a", ttl=30)
-        c.release(key, "a", a.token)
-        b = c.acquire(key, "b", ttl=30)
-        events = c.history(key)
+        a = c.locks.acquire(key, "a", ttl=30)
+        c.locks.release(key, "a", a.token)
+        b = c.locks.acquire(key, "b", ttl=30)
+        events = c.locks.history(key)
         self.assertEqual(
             [(e.event, e.owner, e.token) for e in events],
             [("granted", "b", b.token), ("released", "a", a.token), ("granted", "a", a.token)],
         )
         self.assertTrue(all(e.at.tzinfo is not None for e in events))
         self.assertGreaterEqual(events[0].at, events[-1].at)
-        self.assertEqual(c.history(key, limit=1), events[:1])
+        self.assertEqual(c.locks.history(key, limit=1), events[:1])
         with self.assertRaises(lockbroker.BadRequest):
-            c.history(key, limit=0)
-        c.release(key, "b", b.token)
+            c.locks.history(key, limit=0)
+        c.locks.release(key, "b", b.token)
 
 
 class KeysAndTenants(unittest.TestCase):
@@ -196,14 +196,14 @@ class KeysAndTenants(unittest.TestCase):
         odd = unique("a/b c%?#ü") + "/acquire"
         with c.lock(odd, ttl=30, wait=5) as lease:
             self.assertEqual(lease.key, odd)
-            self.assertEqual(c.status(odd).key, odd)
-            self.assertFalse(c.status(odd.upper()).held, "keys compare byte for byte")
+            self.assertEqual(c.locks.status(odd).key, odd)
+            self.assertFalse(c.locks.status(odd.upper()).held, "keys compare byte for byte")
 
     def test_another_tenant_does_not_see_the_lock(self):
         key = unique("tenant")
         with client().lock(key, ttl=30, wait=5):
             other = other_tenant()
-            self.assertFalse(other.status(key).held)
+            self.assertFalse(other.locks.status(key).held)
             lease = other.try_lock(key)
             self.assertIsNotNone(lease, "the same key of another tenant is another lock")
             lease.release()

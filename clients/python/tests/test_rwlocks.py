@@ -21,8 +21,8 @@ class RwLocks(unittest.TestCase):
             self.assertEqual(b.grant.readers, 2)
             self.assertIsNone(c.try_write_lock(key), "readers exclude a writer")
             with self.assertRaises(lockbroker.LockHeld):
-                c.acquire_rw(key, "writer", "write")
-            status = c.rwlock_status(key)
+                c.rwlocks.acquire(key, "writer", mode="write")
+            status = c.rwlocks.status(key)
             self.assertIsNone(status.writer)
             self.assertEqual(sorted(r.owner for r in status.readers), sorted([a.owner, b.owner]))
             last_read = b.token
@@ -30,10 +30,10 @@ class RwLocks(unittest.TestCase):
             self.assertGreater(w.token, last_read, "tokens increase across modes")
             self.assertEqual(w.grant.readers, 0)
             self.assertIsNone(c.try_read_lock(key), "a writer excludes readers")
-            self.assertEqual(c.rwlock_status(key).writer.token, w.token)
+            self.assertEqual(c.rwlocks.status(key).writer.token, w.token)
         self.assertIsNotNone(c.try_read_lock(key), "released on with exit")
         with self.assertRaises(ValueError):
-            c.acquire_rw(key, "x", "exclusive")
+            c.rwlocks.acquire(key, "x", mode="exclusive")
 
     def test_a_waiting_writer_blocks_new_readers_and_gets_the_key(self):
         c, key = client(), unique("queue")
@@ -42,24 +42,24 @@ class RwLocks(unittest.TestCase):
         got = []
         writer = threading.Thread(target=lambda: got.append(c.write_lock(key, ttl=30, wait=30)))
         writer.start()
-        eventually("the writer waits", 10, lambda: c.rwlock_status(key).waiters == 1)
+        eventually("the writer waits", 10, lambda: c.rwlocks.status(key).waiters == 1)
         self.assertIsNone(c.try_read_lock(key), "a queued writer blocks new readers")
         reader.release()
         writer.join(30)
         self.assertEqual(len(got), 1)
         with got[0] as w:
             self.assertGreater(w.token, reader.token)
-            self.assertEqual(c.rwlock_status(key).writer.owner, w.owner)
+            self.assertEqual(c.rwlocks.status(key).writer.owner, w.owner)
 
     def test_plain_calls_renew_and_release(self):
         c, key = client(), unique("plain")
-        grant = c.acquire_rw(key, "me", "write", ttl=1)
-        renewed = c.renew_rw(key, "me", grant.token, ttl=30)
+        grant = c.rwlocks.acquire(key, "me", ttl=1, mode="write")
+        renewed = c.rwlocks.renew(key, "me", grant.token, ttl=30)
         self.assertEqual((renewed.token, renewed.ttl_ms), (grant.token, 30000))
-        c.release_rw(key, "me", grant.token)
+        c.rwlocks.release(key, "me", grant.token)
         with self.assertRaises(lockbroker.LeaseLost):
-            c.release_rw(key, "me", grant.token)
-        self.assertIsNone(c.rwlock_status(key).writer)
+            c.rwlocks.release(key, "me", grant.token)
+        self.assertIsNone(c.rwlocks.status(key).writer)
 
 
 if __name__ == "__main__":

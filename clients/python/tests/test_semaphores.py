@@ -23,8 +23,8 @@ class Semaphores(unittest.TestCase):
         self.assertNotEqual(a.slot, b.slot)
         self.assertIsNone(c.try_semaphore(key, permits=2), "a third owner finds it full")
         with self.assertRaises(lockbroker.SemaphoreFull):
-            c.acquire_permit(key, "third", permits=2)
-        status = c.semaphore_status(key)
+            c.semaphores.acquire(key, "third", permits=2)
+        status = c.semaphores.status(key)
         self.assertEqual(status.permits, 2)
         self.assertEqual(sorted((h.slot, h.owner) for h in status.holders), sorted([(a.slot, a.owner), (b.slot, b.owner)]))
         a.release()
@@ -61,15 +61,15 @@ class Semaphores(unittest.TestCase):
         self.assertFalse(any(w.is_alive() for w in workers))
         self.assertEqual(errors, [])
         self.assertLessEqual(most[0], permits)
-        self.assertEqual(c.semaphore_status(key).holders, [])
+        self.assertEqual(c.semaphores.status(key).holders, [])
 
     def test_a_permit_renews_and_learns_when_it_is_taken_away(self):
         c, key = client(), unique("permit")
         permit = c.semaphore(key, permits=1, ttl=1.0, wait=5)
         self.addCleanup(permit.close)
         eventually("renewed past its TTL", 10, lambda: permit.renewals >= 3)
-        self.assertEqual([h.token for h in c.semaphore_status(key).holders], [permit.token])
-        c.release_permit(key, permit.owner, permit.slot, permit.token)
+        self.assertEqual([h.token for h in c.semaphores.status(key).holders], [permit.token])
+        c.semaphores.release(key, permit.owner, permit.token, slot=permit.slot)
         self.assertTrue(permit.lost.wait(5))
 
     def test_another_size_is_refused(self):

@@ -106,11 +106,20 @@ class EventStream(unittest.TestCase):
             ]
         )
         got = list(events(lambda: next(stream)))
-        self.assertEqual(got, [("leader", {"leader": "a", "term": 1}), ("leader", {"leader": None})])
+        self.assertEqual(got, [("leader", {"leader": "a", "term": 1}, None), ("leader", {"leader": None}, None)])
 
     def test_readline_none_stops(self):
         lines = iter([b"event: leader\n", b"data: {}\n", b"\n", None, b"event: x\n"])
-        self.assertEqual(list(events(lambda: next(lines))), [("leader", {})])
+        self.assertEqual(list(events(lambda: next(lines))), [("leader", {}, None)])
+
+    def test_an_id_holds_until_the_next_one(self):
+        lines = iter(
+            [b"id: 7\n", b"event: granted\n", b'data: {"token": 1}\n', b"\n",
+             b"event: reset\n", b"data: {}\n", b"\n",
+             b"id: 9\n", b"data: {}\n", b"\n", b""]
+        )
+        got = [(m.event, m.id) for m in events(lambda: next(lines))]
+        self.assertEqual(got, [("granted", "7"), ("reset", "7"), ("message", "9")])
 
 
 class Times(unittest.TestCase):
@@ -137,11 +146,33 @@ class ErrorMapping(unittest.TestCase):
         self.assertIsInstance(e, lockbroker.TooManyWaiters)
         self.assertEqual((e.status, e.code, e.message), (429, "quota_exceeded", "over quota"))
 
+    def test_too_many_streams_is_a_too_many_waiters(self):
+        e = error_for(429, "too_many_streams", "16 open")
+        self.assertIsInstance(e, lockbroker.TooManyStreams)
+        self.assertIsInstance(e, lockbroker.TooManyWaiters)
+
     def test_an_unknown_code_and_status_is_the_base_class(self):
         e = error_for(418, "teapot", "short and stout")
         self.assertIs(type(e), lockbroker.LockbrokerError)
         self.assertEqual(e.code, "teapot")
         self.assertIn("teapot", str(e))
+
+
+class KindFields(unittest.TestCase):
+    """Each kind asks for its own fields before anything is sent (the URL leads nowhere)."""
+
+    def test_a_kind_takes_its_own_fields_and_no_others(self):
+        c = lockbroker.Client("http://127.0.0.1:1", "k", retries=0)
+        with self.assertRaises(TypeError):
+            c.semaphores.acquire("k", "me")  # no permits
+        with self.assertRaises(TypeError):
+            c.locks.acquire("k", "me", permits=2)
+        with self.assertRaises(TypeError):
+            c.semaphores.release("k", "me", 1)  # no slot
+        with self.assertRaises(TypeError):
+            c.locks.renew("k", "me", 1, slot=0)
+        with self.assertRaises(ValueError):
+            c.rwlocks.acquire("k", "me", mode="upgrade")
 
 
 if __name__ == "__main__":

@@ -10,16 +10,22 @@ A Python script guards its work with one ``with`` statement::
 
 Standard library only. The package, one module per concern:
 
-- ``client``: :class:`Client`, every call of the API;
-- ``handles``: :class:`Lease`, :class:`Permit`, :class:`RwLease`, :class:`Leader`: held
-  leases that renew themselves and release on ``with`` exit;
+- ``client``: :class:`Client`: the kinds, guards by name, multi-locks, events;
+- ``kinds``: one lease model for every kind (``client.locks``,
+  ``client.semaphores``, ``client.rwlocks``, ``client.elections``):
+  acquire, renew, release, status, history, listing, guards;
+- ``handles``: :class:`Lease` (and :class:`Permit`, :class:`RwLease`,
+  :class:`Leader`, :class:`MultiLease`): held leases that renew themselves
+  and release on ``with`` exit;
 - ``renewal``: the renewal thread and when a lease counts as lost;
+- ``events``: the event stream, resumed with ``Last-Event-ID``;
 - ``transport``: HTTP, key encoding, errors and retries;
 - ``models``: the typed answers; ``errors``: the exceptions; ``sse``: the
-  event stream of ``observe``.
+  Server-Sent Events format.
 """
 
 from .client import MAX_WAIT, Client, default_owner
+from .events import EventStream
 from .errors import (
     BadRequest,
     Busy,
@@ -34,14 +40,18 @@ from .errors import (
     PolicyError,
     SemaphoreFull,
     TooLarge,
+    TooManyStreams,
     TooManyWaiters,
     Unauthenticated,
     Unavailable,
     Unreachable,
 )
 from .handles import Held, Leader, Lease, MultiLease, Permit, RwLease
+from .kinds import Elections, Kind, Locks, RwLocks, Semaphores
 from .models import (
+    Event,
     ForceReleased,
+    Grant,
     Leadership,
     LockEvent,
     LockGrant,
@@ -68,10 +78,15 @@ __all__ = [
     "BadRequest",
     "Busy",
     "Client",
+    "Elections",
+    "Event",
+    "EventStream",
     "Forbidden",
     "ForceReleased",
+    "Grant",
     "Held",
     "InvalidKey",
+    "Kind",
     "Leader",
     "Leadership",
     "Lease",
@@ -81,6 +96,7 @@ __all__ = [
     "LockHeld",
     "LockStatus",
     "LockbrokerError",
+    "Locks",
     "MultiLease",
     "MultiLockEntry",
     "MultiLockGrant",
@@ -95,12 +111,15 @@ __all__ = [
     "RwHolder",
     "RwLease",
     "RwLockStatus",
+    "RwLocks",
     "SemaphoreFull",
     "SemaphoreGrant",
     "SemaphoreHolder",
     "SemaphoreStatus",
+    "Semaphores",
     "Term",
     "TooLarge",
+    "TooManyStreams",
     "TooManyWaiters",
     "Unauthenticated",
     "Unavailable",

@@ -95,6 +95,10 @@ class TooManyWaiters(LockbrokerError):
     """429 ``too_many_waiters``: the tenant has its maximum of queued requests."""
 
 
+class TooManyStreams(TooManyWaiters):
+    """429 ``too_many_streams``: the tenant has its maximum of open event streams on this broker."""
+
+
 class PolicyError(LockbrokerError):
     """500 ``policy_error``: the tenant's policy failed; the request was refused (fail closed)."""
 
@@ -126,6 +130,7 @@ _BY_CODE: Dict[str, Type[LockbrokerError]] = {
     "permits_mismatch": PermitsMismatch,
     "lease_lost": LeaseLost,
     "too_many_waiters": TooManyWaiters,
+    "too_many_streams": TooManyStreams,
     "policy_error": PolicyError,
     "unavailable": Unavailable,
 }

@@ -1,29 +1,33 @@
 """What a guarded acquire returns: a held lease that renews itself and cleans up.
 
-:class:`Lease` (a lock), :class:`MultiLease` (several locks at once),
-:class:`Permit` (a semaphore slot), :class:`RwLease` (a read or write
-lease of a reader-writer lock) and :class:`Leader` (an election won)
-share one shape, in :class:`Held`: the
-grant, a renewal thread (``renewal.py``), a ``lost`` event, and a release
-(or resignation) that runs when the ``with`` block ends, also when it ends
-with an exception. They are acquired before they are returned, like
+:class:`Held` is the guard every held thing shares: a renewal thread
+(``renewal.py``), a ``lost`` event, and a release that runs once, when the
+``with`` block ends (also with an exception) or when called.
+:class:`Lease` is a held lease of any kind, bound to its kind
+(``kinds.py``) for renewing and releasing it; a kind's handle adds only
+what is its own: :class:`Permit` (a semaphore's ``slot``), :class:`RwLease`
+(a rwlock's ``mode``), :class:`Leader` (an election's ``name``,
+``candidate``, ``term`` and ``resign``). :class:`MultiLease` holds several
+locks at once. They are acquired before they are returned, like
 ``open()``: ``with client.lock(...) as lease`` and
 ``lease = client.lock(...); ...; lease.release()`` both work.
 """
 
 import logging
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from .errors import LeaseLost, LockbrokerError
-from .models import LockGrant, MultiLockGrant, RwGrant, SemaphoreGrant, Term
+from .models import Grant, MultiLockGrant
 from .renewal import Renewer
 
 log = logging.getLogger("lockbroker")
 
+H = TypeVar("H", bound="Held")
+
 
 class Held:
-    """A lease this process holds: renewed in the background until released.
+    """Something this process holds: renewed in the background until released.
 
     Attributes:
         lost: a ``threading.Event``, set when the lease can no longer be
@@ -43,6 +47,7 @@ class Held:
         backoff: float,
     ) -> None:
         self.lost = threading.Event()
+        self._what = what
         self._release = release
         self._released = False
         self._guard = threading.Lock()
@@ -63,8 +68,14 @@ class Held:
         if self.lost.is_set():
             raise LeaseLost(None, "lease_lost", f"the lease was lost: {self.lost_reason}")
 
-    def _end(self) -> Any:
-        """Stops renewing, then releases once; later calls do nothing and return None."""
+    def release(self) -> Any:
+        """Stops renewing and releases now (once; later calls return None). Returns the broker's
+        answer (:class:`Released` for a lock, permit or rwlock lease).
+
+        Raises:
+            LeaseLost: the lease had already ended (``lost`` is set too).
+            LockbrokerError: the broker could not be asked.
+        """
         with self._guard:
             if self._released:
                 return None
@@ -84,155 +95,80 @@ class Held:
         ``lockbroker`` logger.
         """
         try:
-            self._end()
+            self.release()
         except LockbrokerError as err:
-            log.warning("lockbroker: releasing %r failed (it ends by its TTL): %s", self, err)
+            log.warning("lockbroker: releasing %s failed (it ends by its TTL): %s", self._what, err)
 
-    def __enter__(self) -> "Held":
+    def __enter__(self: H) -> H:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         """Releases the lease as :meth:`close` does; exceptions of the block pass on."""
         self.close()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._what}, lost={self.lost.is_set()})"
+
 
 class Lease(Held):
-    """A held lock. ``token`` is its fencing token: pass it to what the lock protects."""
+    """A held lease of one key of any kind (a lock's is exactly this).
 
-    def __init__(self, client: Any, grant: LockGrant, ttl: float, confirmed_at: float) -> None:
-        self.key = grant.key
-        self.owner = grant.owner
-        self.token = grant.token
+    ``key``, ``owner`` and ``token`` (the fencing token: pass it to what the
+    lease protects) are the grant's; ``grant`` is the whole answer of the
+    acquire (:class:`LockGrant`, :class:`SemaphoreGrant`, ...).
+    """
+
+    def __init__(self, kind: Any, grant: Grant, ttl: float, confirmed_at: float) -> None:
         self.grant = grant
-        key, owner, token = grant.key, grant.owner, grant.token
+        self.key: str = grant.key
+        self.owner: str = grant.owner
+        self.token: int = grant.token
+        ids = kind.lease_ids(grant)
         super().__init__(
-            f"lock {key!r} token {token}",
+            f"{kind.noun} {grant.key!r} " + " ".join(f"{k}={v!r}" for k, v in ids.items()),
             ttl,
             confirmed_at,
-            lambda read_timeout: client._renew_once("locks", key, {"owner": owner, "token": token}, ttl, read_timeout),
-            lambda: client.release(key, owner, token),
-            client.timeout,
-            client.backoff,
+            lambda read_timeout: kind.renew_once(grant.key, ids, ttl, read_timeout),
+            lambda: kind.release_ids(grant.key, ids),
+            kind.client.timeout,
+            kind.client.backoff,
         )
 
-    def release(self):
-        """Releases the lock now (once; later calls return None).
 
-        Raises:
-            LeaseLost: the lease had already ended (``lost`` is set too).
-            LockbrokerError: the broker could not be asked.
-        """
-        return self._end()
-
-    def __enter__(self) -> "Lease":
-        return self
-
-    def __repr__(self) -> str:
-        return f"Lease(key={self.key!r}, owner={self.owner!r}, token={self.token}, lost={self.lost.is_set()})"
-
-
-class Permit(Held):
+class Permit(Lease):
     """A held semaphore permit: ``slot`` (0 to permits - 1) and its own fencing ``token``."""
 
-    def __init__(self, client: Any, grant: SemaphoreGrant, ttl: float, confirmed_at: float) -> None:
-        self.key = grant.key
-        self.owner = grant.owner
-        self.slot = grant.slot
-        self.token = grant.token
-        self.grant = grant
-        key, owner, slot, token = grant.key, grant.owner, grant.slot, grant.token
-        super().__init__(
-            f"semaphore {key!r} slot {slot} token {token}",
-            ttl,
-            confirmed_at,
-            lambda read_timeout: client._renew_once(
-                "semaphores", key, {"owner": owner, "slot": slot, "token": token}, ttl, read_timeout
-            ),
-            lambda: client.release_permit(key, owner, slot, token),
-            client.timeout,
-            client.backoff,
-        )
-
-    def release(self):
-        """Gives the permit back now (once; later calls return None). Raises as :meth:`Lease.release`."""
-        return self._end()
-
-    def __enter__(self) -> "Permit":
-        return self
-
-    def __repr__(self) -> str:
-        return (
-            f"Permit(key={self.key!r}, owner={self.owner!r}, slot={self.slot}, "
-            f"token={self.token}, lost={self.lost.is_set()})"
-        )
+    @property
+    def slot(self) -> int:
+        return self.grant.slot
 
 
-class RwLease(Held):
-    """A held read or write lease of a reader-writer lock (``mode``); ``token`` is its fencing token."""
+class RwLease(Lease):
+    """A held read or write lease of a reader-writer lock (``mode``)."""
 
-    def __init__(self, client: Any, grant: RwGrant, ttl: float, confirmed_at: float) -> None:
-        self.key = grant.key
-        self.owner = grant.owner
-        self.mode = grant.mode
-        self.token = grant.token
-        self.grant = grant
-        key, owner, token = grant.key, grant.owner, grant.token
-        super().__init__(
-            f"rwlock {key!r} {grant.mode} token {token}",
-            ttl,
-            confirmed_at,
-            lambda read_timeout: client._renew_once(
-                "rwlocks", key, {"owner": owner, "token": token}, ttl, read_timeout
-            ),
-            lambda: client.release_rw(key, owner, token),
-            client.timeout,
-            client.backoff,
-        )
-
-    def release(self):
-        """Ends the lease now (once; later calls return None). Raises as :meth:`Lease.release`."""
-        return self._end()
-
-    def __enter__(self) -> "RwLease":
-        return self
-
-    def __repr__(self) -> str:
-        return (
-            f"RwLease(key={self.key!r}, owner={self.owner!r}, mode={self.mode!r}, "
-            f"token={self.token}, lost={self.lost.is_set()})"
-        )
+    @property
+    def mode(self) -> str:
+        return self.grant.mode
 
 
-class Leader(Held):
-    """Leadership of an election, won by ``candidate``; ``term`` is the fencing token."""
+class Leader(Lease):
+    """Leadership of an election ``name``, won by ``candidate``; ``term`` is the fencing token."""
 
-    def __init__(self, client: Any, grant: Term, ttl: float, confirmed_at: float, candidate: str) -> None:
-        self.name = grant.name
-        self.candidate = candidate
-        self.term = grant.term
-        self.grant = grant
-        name, term = grant.name, grant.term
-        super().__init__(
-            f"election {name!r} term {term}",
-            ttl,
-            confirmed_at,
-            lambda read_timeout: client._renew_once(
-                "elections", name, {"candidate": candidate, "term": term}, ttl, read_timeout
-            ),
-            lambda: client.resign(name, candidate, term),
-            client.timeout,
-            client.backoff,
-        )
+    @property
+    def name(self) -> str:
+        return self.key
+
+    @property
+    def candidate(self) -> str:
+        return self.owner
+
+    @property
+    def term(self) -> int:
+        return self.token
 
     def resign(self) -> None:
-        """Steps down now (once). Raises as :meth:`Lease.release`."""
-        self._end()
-
-    def __enter__(self) -> "Leader":
-        return self
-
-    def __repr__(self) -> str:
-        return f"Leader(name={self.name!r}, candidate={self.candidate!r}, term={self.term}, lost={self.lost.is_set()})"
+        """Steps down now (once). Raises as :meth:`Held.release`."""
+        self.release()
 
 
 class MultiLease(Held):
@@ -249,7 +185,7 @@ class MultiLease(Held):
         self.grant = grant
         owner, held = grant.owner, [{"key": e.key, "token": e.token} for e in grant.locks]
         super().__init__(
-            f"multi-lock {self.keys!r}",
+            f"multi-lock {self.tokens!r} owner={owner!r}",
             ttl,
             confirmed_at,
             lambda read_timeout: client._renew_multi_once(owner, held, ttl, read_timeout),
@@ -257,13 +193,3 @@ class MultiLease(Held):
             client.timeout,
             client.backoff,
         )
-
-    def release(self):
-        """Releases every key now (once; later calls return None). Raises as :meth:`Lease.release`."""
-        return self._end()
-
-    def __enter__(self) -> "MultiLease":
-        return self
-
-    def __repr__(self) -> str:
-        return f"MultiLease(owner={self.owner!r}, tokens={self.tokens!r}, lost={self.lost.is_set()})"

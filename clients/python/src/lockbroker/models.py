@@ -1,20 +1,30 @@
 """Typed answers: one dataclass per JSON body of API.md.
 
-Built with ``from_json``, which ignores fields it does not know, so a broker
-that adds fields never breaks this client. Times are timezone-aware
-``datetime`` values in UTC, as the broker sends them; they are the database's
-clock, not this machine's, so compare them with each other, not with
-``datetime.now()``.
+Every model is read by one function, :meth:`Model.from_json`, which ignores
+fields it does not know (a broker that adds fields never breaks this
+client), fills the ones it does not get with None, parses the times and
+builds the nested models a class names in ``_nested``. Times are
+timezone-aware ``datetime`` values in UTC, as the broker sends them; they
+are the database's clock, not this machine's, so compare them with each
+other, not with ``datetime.now()``.
+
+The grants of every kind share :class:`Grant` (``key``, ``owner``,
+``token``, ``ttl_ms``, ``expires_at``); an election's :class:`Term` names
+them ``name``, ``leader`` and ``term`` as the API does, and answers to the
+shared names too.
 """
 
 import dataclasses
 import re
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Type, TypeVar
+from typing import Any, ClassVar, Dict, List, Optional, Type, TypeVar
 
-T = TypeVar("T")
+M = TypeVar("M", bound="Model")
 
 _FRACTION = re.compile(r"\.(\d+)")
+
+#: Fields holding an RFC 3339 time, whatever the model.
+_TIMES = frozenset(("expires_at", "acquired_at", "at"))
 
 
 def parse_time(text: Optional[str]) -> Optional[datetime]:
@@ -33,166 +43,77 @@ def parse_time(text: Optional[str]) -> Optional[datetime]:
     return value
 
 
-def _from_json(cls: Type[T], body: Dict[str, Any]) -> T:
-    kwargs = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        value = body.get(field.name)
-        if field.name == "expires_at":
-            value = parse_time(value)
-        kwargs[field.name] = value
-    return cls(**kwargs)
+class Model:
+    """What every answer shares: built from its JSON by :meth:`from_json`."""
+
+    #: Fields holding other models: a JSON list becomes a list of them, an
+    #: object one of them, a missing list ``[]``.
+    _nested: ClassVar[Dict[str, Type["Model"]]] = {}
+    _lists: ClassVar[frozenset] = frozenset()
+
+    @classmethod
+    def from_json(cls: Type[M], body: Dict[str, Any]) -> M:
+        kwargs = {}
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            value = body.get(field.name)
+            if field.name in _TIMES:
+                value = parse_time(value)
+            elif field.name in cls._nested:
+                nested = cls._nested[field.name]
+                if field.name in cls._lists:
+                    value = [nested.from_json(v) for v in value or []]
+                elif value is not None:
+                    value = nested.from_json(value)
+            kwargs[field.name] = value
+        return cls(**kwargs)
+
+
+# -- grants ----------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class LockGrant:
-    """The answer to a lock acquire or renew."""
+class Grant(Model):
+    """What every acquire or renewal answers: the lease, its fencing ``token`` and its end."""
 
     key: str
     storage_key: str
     owner: str
     token: int
     """The fencing token: strictly increases with every grant of the key."""
-    hold_count: int
     ttl_ms: int
     expires_at: Optional[datetime]
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "LockGrant":
-        return _from_json(cls, body)
-
 
 @dataclasses.dataclass(frozen=True)
-class Released:
-    """The answer to a release: ``released`` is false while re-entered holds remain."""
+class LockGrant(Grant):
+    """A lock acquire or renewal: ``hold_count`` re-entries."""
 
-    released: bool
     hold_count: int
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "Released":
-        return _from_json(cls, body)
-
 
 @dataclasses.dataclass(frozen=True)
-class LockStatus:
-    """``GET /v1/locks/{key}``: a free lock has ``held`` false and ``owner``, ``token``, ``expires_at`` None."""
+class SemaphoreGrant(Grant):
+    """A semaphore acquire or renewal: one permit (``slot``) of ``permits``, with its own token."""
 
-    key: str
-    storage_key: str
-    held: bool
-    owner: Optional[str]
-    token: Optional[int]
-    expires_at: Optional[datetime]
-    waiters: int
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "LockStatus":
-        return _from_json(cls, body)
-
-
-@dataclasses.dataclass(frozen=True)
-class SemaphoreGrant:
-    """The answer to a semaphore acquire or renew: one permit (``slot``) with its own token."""
-
-    key: str
-    storage_key: str
-    owner: str
     slot: int
     permits: int
-    token: int
-    ttl_ms: int
-    expires_at: Optional[datetime]
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "SemaphoreGrant":
-        return _from_json(cls, body)
 
 
 @dataclasses.dataclass(frozen=True)
-class SemaphoreHolder:
-    """One live permit in a semaphore's status."""
+class RwGrant(Grant):
+    """A rwlock acquire or renewal: ``mode`` is ``"read"`` or ``"write"``; ``readers`` live readers with it (0 for a write)."""
 
-    slot: int
-    owner: str
-    token: int
-    expires_at: Optional[datetime]
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "SemaphoreHolder":
-        return _from_json(cls, body)
-
-
-@dataclasses.dataclass(frozen=True)
-class SemaphoreStatus:
-    """``GET /v1/semaphores/{key}``: the size (None before the first acquire) and the holders."""
-
-    key: str
-    storage_key: str
-    permits: Optional[int]
-    holders: List[SemaphoreHolder]
-    waiters: int
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "SemaphoreStatus":
-        status = _from_json(cls, body)
-        holders = [SemaphoreHolder.from_json(h) for h in body.get("holders") or []]
-        return dataclasses.replace(status, holders=holders)
-
-
-@dataclasses.dataclass(frozen=True)
-class RwGrant:
-    """The answer to a rwlock acquire or renew: ``mode`` is ``"read"`` or ``"write"``; ``readers`` live readers with it (0 for a write)."""
-
-    key: str
-    storage_key: str
-    owner: str
     mode: str
-    token: int
-    ttl_ms: int
-    expires_at: Optional[datetime]
     readers: int
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "RwGrant":
-        return _from_json(cls, body)
-
 
 @dataclasses.dataclass(frozen=True)
-class RwHolder:
-    """One live lease in a rwlock's status."""
+class Term(Model):
+    """A campaign won or an election renewed: ``term`` is the fencing token.
 
-    owner: str
-    token: int
-    expires_at: Optional[datetime]
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "RwHolder":
-        return _from_json(cls, body)
-
-
-@dataclasses.dataclass(frozen=True)
-class RwLockStatus:
-    """``GET /v1/rwlocks/{key}``: the writer (or None), the readers, and how many wait."""
-
-    key: str
-    storage_key: str
-    writer: Optional[RwHolder]
-    readers: List[RwHolder]
-    waiters: int
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "RwLockStatus":
-        status = _from_json(cls, body)
-        writer = body.get("writer")
-        readers = [RwHolder.from_json(r) for r in body.get("readers") or []]
-        return dataclasses.replace(
-            status, writer=RwHolder.from_json(writer) if writer else None, readers=readers
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Term:
-    """The answer to a campaign or an election renewal: ``term`` is the fencing token."""
+    ``key``, ``owner`` and ``token`` name ``name``, ``leader`` and ``term``
+    as every other grant does.
+    """
 
     name: str
     leader: str
@@ -200,58 +121,150 @@ class Term:
     ttl_ms: int
     expires_at: Optional[datetime]
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "Term":
-        return _from_json(cls, body)
+    key = property(lambda self: self.name)
+    owner = property(lambda self: self.leader)
+    token = property(lambda self: self.term)
 
 
 @dataclasses.dataclass(frozen=True)
-class Leadership:
-    """Who leads an election (``GET /v1/elections/{name}``, and each ``observe`` event).
+class Released(Model):
+    """The answer to a release: ``released`` is false while re-entered holds remain."""
 
-    ``leader`` is None when nobody does (resigned, expired, never elected).
+    released: bool
+    hold_count: int
+
+
+# -- statuses (also the items of a listing) --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LockStatus(Model):
+    """``GET /v1/locks/{key}`` and one item of ``GET /v1/locks``: a free lock has ``held`` false
+    and ``owner``, ``token``, ``hold_count``, ``acquired_at``, ``expires_at`` None."""
+
+    key: str
+    storage_key: str
+    held: bool
+    owner: Optional[str]
+    token: Optional[int]
+    hold_count: Optional[int]
+    acquired_at: Optional[datetime]
+    expires_at: Optional[datetime]
+    waiters: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreHolder(Model):
+    """One live permit in a semaphore's status."""
+
+    slot: int
+    owner: str
+    token: int
+    expires_at: Optional[datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class SemaphoreStatus(Model):
+    """``GET /v1/semaphores/{key}`` and one item of its listing: the size (None before the first
+    acquire), the holders and the waiters. A listing's items have ``key`` None."""
+
+    key: Optional[str]
+    storage_key: str
+    permits: Optional[int]
+    holders: List[SemaphoreHolder]
+    waiters: int
+
+    _nested = {"holders": SemaphoreHolder}
+    _lists = frozenset(("holders",))
+
+
+@dataclasses.dataclass(frozen=True)
+class RwHolder(Model):
+    """One live lease in a rwlock's status."""
+
+    owner: str
+    token: int
+    expires_at: Optional[datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class RwLockStatus(Model):
+    """``GET /v1/rwlocks/{key}`` and one item of its listing: the writer (or None), the readers,
+    and how many wait. A listing's items have ``key`` None."""
+
+    key: Optional[str]
+    storage_key: str
+    writer: Optional[RwHolder]
+    readers: List[RwHolder]
+    waiters: int
+
+    _nested = {"writer": RwHolder, "readers": RwHolder}
+    _lists = frozenset(("readers",))
+
+
+@dataclasses.dataclass(frozen=True)
+class Leadership(Model):
+    """Who leads an election (``GET /v1/elections/{name}``, each ``observe`` event, one item of
+    ``GET /v1/elections``, where ``name`` is the storage key).
+
+    ``leader`` and ``term`` are None when nobody leads (resigned, expired, never elected).
     """
 
     name: str
+    storage_key: str
     leader: Optional[str]
     term: Optional[int]
     expires_at: Optional[datetime]
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "Leadership":
-        return _from_json(cls, body)
+
+# -- history and events ----------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class Validity:
-    """``POST /v1/locks/{key}/validate``: whether the token is the live grant, and which token is (None: not held)."""
-
-    valid: bool
-    token: Optional[int]
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "Validity":
-        return _from_json(cls, body)
-
-
-@dataclasses.dataclass(frozen=True)
-class LockEvent:
-    """One event of a lock's history: ``event`` is ``granted``, ``released``, ``expired``,
-    ``handed_off`` or ``force_released``; ``at`` by the database clock (for ``expired``, when the
-    lease ran out)."""
+class LockEvent(Model):
+    """One event of a lock's, semaphore's or rwlock's history: ``event`` is ``granted``,
+    ``released``, ``expired``, ``handed_off`` or ``force_released``; ``at`` by the database clock
+    (for ``expired``, when the lease ran out)."""
 
     event: str
     owner: str
     token: int
     at: datetime
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "LockEvent":
-        return cls(event=body["event"], owner=body["owner"], token=body["token"], at=parse_time(body["at"]))
+
+@dataclasses.dataclass(frozen=True)
+class Event(Model):
+    """One event of ``GET /v1/events``: a change of one of the tenant's locks, semaphores or rwlocks.
+
+    ``event`` as in :class:`LockEvent`, or ``"reset"`` (every other field
+    None) when the broker's history no longer reached back to where the
+    stream resumed: events were missed. ``kind`` is ``"lock"``,
+    ``"semaphore"`` or ``"rwlock"``; ``id`` increases, and resuming
+    after it gets the events that follow.
+    """
+
+    id: Optional[int]
+    event: str
+    kind: Optional[str]
+    storage_key: Optional[str]
+    owner: Optional[str]
+    token: Optional[int]
+    at: Optional[datetime]
 
 
 @dataclasses.dataclass(frozen=True)
-class MultiLockEntry:
+class Validity(Model):
+    """``POST /v1/locks/{key}/validate``: whether the token is the live grant, and which token is (None: not held)."""
+
+    valid: bool
+    token: Optional[int]
+
+
+# -- multi-locks and admin -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiLockEntry(Model):
     """One key of a multi-lock, with its own fencing ``token``."""
 
     key: str
@@ -260,24 +273,17 @@ class MultiLockEntry:
     hold_count: int
     expires_at: Optional[datetime]
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "MultiLockEntry":
-        return _from_json(cls, body)
-
 
 @dataclasses.dataclass(frozen=True)
-class MultiLockGrant:
+class MultiLockGrant(Model):
     """The answer to a multi-lock acquire or renew: every key, in storage-key order."""
 
     owner: str
     ttl_ms: int
     locks: List[MultiLockEntry]
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "MultiLockGrant":
-        grant = _from_json(cls, body)
-        locks = [MultiLockEntry.from_json(entry) for entry in body.get("locks") or []]
-        return dataclasses.replace(grant, locks=locks)
+    _nested = {"locks": MultiLockEntry}
+    _lists = frozenset(("locks",))
 
     def token(self, key: str) -> int:
         """The fencing token of ``key`` (as named in the request)."""
@@ -288,7 +294,7 @@ class MultiLockGrant:
 
 
 @dataclasses.dataclass(frozen=True)
-class MultiLockReleased:
+class MultiLockReleased(Model):
     """What a multi-lock release did to one key (``lost``: that token no longer held it)."""
 
     key: str
@@ -296,13 +302,9 @@ class MultiLockReleased:
     hold_count: int
     lost: bool
 
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "MultiLockReleased":
-        return _from_json(cls, body)
-
 
 @dataclasses.dataclass(frozen=True)
-class ForceReleased:
+class ForceReleased(Model):
     """The lease an operator's force-release ended."""
 
     tenant: str
@@ -311,7 +313,3 @@ class ForceReleased:
     owner: str
     token: int
     handed_off: bool
-
-    @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "ForceReleased":
-        return _from_json(cls, body)

@@ -43,6 +43,21 @@ def quote_key(key: str) -> str:
     return urllib.parse.quote(key, safe="")
 
 
+def shrinking_wait(body: Dict[str, Any], wait: float) -> Callable[[], Dict[str, Any]]:
+    """The body of a waiting acquire for each try: the first asks for all of ``wait``, a retry
+    (after a 503) only for what is left of it, as ``wait_ms``."""
+    ends = time.monotonic() + max(0.0, wait)
+    tries = [0]
+
+    def body_now() -> Dict[str, Any]:
+        tries[0] += 1
+        if tries[0] == 1:
+            return body
+        return dict(body, wait_ms=int(round(max(0.0, ends - time.monotonic()) * 1000)))
+
+    return body_now
+
+
 class Transport:
     """Sends requests to one broker with one API key; retries as described above.
 
@@ -78,40 +93,16 @@ class Transport:
         self.backoff = backoff
         self.max_backoff = max_backoff
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Body = None,
-        *,
-        idempotent: bool,
-        read_timeout: Optional[float] = None,
-        retries: Optional[int] = None,
-        deadline: Optional[float] = None,
-    ) -> Dict[str, Any]:
+    def request(self, method: str, path: str, body: Body = None, **options: Any) -> Dict[str, Any]:
         """One call, retried as the module says; its JSON body on 2xx.
 
-        Args:
-            idempotent: whether repeating the call after a connection broke
-                mid-request is harmless.
-            read_timeout: seconds to wait for the answer (a waiting acquire
-                needs its ``wait`` on top of the usual timeout).
-            retries: overrides the client's retry count for this call.
-            deadline: a ``time.monotonic()`` instant after which no new try starts.
+        Takes the options of :meth:`open`.
 
         Raises:
             LockbrokerError: the broker's error, by its code; ``Unavailable``
                 or ``Unreachable`` when the retries ran out.
         """
-        response = self.open(
-            method,
-            path,
-            body,
-            idempotent=idempotent,
-            read_timeout=read_timeout,
-            retries=retries,
-            deadline=deadline,
-        )
+        response = self.open(method, path, body, **options)
         try:
             raw = response.read()
         except (OSError, http.client.HTTPException) as err:
@@ -130,13 +121,25 @@ class Transport:
         read_timeout: Optional[float] = None,
         retries: Optional[int] = None,
         deadline: Optional[float] = None,
+        headers: Optional[Dict[str, str]] = None,
     ) -> http.client.HTTPResponse:
-        """Like :meth:`request`, but returns the open 2xx response (for streams); the caller closes it."""
+        """Sends one call, retried as the module says, and returns its open 2xx response (the caller
+        reads and closes it; streams read it line by line).
+
+        Args:
+            idempotent: whether repeating the call after a connection broke
+                mid-request is harmless.
+            read_timeout: seconds to wait for the answer (a waiting acquire
+                needs its ``wait`` on top of the usual timeout).
+            retries: overrides the client's retry count for this call.
+            deadline: a ``time.monotonic()`` instant after which no new try starts.
+            headers: more request headers (an event stream's ``Last-Event-ID``).
+        """
         budget = self.retries if retries is None else retries
         attempt = 0
         while True:
             try:
-                return self._once(method, path, body, idempotent, read_timeout)
+                return self._once(method, path, body, idempotent, read_timeout, headers or {})
             except _Retryable as retry:
                 error = retry.error
             attempt += 1
@@ -167,6 +170,7 @@ class Transport:
         body: Body,
         idempotent: bool,
         read_timeout: Optional[float],
+        extra_headers: Dict[str, str],
     ) -> http.client.HTTPResponse:
         conn = self._connection(self.timeout)
         try:
@@ -175,7 +179,7 @@ class Transport:
             conn.close()
             raise _Retryable(Unreachable(None, "unreachable", f"cannot connect to {self.url}: {err}"))
         # `Connection: close` hands the socket to the response, which closes it.
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", "Connection": "close"}
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", "Connection": "close", **extra_headers}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key}"
         data = None
@@ -196,7 +200,7 @@ class Transport:
                 raise _Retryable(error)
             raise error from err
         if response.status < 300:
-            # For streams (observe), whose reads need their own timeouts.
+            # For streams (observe, events), whose reads need their own timeouts.
             response.lockbroker_socket = sock  # type: ignore[attr-defined]
             conn.close()  # a no-op but for the reference: the response owns the socket
             return response
