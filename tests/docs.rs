@@ -508,6 +508,9 @@ fn example_block(out: &mut String, example: &Value) {
     }
 }
 
+/// One operation: method (upper case), path, and its OpenAPI object.
+type Operation = (String, String, Value);
+
 /// Renders the OpenAPI document as Markdown: the operations by tag in the
 /// document's order (summary, method and path, auth, description,
 /// parameters, request body with its schema and example, responses), the
@@ -577,7 +580,7 @@ fn render_api(openapi: &str) -> String {
         })
         .unwrap_or_default();
     let methods = ["get", "put", "post", "delete", "patch"];
-    let mut by_tag: Vec<(String, Vec<(String, String, Value)>)> =
+    let mut by_tag: Vec<(String, Vec<Operation>)> =
         tags.iter().map(|(t, _)| (t.clone(), Vec::new())).collect();
     for (path, item) in &doc.paths.0 {
         for method in methods {
