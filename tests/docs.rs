@@ -801,6 +801,14 @@ fn render_schema(out: &mut String, name: &str, schema: &Value) {
             );
         }
         out.push('\n');
+        // An inline object variant shows its fields too.
+        parts.retain(|part| part.get("oneOf").is_none());
+        parts.extend(
+            variants
+                .iter()
+                .filter(|v| v.get("properties").is_some())
+                .cloned(),
+        );
     }
     for part in &parts {
         let Some(properties) = part["properties"].as_object() else {
@@ -812,7 +820,14 @@ fn render_schema(out: &mut String, name: &str, schema: &Value) {
             .unwrap_or_default();
         let _ = writeln!(out, "| field | type | description |");
         let _ = writeln!(out, "|---|---|---|");
-        for (field, property) in properties {
+        // Required fields in their declared order (the `required` list keeps
+        // it), then the optional ones by name.
+        let mut fields: Vec<(&String, &Value)> = properties.iter().collect();
+        fields.sort_by_key(|(field, _)| {
+            let at = required.iter().position(|r| *r == field.as_str());
+            (at.unwrap_or(usize::MAX), field.as_str())
+        });
+        for (field, property) in fields {
             let flag = if required.contains(&field.as_str()) {
                 ", required"
             } else {
