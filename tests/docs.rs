@@ -329,6 +329,11 @@ async fn readme_quickstart_answers_as_shown() {
     assert_eq!(quickstart.len(), 1, "README has one curl quickstart");
     let quickstart = quickstart[0];
 
+    let curl = std::process::Command::new("curl").arg("--version").output();
+    assert!(
+        curl.is_ok_and(|out| out.status.success()),
+        "the README's quickstart needs curl: install it (apt-get install curl)"
+    );
     let broker = Broker::start().await;
     let addr = broker.url().trim_start_matches("http://").to_owned();
 
