@@ -66,6 +66,8 @@ pub struct PrivateMariaDb {
     dir: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// Server options of this instance beyond [`SMALL`].
+    options: Vec<String>,
 }
 
 /// Why a start failed in a way that another port may fix.
@@ -79,6 +81,12 @@ impl PrivateMariaDb {
     /// When the template cannot be built or the server does not answer
     /// within 30 s (the message carries the server's error log).
     pub async fn start() -> PrivateMariaDb {
+        PrivateMariaDb::start_with(&[]).await
+    }
+
+    /// [`PrivateMariaDb::start`] with more server `options` (e.g.
+    /// `--ssl-cert=...`).
+    pub async fn start_with(options: &[String]) -> PrivateMariaDb {
         sweep_orphans().await;
         let template = template().await;
         static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -100,6 +108,7 @@ impl PrivateMariaDb {
             dir,
             port: 0,
             child: None,
+            options: options.to_vec(),
         };
         for _ in 0..PORT_TRIES {
             db.port = free_port().await;
@@ -212,6 +221,7 @@ impl PrivateMariaDb {
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
             .arg(format!("--log-error={}", log.display()))
             .args(SMALL)
+            .args(&self.options)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
