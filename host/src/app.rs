@@ -18,6 +18,7 @@ use crate::{
     },
     store::{db::Db, pool::Setup},
     tenant::{Tenant, Tenants},
+    tls::Tls,
 };
 
 /// How long a start waits for each database server to answer.
@@ -35,6 +36,8 @@ pub struct App {
     /// Push wake-ups between brokers: this process's secret and its
     /// client to the others.
     pub push: Arc<Push>,
+    /// The listener's TLS, with `[tls]`.
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl App {
@@ -53,10 +56,19 @@ impl App {
                 "no --config given: using the development defaults (tenant \"default\" with API key \"dev-key\", admin token \"dev-admin\"); do not use them in production"
             );
         }
+        let tls = match &config.tls {
+            Some(files) => Some(Arc::new(
+                Tls::load(files).context("cannot load the [tls] files")?,
+            )),
+            None => None,
+        };
         let metrics = Arc::new(Metrics::default());
         let (databases, of_tenant) = config.databases();
         let broker = engine::broker_name();
-        let push = Arc::new(Push::new(config.advertise_url.clone()));
+        let push = Arc::new(
+            Push::new(config.advertise_url.clone(), config.tls.as_ref())
+                .context("cannot set up push wake-ups")?,
+        );
         let mut engines = Vec::new();
         for urls in &databases {
             let db = open(&config, &urls.0).await?;
@@ -100,6 +112,7 @@ impl App {
             engines,
             metrics,
             push,
+            tls,
             config,
         })
     }

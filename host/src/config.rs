@@ -144,6 +144,9 @@ pub struct Config {
     /// How log lines are written: `text` (the default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// HTTPS: without it, plain HTTP (development only).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     /// True when the built-in development defaults are in use.
@@ -174,6 +177,23 @@ impl std::str::FromStr for LogFormat {
             ))),
         }
     }
+}
+
+/// `[tls]`: the listener's certificate and key (PEM; the certificate file
+/// may hold the chain), re-read when they change or on SIGHUP.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// Set: mutual TLS; a client must present a certificate signed by this
+    /// CA, or the handshake is refused.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    /// What this broker trusts when it pushes wake-ups to another broker's
+    /// `https://` advertise_url (default: the system's roots).
+    #[serde(default)]
+    pub peer_ca_file: Option<PathBuf>,
 }
 
 /// The longest `lock_delay_ms` or `min_hold_ms` (one day).
@@ -453,14 +473,17 @@ api_key = "dev-key"
         }
         if let Some(url) = &self.advertise_url {
             let base = url.trim_end_matches('/');
-            let ok = base.strip_prefix("http://").is_some_and(|rest| {
+            let rest = base
+                .strip_prefix("http://")
+                .or_else(|| base.strip_prefix("https://"));
+            let ok = rest.is_some_and(|rest| {
                 !rest.is_empty()
                     && !rest.contains(['/', '?', '#', '@'])
                     && base.parse::<hyper::Uri>().is_ok()
             });
             if !ok {
                 return invalid(format!(
-                    "advertise_url {url:?} must be http://host:port (no path)"
+                    "advertise_url {url:?} must be http://host:port or https://host:port (no path)"
                 ));
             }
         }
@@ -591,7 +614,8 @@ api_key = "dev-key"
                 .unwrap_or(IpAddr::V6(Ipv6Addr::LOCALHOST)),
             ip => ip,
         };
-        format!("http://{}", SocketAddr::new(ip, bound.port()))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", SocketAddr::new(ip, bound.port()))
     }
 
     /// The bound on one operation's database work.

@@ -29,6 +29,7 @@ pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 pub mod tenant;
+pub mod tls;
 
 pub use app::App;
 pub use config::Config;

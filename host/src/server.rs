@@ -63,6 +63,9 @@ impl Server {
                 stopped.clone(),
             )));
         }
+        if let Some(tls) = &app.tls {
+            background.push(tokio::spawn(tls.clone().watch(stopped.clone())));
+        }
         let task = tokio::spawn(http::serve(listener, app.clone(), stopped.clone()));
         let policies = tenants.iter().map(|t| t.policy.clone()).collect();
         let watcher = app.reloader.load_all(policies).await;

@@ -23,6 +23,7 @@
 //! `mysql://root@127.0.0.1:3306`); each test's database is named
 //! `lbt_<pid>_<n>` and dropped when the test stops its broker.
 
+mod certs;
 mod client;
 mod eventually;
 mod galera;
@@ -48,6 +49,7 @@ use tokio::{
     process::ChildStdout,
 };
 
+pub use certs::Certs;
 pub use client::{encode_key, Client, ClientError, Reply};
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use galera::GaleraCluster;

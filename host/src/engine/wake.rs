@@ -30,6 +30,7 @@ use std::{
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{header, Method, Request, Uri};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client as HyperClient},
     rt::{TokioExecutor, TokioTimer},
@@ -38,6 +39,27 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, Semaphore};
 
 use super::{Engine, EngineError};
+use crate::{config::TlsConfig, tls};
+
+/// The TLS of pushes to other brokers (see [`Push::new`]).
+fn peer_tls(tls: Option<&TlsConfig>) -> anyhow::Result<rustls::ClientConfig> {
+    let roots = match tls.and_then(|t| t.peer_ca_file.as_deref()) {
+        Some(ca) => tls::roots(ca)?,
+        None => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            roots
+        }
+    };
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    Ok(match tls {
+        Some(own) => builder.with_client_auth_cert(
+            tls::certificates(&own.cert_file)?,
+            tls::private_key(&own.key_file)?,
+        )?,
+        None => builder.with_no_client_auth(),
+    })
+}
 use crate::{
     secret::{self, Secret},
     store::brokers::{self, Contact, PeerRow},
@@ -77,14 +99,20 @@ pub struct Push {
     secret: String,
     digest: Secret,
     url: Option<String>,
-    client: HyperClient<HttpConnector, Full<Bytes>>,
+    client: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
     in_flight: Arc<Semaphore>,
 }
 
 impl Push {
     /// Push wake-ups with a fresh random secret; `url` is where the other
     /// brokers reach this one (`None`: they cannot, and poll instead).
-    pub fn new(url: Option<String>) -> Push {
+    /// Pushes to an `https://` broker trust `tls.peer_ca_file` (else the
+    /// system's roots) and present this broker's own certificate, for
+    /// peers that ask for one (mutual TLS).
+    ///
+    /// # Errors
+    /// The CA file or this broker's certificate cannot be read.
+    pub fn new(url: Option<String>, tls: Option<&TlsConfig>) -> anyhow::Result<Push> {
         let secret: String = rand::random::<[u8; 32]>()
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -92,18 +120,24 @@ impl Push {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        connector.enforce_http(false);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(peer_tls(tls)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = HyperClient::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(IDLE_TIMEOUT)
             .pool_max_idle_per_host(IDLE_PER_PEER)
             .build(connector);
-        Push {
+        Ok(Push {
             digest: Secret::try_from(secret.as_str()).expect("a random, non-empty secret"),
             secret,
             url,
             client,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-        }
+        })
     }
 
     /// The advertised URL, if any.
@@ -366,7 +400,10 @@ mod tests {
 
     #[test]
     fn a_push_accepts_only_its_own_secret() {
-        let (a, b) = (Push::new(None), Push::new(Some("http://x:1".into())));
+        let (a, b) = (
+            Push::new(None, None).unwrap(),
+            Push::new(Some("http://x:1".into()), None).unwrap(),
+        );
         assert!(a.accepts(&a.secret));
         assert!(!a.accepts(&b.secret));
         assert!(!a.accepts(""));

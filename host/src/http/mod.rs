@@ -54,7 +54,10 @@ use hyper_util::{
     rt::{TokioIo, TokioTimer},
     server::graceful::GracefulShutdown,
 };
-use tokio::{net::TcpListener, sync::watch};
+use tokio::{
+    net::TcpListener,
+    sync::{mpsc, watch},
+};
 
 pub use error::ApiError;
 
@@ -91,6 +94,35 @@ pub fn ok<T: serde::Serialize>(body: &T) -> Response {
 
 /// Serves `app` on `listener` until `stop` turns true, then stops accepting
 /// and lets in-flight requests finish (for at most [`DRAIN_TIMEOUT`]).
+/// Serves HTTP/1.1 on one accepted connection (plain or TLS), in a task of
+/// its own that `graceful` waits for at shutdown.
+fn serve_connection<S>(
+    app: &Arc<App>,
+    graceful: &GracefulShutdown,
+    builder: &http1::Builder,
+    stream: S,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let metrics = app.metrics.clone();
+    let app = app.clone();
+    let service = service_fn(move |req| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(router::handle(&app, req).await) }
+    });
+    let (io, rewritten) = parse_errors::JsonParseErrors::new(stream);
+    let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
+    tokio::spawn(async move {
+        if let Err(err) = conn.await {
+            tracing::debug!(error = %err, "connection ended with an error");
+        }
+        // A request hyper refused itself is logged and counted here.
+        if let Some((status, id)) = rewritten.lock().expect("rewritten").take() {
+            access::refused(&metrics, status, id);
+        }
+    });
+}
+
 pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiver<bool>) {
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
@@ -103,10 +135,13 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiv
         // One buffer per response head: `parse_errors` recognises hyper's
         // own error answers as one write.
         .writev(false);
+    // TLS handshakes run in tasks of their own, bounded like a request's
+    // headers (a slow client holds up no other), and come back here.
+    let (handshaken, mut secured) = mpsc::unbounded_channel();
     loop {
-        let (stream, _peer) = tokio::select! {
+        let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
+                Ok((stream, _peer)) => stream,
                 Err(err) => {
                     // Out of file descriptors and the like: back off, go on.
                     tracing::warn!(error = %err, "accept failed");
@@ -114,24 +149,26 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiv
                     continue;
                 }
             },
+            Some(stream) = secured.recv() => {
+                serve_connection(&app, &graceful, &builder, stream);
+                continue;
+            }
             () = crate::shutdown::stopped(&mut stop) => break,
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let metrics = app.metrics.clone();
-        let service = service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, Infallible>(router::handle(&app, req).await) }
-        });
-        let (io, rewritten) = parse_errors::JsonParseErrors::new(stream);
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
+        let Some(tls) = app.tls.clone() else {
+            serve_connection(&app, &graceful, &builder, stream);
+            continue;
+        };
+        let within = Duration::from_millis(app.config.header_read_timeout_ms);
+        let handshaken = handshaken.clone();
         tokio::spawn(async move {
-            if let Err(err) = conn.await {
-                tracing::debug!(error = %err, "connection ended with an error");
-            }
-            // A request hyper refused itself is logged and counted here.
-            if let Some((status, id)) = rewritten.lock().expect("rewritten").take() {
-                access::refused(&metrics, status, id);
+            match tokio::time::timeout(within, tls.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let _ = handshaken.send(stream);
+                }
+                Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake refused"),
+                Err(_) => tracing::debug!("TLS handshake timed out"),
             }
         });
     }
