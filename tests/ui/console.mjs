@@ -29,6 +29,11 @@ function step(name) {
   console.log(`console.mjs: ${name}`);
 }
 
+/// With LB_SCREENSHOTS=DIR, a picture of the page at each step, to look at.
+async function shot(page, name) {
+  if (process.env.LB_SCREENSHOTS) await page.screenshot({ path: `${process.env.LB_SCREENSHOTS}/${name}.png`, fullPage: true });
+}
+
 // Root cannot use chromium's sandbox; the page is our own, on loopback.
 const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
 const problems = [];
@@ -75,6 +80,7 @@ try {
   assert.equal(await page.evaluate(() => Object.keys(sessionStorage).length), 1, 'the key is in sessionStorage');
   assert.equal(await page.evaluate(() => localStorage.length), 0, 'nothing in localStorage');
 
+  await shot(page, 'signin-done');
   step('the prefix filter narrows the list');
   await page.getByLabel('Key prefix').fill('job-');
   await page.getByRole('button', { name: 'Filter' }).click();
@@ -92,6 +98,7 @@ try {
   assert.equal(await page.evaluate(() => window.sameDocument), true, 'the page was not reloaded');
   assert.equal(await row('other-2').count(), 0, 'the filter still holds');
 
+  await shot(page, 'live');
   step('the other kinds have their tabs');
   await page.getByRole('link', { name: 'Semaphores' }).click();
   await row('pool-1').getByText('sem-holder (slot 0').waitFor();
@@ -102,6 +109,7 @@ try {
   await cell('leader-1', 'Leader', 'node-1');
   await cell('leader-1', 'Term', String(leader.term));
 
+  await shot(page, 'elections');
   step("a key's page shows its holder, a countdown and the history");
   await page.getByRole('link', { name: 'Locks', exact: true }).click();
   await page.getByRole('link', { name: 'job-1', exact: true }).click();
@@ -116,6 +124,7 @@ try {
   await page.locator('.timeline li', { hasText: `granted worker-7, token ${job1.token}` }).waitFor();
   await noHorizontalScroll('key page at 1280px');
 
+  await shot(page, 'key-page');
   step("the key's page follows a release live");
   await api('/v1/locks/job-1/release', { method: 'POST', body: { owner: 'worker-7', token: job1.token } });
   await page.locator('.timeline li', { hasText: `released worker-7, token ${job1.token}` }).waitFor();
@@ -124,9 +133,11 @@ try {
   step('a phone-sized viewport has no horizontal scroll');
   await page.setViewportSize({ width: 360, height: 740 });
   await noHorizontalScroll('key page at 360px');
+  await shot(page, 'key-phone');
   await page.getByRole('link', { name: '← Locks' }).click();
   await page.getByRole('link', { name: 'job-2', exact: true }).waitFor();
   await noHorizontalScroll('locks at 360px');
+  await shot(page, 'locks-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
   noProblems('in the tenant views');
 
@@ -143,13 +154,16 @@ try {
     await cell(t.name, 'Version', t.policy.version);
     await cell(t.name, 'Last error', t.last_error ?? 'none');
   }
+  await shot(page, 'tenants');
   await page.setViewportSize({ width: 360, height: 740 });
   await noHorizontalScroll('tenants at 360px');
+  await shot(page, 'tenants-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
 
   step("choosing a tenant shows its leases; force-release asks first");
   await page.getByRole('link', { name: 'default', exact: true }).click();
   await page.getByRole('heading', { name: 'Tenant default' }).waitFor();
+  await page.getByRole('status').filter({ hasText: 'Not live' }).waitFor();
   const release = page.getByRole('button', { name: 'Force release job-2' });
   await cell('job-2', 'Owner', 'worker-8');
   page.once('dialog', (dialog) => dialog.dismiss());
@@ -170,6 +184,7 @@ try {
   assert.equal(job2.held, false, 'the broker says job-2 is free');
   const { events } = await api('/v1/locks/job-2/history');
   assert.equal(events[0].event, 'force_released');
+  await shot(page, 'force-released');
   noProblems('in the admin views');
   console.log('console.mjs: all checks passed');
 } catch (err) {

@@ -95,7 +95,7 @@ function debounced(fn, ms = 150) {
 /// A listing with tabs, a prefix filter and paging. `base` is the API path
 /// the kind is appended to; `hash(kind, prefix)` the URL of a tab; `href`
 /// a key's page, if any; `actions(item, reload)` extra cells of a row.
-function listing({ signal, secret, kind, prefix, base, hash, heading, href, actions }) {
+function listing({ signal, secret, kind, prefix, base, hash, heading, href, actions, back: up }) {
   const spec = KINDS[kind];
   let cursor = null;
   let next = null;
@@ -126,11 +126,16 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
 
   let stream = null;
   function live() {
-    if (!spec.event || !secret || base !== '/v1') return;
+    if (!spec.event || base !== '/v1') {
+      status.textContent = spec.event ? 'Not live (the event stream needs a tenant key): use Refresh.' : 'Elections make no events: use Refresh.';
+      return;
+    }
+    status.textContent = 'Connecting…';
     stream?.abort();
     stream = new AbortController();
     signal.addEventListener('abort', () => stream.abort(), { once: true });
     follow(prefix, secret, stream.signal, (name, data) => {
+      if (name === 'reset') soon(); // Events were missed: show what is.
       if (data.kind !== spec.event) return;
       status.textContent = `Live: ${name} ${data.storage_key} (${data.owner}, token ${data.token})`;
       soon();
@@ -138,6 +143,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
   }
 
   view.replaceChildren(
+    ...(up ? [h('p', {}, h('a', { href: up[0] }, up[1]))] : []),
     h('h2', { tabindex: '-1' }, heading),
     h('nav', { 'aria-label': 'Kinds' }, h('ul', { class: 'tabs' }, Object.entries(KINDS).map(([k, s]) =>
       h('li', {}, h('a', { href: hash(k, prefix), 'aria-current': k === kind ? 'page' : null }, s.title))))),
@@ -200,8 +206,8 @@ function keyPage({ signal, secret, kind, key }) {
         ` ${e.owner}, token ${e.token}`)) : [h('li', {}, 'No events recorded.')]));
       if (storageKey === null) {
         storageKey = s.storage_key;
-        follow(storageKey, secret, signal, (_, data) => {
-          if (data.kind === spec.event && data.storage_key === storageKey) soon();
+        follow(storageKey, secret, signal, (name, data) => {
+          if (name === 'reset' || (data.kind === spec.event && data.storage_key === storageKey)) soon();
         }, () => {});
       }
     } catch (err) {
@@ -306,7 +312,7 @@ function route() {
       onTick = listing({
         ...ctx, kind: rest[0], base: `/v1/admin/tenants/${segment(second)}`, heading: `Tenant ${second}`,
         hash: (k, p) => `#/admin/${segment(second)}/${k}${query({ prefix: p })}`,
-        actions: forceRelease(second, me.secret, current.signal),
+        actions: forceRelease(second, me.secret, current.signal), back: ['#/admin', '← Tenants'],
       });
     } else {
       tenants(ctx);
