@@ -6,11 +6,16 @@
 //! force-release a lock. `scripts/ui-deps` installs the browser and the
 //! node packages; without them this test fails, it never skips.
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
 
 use lockbroker_api::LockEventKind;
-use lockbroker_tests::{Broker, Client, ADMIN, KEY};
+use lockbroker_tests::{Broker, Client, Proxy, ADMIN, KEY};
 use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// The longest the browser script may take (it waits on conditions, each
 /// for at most 15 s).
@@ -146,21 +151,15 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
     let campaign = json!({"candidate": "node-1", "ttl_ms": ttl});
     post(&c, "/v1/elections/leader-1/campaign", campaign).await;
 
-    let mut child = tokio::process::Command::new("node")
-        .arg("console.mjs")
-        .current_dir(&dir)
-        .env("LB_URL", broker.url())
-        .env("LB_KEY", KEY)
-        .env("LB_ADMIN", ADMIN)
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (scripts/ui-deps installs what the test needs)");
-    let status = tokio::time::timeout(BROWSER_RUN, child.wait())
-        .await
-        .expect("the browser script finishes in time")
-        .expect("wait for node");
+    // The page goes through a proxy, so that its event stream can be cut.
+    let proxy = Proxy::start(broker.url().trim_start_matches("http://")).await;
+    let page_url = format!("http://{}", proxy.addr);
+    let status = tokio::time::timeout(
+        BROWSER_RUN,
+        run_script(&dir, &page_url, broker.url(), &proxy),
+    )
+    .await
+    .expect("the browser script finishes in time");
     assert!(
         status.success(),
         "tests/ui/console.mjs failed ({status}); its output is above"
@@ -173,4 +172,40 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
     let (events, _) = c.history("locks", "job-2").await;
     assert_eq!(events[0].0, LockEventKind::ForceReleased, "{events:?}");
     broker.stop().await;
+}
+
+/// Runs `console.mjs` with the page at `page_url` and the API at
+/// `api_url`, echoing what it prints; its lines `@@ cut` and `@@ restore`
+/// break and mend the page's connections through `proxy`, answered `ok`.
+async fn run_script(
+    dir: &Path,
+    page_url: &str,
+    api_url: &str,
+    proxy: &Proxy,
+) -> std::process::ExitStatus {
+    let mut child = tokio::process::Command::new("node")
+        .arg("console.mjs")
+        .current_dir(dir)
+        .env("LB_URL", page_url)
+        .env("LB_API", api_url)
+        .env("LB_KEY", KEY)
+        .env("LB_ADMIN", ADMIN)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (scripts/ui-deps installs what the test needs)");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    while let Some(line) = lines.next_line().await.expect("read the script's output") {
+        println!("{line}");
+        match line.as_str() {
+            "@@ cut" => proxy.cut(),
+            "@@ restore" => proxy.restore(),
+            _ => continue,
+        }
+        stdin.write_all(b"ok\n").await.expect("answer the script");
+    }
+    child.wait().await.expect("wait for node")
 }

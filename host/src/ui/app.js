@@ -86,6 +86,11 @@ function note(text) {
   view.querySelector('.status')?.replaceChildren(text);
 }
 
+/// Says in `status` whether the event stream is open.
+const streamState = (status) => (state) => {
+  status.textContent = state === 'live' ? 'Live: following changes' : 'Reconnecting…';
+};
+
 /// Calls `fn` once, a moment after the last of a burst of calls.
 function debounced(fn, ms = 150) {
   let timer;
@@ -139,7 +144,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
       if (data.kind !== spec.event) return;
       status.textContent = `Live: ${name} ${data.storage_key} (${data.owner}, token ${data.token})`;
       soon();
-    }, (state) => { status.textContent = state === 'live' ? 'Live: following changes' : 'Reconnecting…'; });
+    }, streamState(status));
   }
 
   view.replaceChildren(
@@ -180,6 +185,7 @@ function keyPage({ signal, secret, kind, key }) {
   const path = `/v1/${kind}/${segment(key)}`;
   const facts = h('dl', { class: 'facts' });
   const timeline = h('ol', { class: 'timeline' });
+  const status = h('p', { class: 'status', role: 'status' }, 'Connecting…');
   let storageKey = null;
   let loads = 0;
   const fact = (term, value) => [h('dt', {}, term), h('dd', {}, value)];
@@ -208,7 +214,7 @@ function keyPage({ signal, secret, kind, key }) {
         storageKey = s.storage_key;
         follow(storageKey, secret, signal, (name, data) => {
           if (name === 'reset' || (data.kind === spec.event && data.storage_key === storageKey)) soon();
-        }, () => {});
+        }, streamState(status));
       }
     } catch (err) {
       showError(err);
@@ -219,7 +225,7 @@ function keyPage({ signal, secret, kind, key }) {
   view.replaceChildren(
     h('p', {}, h('a', { href: `#/${kind}` }, `← ${spec.title}`)),
     h('h2', { tabindex: '-1' }, `${spec.one} `, h('code', {}, key)),
-    facts, h('h3', {}, 'History (newest first)'), timeline);
+    status, facts, h('h3', {}, 'History (newest first)'), timeline);
   load();
   return () => {
     if ([...facts.querySelectorAll('[data-expires]')].some((t) => t.textContent === 'expired')) soon();
