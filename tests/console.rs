@@ -144,6 +144,11 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
         )
         .await;
     }
+    // One more than a page of the console (50): paging follows the cursor.
+    for n in 0..=50 {
+        let body = json!({"owner": "pager", "ttl_ms": ttl});
+        post(&c, &format!("/v1/locks/page-{n:02}/acquire"), body).await;
+    }
     let semaphore = json!({"owner": "sem-holder", "permits": 3, "ttl_ms": ttl});
     post(&c, "/v1/semaphores/pool-1/acquire", semaphore).await;
     let reader = json!({"owner": "reader-1", "mode": "read", "ttl_ms": ttl});

@@ -101,6 +101,23 @@ try {
   await row('job-2').waitFor();
   assert.match(page.url(), /#\/locks\?prefix=job-$/);
 
+  step('paging follows the cursor');
+  await page.getByLabel('Key prefix').fill('page-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('page-49').waitFor();
+  assert.equal(await page.getByRole('row').count(), 51, 'a header and 50 rows');
+  assert.equal(await row('page-50').count(), 0);
+  await page.getByRole('button', { name: 'Next page' }).click();
+  await row('page-50').waitFor();
+  await row('page-00').waitFor({ state: 'detached' });
+  assert.ok(await page.getByRole('button', { name: 'Next page' }).isDisabled());
+  await page.getByRole('button', { name: 'Previous page' }).click();
+  await row('page-00').waitFor();
+  assert.ok(await page.getByRole('button', { name: 'Previous page' }).isDisabled());
+  await page.getByLabel('Key prefix').fill('job-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('page-00').waitFor({ state: 'detached' });
+
   step('a lock taken while the page is open appears without a reload');
   await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
   await page.evaluate(() => { window.sameDocument = true; });
