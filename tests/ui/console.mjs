@@ -149,8 +149,18 @@ try {
   step('the other kinds have their tabs');
   await page.getByRole('link', { name: 'Semaphores' }).click();
   await row('pool-1').getByText('sem-holder (slot 0').waitFor();
+  await page.getByRole('link', { name: 'pool-1', exact: true }).click();
+  await page.getByRole('heading', { name: 'Semaphore pool-1' }).waitFor();
+  await page.locator('.facts dd', { hasText: /^sem-holder \(slot 0, token \d+\), expires in \d+ min \d+ s$/ }).waitFor();
+  await page.locator('.timeline li', { hasText: 'granted sem-holder' }).waitFor();
+  await page.getByRole('link', { name: '← Semaphores' }).click();
   await page.getByRole('link', { name: 'RW locks' }).click();
   await row('table-1').getByText('reader-1 (token').waitFor();
+  await page.getByRole('link', { name: 'table-1', exact: true }).click();
+  await page.getByRole('heading', { name: 'RW lock table-1' }).waitFor();
+  await page.locator('.facts dd', { hasText: /^reader-1 \(token \d+\), expires in / }).waitFor();
+  await page.locator('.timeline li', { hasText: 'granted reader-1' }).waitFor();
+  await page.getByRole('link', { name: '← RW locks' }).click();
   await page.getByRole('link', { name: 'Elections' }).click();
   const leader = await api('/v1/elections/leader-1');
   await cell('leader-1', 'Leader', 'node-1');
