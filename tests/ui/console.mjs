@@ -147,6 +147,11 @@ try {
   assert.equal(await page.evaluate(() => window.sameDocument), true, 'the page was not reloaded');
 
   step('the other kinds have their tabs');
+  assert.equal(await page.getByRole('link', { name: 'Semaphores' }).getAttribute('href'), '#/semaphores?prefix=job-',
+    'the tabs keep the prefix');
+  await page.getByLabel('Key prefix').fill('');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('other-1').waitFor();
   await page.getByRole('link', { name: 'Semaphores' }).click();
   await row('pool-1').getByText('sem-holder (slot 0').waitFor();
   await page.getByRole('link', { name: 'pool-1', exact: true }).click();

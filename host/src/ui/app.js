@@ -73,7 +73,7 @@ function table(columns, items, href) {
 }
 
 function showError(err) {
-  if (current?.signal.aborted) return;
+  if (err.name === 'AbortError') return; // A view that was left.
   if (err.status === 401) {
     session.clear();
     route();
@@ -116,6 +116,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
 
   async function load() {
     const seq = ++loads;
+    if (signal.aborted) return;
     try {
       const page = await call(`${base}/${kind}${query({ prefix, cursor, limit: PAGE })}`, { secret, signal });
       if (seq !== loads) return;
@@ -147,11 +148,14 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
     }, streamState(status));
   }
 
+  const tabs = () => h('ul', { class: 'tabs' }, Object.entries(KINDS).map(([k, s]) =>
+    h('li', {}, h('a', { href: hash(k, prefix), 'aria-current': k === kind ? 'page' : null }, s.title))));
+  const nav = h('nav', { 'aria-label': 'Kinds' }, tabs());
+
   view.replaceChildren(
     ...(up ? [h('p', {}, h('a', { href: up[0] }, up[1]))] : []),
     h('h2', { tabindex: '-1' }, heading),
-    h('nav', { 'aria-label': 'Kinds' }, h('ul', { class: 'tabs' }, Object.entries(KINDS).map(([k, s]) =>
-      h('li', {}, h('a', { href: hash(k, prefix), 'aria-current': k === kind ? 'page' : null }, s.title))))),
+    nav,
     h('form', {
       role: 'search', class: 'filter',
       onsubmit: (e) => {
@@ -160,6 +164,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
         cursor = null;
         back.length = 0;
         history.replaceState(null, '', hash(kind, prefix));
+        nav.replaceChildren(tabs());
         load();
         live();
       },
@@ -192,6 +197,7 @@ function keyPage({ signal, secret, kind, key }) {
 
   async function load() {
     const seq = ++loads;
+    if (signal.aborted) return;
     try {
       const [s, history] = await Promise.all([
         call(path, { secret, signal }),
