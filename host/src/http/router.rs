@@ -13,6 +13,10 @@ use super::{
 };
 use crate::app::App;
 
+/// The console's static files (`/ui/`), in a folder of their own.
+#[path = "../ui/mod.rs"]
+mod ui;
+
 /// Answers one request. Never fails: errors become JSON error responses.
 /// Every answer carries the request's `x-request-id` and is logged and
 /// counted once (`access`).
@@ -41,6 +45,7 @@ async fn route(
             get_only(&req).and_then(|()| ops::metrics(app, req.headers())),
         ),
         ["openapi.json"] => ("openapi", get_only(&req).map(|()| ops::openapi())),
+        ["ui", tail @ ..] => ("ui", ui::serve(req.method(), tail)),
         ["v1", "multilock", tail @ ..] => {
             ("multilock", multilock::handle(app, req, tail, seen).await)
         }

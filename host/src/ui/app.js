@@ -1,0 +1,350 @@
+// The console: a tenant's leases (live), one key's page, and the admin's
+// tenants with their policies and leases. Views are picked by the URL's
+// hash; each view's fetches, stream and timers end with its AbortController.
+
+import { call, follow, query, segment, session, skewMs } from './api.js';
+
+const PAGE = 50;
+const view = document.getElementById('view');
+const alert = document.getElementById('alert');
+const who = document.getElementById('who');
+let current = null;
+
+/// An element with attributes (`on...` are listeners) and children.
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith('on')) el.addEventListener(name.slice(2), value);
+    else el.setAttribute(name, value === true ? '' : value);
+  }
+  el.append(...children.flat(Infinity).filter((c) => c !== null && c !== undefined));
+  return el;
+}
+
+/// Time left until `at` by the broker's clock, in words.
+function left(at) {
+  const s = Math.ceil((Date.parse(at) - Date.now() - skewMs) / 1000);
+  if (s <= 0) return 'expired';
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+const countdown = (at) => (at ? h('time', { datetime: at, 'data-expires': at, title: at }, left(at)) : '—');
+const keyOf = (item) => item.key ?? item.storage_key;
+const holder = (x) => (x ? `${x.owner} (token ${x.token})` : '—');
+const list = (lines) => (lines.length ? h('ul', { class: 'plain' }, lines.map((l) => h('li', {}, l))) : '—');
+const keyCell = (item, href) => (href?.(item) ? h('a', { href: href(item) }, keyOf(item)) : keyOf(item));
+const when = (at) => new Date(at).toLocaleString();
+
+/// What each kind of lease lists: its columns (label, cell), the `kind` of
+/// its events and whether it has a key page.
+const KINDS = {
+  locks: {
+    title: 'Locks', event: 'lock', one: 'Lock',
+    columns: [['Key', keyCell], ['Owner', (i) => i.owner], ['Token', (i) => i.token],
+      ['Holds', (i) => i.hold_count], ['Expires in', (i) => countdown(i.expires_at)], ['Waiters', (i) => i.waiters]],
+  },
+  semaphores: {
+    title: 'Semaphores', event: 'semaphore', one: 'Semaphore',
+    columns: [['Key', keyCell], ['In use', (i) => `${i.holders.length} of ${i.permits}`],
+      ['Holders', (i) => list(i.holders.map((x) => `${x.owner} (slot ${x.slot}, token ${x.token})`))],
+      ['Waiters', (i) => i.waiters]],
+  },
+  rwlocks: {
+    title: 'RW locks', event: 'rwlock', one: 'RW lock',
+    columns: [['Key', keyCell], ['Writer', (i) => holder(i.writer)],
+      ['Readers', (i) => list(i.readers.map(holder))], ['Waiters', (i) => i.waiters]],
+  },
+  elections: {
+    title: 'Elections', event: null,
+    columns: [['Name', keyCell], ['Leader', (i) => i.leader ?? '—'], ['Term', (i) => i.term ?? '—'],
+      ['Expires in', (i) => countdown(i.expires_at)]],
+  },
+};
+
+function table(columns, items, href) {
+  if (!items.length) return h('p', { class: 'empty' }, 'Nothing held.');
+  return h('table', {},
+    h('thead', {}, h('tr', {}, columns.map(([label]) => h('th', { scope: 'col' }, label)))),
+    h('tbody', {}, items.map((item) => h('tr', {},
+      columns.map(([label, cell]) => h('td', { 'data-label': label }, cell(item, href)))))));
+}
+
+function showError(err) {
+  if (err.name === 'AbortError') return; // A view that was left.
+  if (err.status === 401) {
+    session.clear();
+    route();
+  }
+  alert.textContent = err.message;
+}
+
+function note(text) {
+  alert.textContent = '';
+  view.querySelector('.status')?.replaceChildren(text);
+}
+
+/// Says in `status` whether the event stream is open.
+const streamState = (status) => (state) => {
+  status.textContent = state === 'live' ? 'Live: following changes' : 'Reconnecting…';
+};
+
+/// Calls `fn` once, a moment after the last of a burst of calls.
+function debounced(fn, ms = 150) {
+  let timer;
+  return () => { clearTimeout(timer); timer = setTimeout(fn, ms); };
+}
+
+/// A listing with tabs, a prefix filter and paging. `base` is the API path
+/// the kind is appended to; `hash(kind, prefix)` the URL of a tab; `href`
+/// a key's page, if any; `actions(item, reload)` extra cells of a row.
+function listing({ signal, secret, kind, prefix, base, hash, heading, href, actions, back: up }) {
+  const spec = KINDS[kind];
+  let cursor = null;
+  let next = null;
+  let loads = 0;
+  const back = [];
+  const expired = new Set();
+  const results = h('div', { class: 'results' });
+  const status = h('p', { class: 'status', role: 'status' });
+  const prev = h('button', { type: 'button', onclick: () => { cursor = back.pop() ?? null; load(); } }, 'Previous page');
+  const more = h('button', { type: 'button', onclick: () => { back.push(cursor); cursor = next; load(); } }, 'Next page');
+  const input = h('input', { id: 'prefix', type: 'search', value: prefix, autocomplete: 'off', spellcheck: 'false' });
+  const columns = actions && kind === 'locks' ? [...spec.columns, ['Actions', (i) => actions(i, load)]] : spec.columns;
+
+  async function load() {
+    const seq = ++loads;
+    if (signal.aborted) return;
+    try {
+      const page = await call(`${base}/${kind}${query({ prefix, cursor, limit: PAGE })}`, { secret, signal });
+      if (seq !== loads) return;
+      next = page.next;
+      results.replaceChildren(table(columns, page.items, href));
+      prev.disabled = cursor === null;
+      more.disabled = !next;
+    } catch (err) {
+      showError(err);
+    }
+  }
+  const soon = debounced(load);
+
+  let stream = null;
+  function live() {
+    if (!spec.event || base !== '/v1') {
+      status.textContent = spec.event ? 'Not live (the event stream needs a tenant key): use Refresh.' : 'Elections make no events: use Refresh.';
+      return;
+    }
+    status.textContent = 'Connecting…';
+    stream?.abort();
+    stream = new AbortController();
+    signal.addEventListener('abort', () => stream.abort(), { once: true });
+    follow(prefix, secret, stream.signal, (name, data) => {
+      if (name === 'reset') soon(); // Events were missed: show what is.
+      if (data.kind !== spec.event) return;
+      status.textContent = `Live: ${name} ${data.storage_key} (${data.owner}, token ${data.token})`;
+      soon();
+    }, streamState(status));
+  }
+
+  const tabs = () => h('ul', { class: 'tabs' }, Object.entries(KINDS).map(([k, s]) =>
+    h('li', {}, h('a', { href: hash(k, prefix), 'aria-current': k === kind ? 'page' : null }, s.title))));
+  const nav = h('nav', { 'aria-label': 'Kinds' }, tabs());
+
+  view.replaceChildren(
+    ...(up ? [h('p', {}, h('a', { href: up[0] }, up[1]))] : []),
+    h('h2', { tabindex: '-1' }, heading),
+    nav,
+    h('form', {
+      role: 'search', class: 'filter',
+      onsubmit: (e) => {
+        e.preventDefault();
+        prefix = input.value;
+        cursor = null;
+        back.length = 0;
+        history.replaceState(null, '', hash(kind, prefix));
+        nav.replaceChildren(tabs());
+        load();
+        live();
+      },
+    }, h('label', { for: 'prefix' }, 'Key prefix'), input, h('button', { type: 'submit' }, 'Filter'),
+    h('button', { type: 'button', onclick: load }, 'Refresh')),
+    status, results, h('div', { class: 'pager' }, prev, more));
+  load();
+  live();
+  // A lease that runs out makes no event until the key changes again.
+  return () => {
+    for (const t of results.querySelectorAll('[data-expires]')) {
+      if (t.textContent === 'expired' && !expired.has(t.dateTime)) {
+        expired.add(t.dateTime);
+        soon();
+      }
+    }
+  };
+}
+
+/// One key's page: who holds it, until when, its waiters and its history.
+function keyPage({ signal, secret, kind, key }) {
+  const spec = KINDS[kind];
+  const path = `/v1/${kind}/${segment(key)}`;
+  const facts = h('dl', { class: 'facts' });
+  const timeline = h('ol', { class: 'timeline' });
+  const status = h('p', { class: 'status', role: 'status' }, 'Connecting…');
+  let storageKey = null;
+  let loads = 0;
+  const fact = (term, value) => [h('dt', {}, term), h('dd', {}, value)];
+
+  async function load() {
+    const seq = ++loads;
+    if (signal.aborted) return;
+    try {
+      const [s, history] = await Promise.all([
+        call(path, { secret, signal }),
+        call(`${path}/history${query({ limit: 100 })}`, { secret, signal }),
+      ]);
+      if (seq !== loads) return;
+      const rows = kind === 'locks'
+        ? [fact('Holder', s.held ? s.owner : 'nobody (free)'), fact('Token', s.token ?? '—'),
+          fact('Holds', s.hold_count ?? '—'), fact('Expires in', countdown(s.expires_at))]
+        : kind === 'semaphores'
+          ? [fact('Permits', s.permits ?? '—'), fact('Holders', list(s.holders.map((x) =>
+            h('span', {}, `${x.owner} (slot ${x.slot}, token ${x.token}), expires in `, countdown(x.expires_at)))))]
+          : [fact('Writer', s.writer ? h('span', {}, `${holder(s.writer)}, expires in `, countdown(s.writer.expires_at)) : '—'),
+            fact('Readers', list(s.readers.map((x) => h('span', {}, `${holder(x)}, expires in `, countdown(x.expires_at)))))];
+      facts.replaceChildren(...fact('Storage key', s.storage_key), ...rows.flat(), ...fact('Waiters', s.waiters));
+      timeline.replaceChildren(...(history.events.length ? history.events.map((e) => h('li', { class: e.event },
+        h('time', { datetime: e.at }, when(e.at)), ' ', h('strong', {}, e.event.replace('_', ' ')),
+        ` ${e.owner}, token ${e.token}`)) : [h('li', {}, 'No events recorded.')]));
+      if (storageKey === null) {
+        storageKey = s.storage_key;
+        follow(storageKey, secret, signal, (name, data) => {
+          if (name === 'reset' || (data.kind === spec.event && data.storage_key === storageKey)) soon();
+        }, streamState(status));
+      }
+    } catch (err) {
+      showError(err);
+    }
+  }
+  const soon = debounced(load);
+
+  view.replaceChildren(
+    h('p', {}, h('a', { href: `#/${kind}` }, `← ${spec.title}`)),
+    h('h2', { tabindex: '-1' }, `${spec.one} `, h('code', {}, key)),
+    status, facts, h('h3', {}, 'History (newest first)'), timeline);
+  load();
+  return () => {
+    if ([...facts.querySelectorAll('[data-expires]')].some((t) => t.textContent === 'expired')) soon();
+  };
+}
+
+/// The admin's first view: every tenant and its policy.
+async function tenants({ signal, secret }) {
+  const body = h('div', { class: 'results' });
+  view.replaceChildren(h('h2', { tabindex: '-1' }, 'Tenants'), body);
+  try {
+    const { tenants } = await call('/v1/admin/tenants', { secret, signal });
+    body.replaceChildren(table([
+      ['Tenant', (t) => h('a', { href: `#/admin/${segment(t.name)}/locks` }, t.name)],
+      ['Policy', (t) => t.policy.name], ['Version', (t) => t.policy.version],
+      ['Loaded', (t) => (t.policy.name === 'loading' ? 'not yet' : when(t.policy.loaded_at))],
+      ['File', (t) => t.policy.file ?? 'built-in'],
+      ['Last error', (t) => (t.last_error ? h('span', { class: 'error' }, t.last_error) : 'none')],
+    ], tenants));
+  } catch (err) {
+    showError(err);
+  }
+}
+
+/// The force-release button of an admin's lock row.
+const forceRelease = (tenant, secret, signal) => (item, reload) => h('button', {
+  type: 'button', class: 'danger', 'aria-label': `Force release ${keyOf(item)}`,
+  onclick: async () => {
+    if (!window.confirm(`Force-release ${keyOf(item)}, held by ${item.owner} (token ${item.token})?`)) return;
+    try {
+      const r = await call(`/v1/admin/tenants/${segment(tenant)}/locks/${segment(keyOf(item))}/release`,
+        { method: 'POST', secret, signal });
+      await reload();
+      note(`Released ${r.key} from ${r.owner} (token ${r.token})${r.handed_off ? '; handed to the next waiter' : ''}.`);
+    } catch (err) {
+      showError(err);
+    }
+  },
+}, 'Force release');
+
+function signIn() {
+  const input = h('input', { id: 'secret', type: 'password', required: true, autocomplete: 'off' });
+  const role = (value, text, checked) => h('label', {},
+    h('input', { type: 'radio', name: 'role', value, checked }), ` ${text}`);
+  const form = h('form', {
+    class: 'signin',
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const chosen = form.elements.role.value;
+      try {
+        await call(chosen === 'admin' ? '/v1/admin/tenants' : '/v1/locks?limit=1', { secret: input.value });
+        session.set({ role: chosen, secret: input.value });
+        go(chosen === 'admin' ? '#/admin' : '#/locks');
+      } catch (err) {
+        alert.textContent = err.status === 401 || err.status === 403 ? `Not accepted: ${err.message}` : err.message;
+      }
+    },
+  }, h('fieldset', {}, h('legend', {}, 'Sign in as'),
+    role('tenant', 'Tenant (API key)', true), role('admin', 'Admin (admin token)', false)),
+  h('label', { for: 'secret' }, 'Key or token'), input,
+  h('button', { type: 'submit' }, 'Open'),
+  h('p', { class: 'hint' }, 'Kept in this tab’s session storage only; closing the tab forgets it.'));
+  view.replaceChildren(h('h2', { tabindex: '-1' }, 'Sign in'), form);
+  input.focus();
+}
+
+function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+let onTick = null;
+
+/// Shows the view the hash names.
+function route() {
+  current?.abort();
+  current = new AbortController();
+  alert.textContent = '';
+  onTick = null;
+  const me = session.get();
+  who.replaceChildren(...(me ? [`${me.role === 'admin' ? 'Admin' : 'Tenant'} `,
+    h('button', { type: 'button', onclick: () => { session.clear(); go('#/'); } }, 'Sign out')] : []));
+  if (!me) return signIn();
+  const [path, search] = location.hash.slice(1).split('?');
+  const prefix = new URLSearchParams(search).get('prefix') ?? '';
+  const [first, second, ...rest] = path.split('/').filter(Boolean).map(decodeURIComponent);
+  const ctx = { signal: current.signal, secret: me.secret, prefix };
+  if (me.role === 'admin') {
+    if (first === 'admin' && second && KINDS[rest[0]]) {
+      onTick = listing({
+        ...ctx, kind: rest[0], base: `/v1/admin/tenants/${segment(second)}`, heading: `Tenant ${second}`,
+        hash: (k, p) => `#/admin/${segment(second)}/${k}${query({ prefix: p })}`,
+        actions: forceRelease(second, me.secret, current.signal), back: ['#/admin', '← Tenants'],
+      });
+    } else {
+      tenants(ctx);
+    }
+  } else if (first === 'key' && KINDS[second]?.event && rest.length) {
+    onTick = keyPage({ ...ctx, kind: second, key: rest.join('/') });
+  } else {
+    const kind = KINDS[first] ? first : 'locks';
+    onTick = listing({
+      ...ctx, kind, base: '/v1', heading: KINDS[kind].title,
+      hash: (k, p) => `#/${k}${query({ prefix: p })}`,
+      href: KINDS[kind].event ? (i) => `#/key/${kind}/${segment(keyOf(i))}` : null,
+    });
+  }
+  view.querySelector('h2')?.focus();
+}
+
+setInterval(() => {
+  for (const t of document.querySelectorAll('[data-expires]')) t.textContent = left(t.dateTime);
+  onTick?.();
+}, 1000);
+window.addEventListener('hashchange', route);
+route();

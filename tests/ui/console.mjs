@@ -1,0 +1,260 @@
+// Drives the console (/ui/) in Debian's chromium against a real broker
+// (started by tests/console.rs, which took job-1, job-2, other-1, a
+// semaphore, an rwlock and an election for tenant LB_KEY). Every step waits
+// on a condition (playwright's auto-waiting locators, waitForFunction),
+// never for a fixed time. Exits non-zero on the first failed check.
+
+import assert from 'node:assert/strict';
+import { createInterface } from 'node:readline';
+import { chromium } from 'playwright-core';
+
+const base = process.env.LB_URL;
+const apiBase = process.env.LB_API ?? base;
+const key = process.env.LB_KEY;
+const admin = process.env.LB_ADMIN;
+const executablePath = process.env.LB_CHROMIUM ?? '/usr/bin/chromium';
+assert.ok(base && key && admin, 'LB_URL, LB_KEY and LB_ADMIN are required');
+
+/// A call to the broker's API from here, expecting 2xx.
+async function api(path, { method = 'GET', secret = key, body } = {}) {
+  const res = await fetch(apiBase + path, {
+    method,
+    headers: { Authorization: `Bearer ${secret}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body && JSON.stringify(body),
+  });
+  const json = await res.json();
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+/// Asks tests/console.rs to `cut` or `restore` the page's connections.
+const stdin = createInterface({ input: process.stdin });
+const answers = stdin[Symbol.asyncIterator]();
+async function control(command) {
+  console.log(`@@ ${command}`);
+  assert.equal((await answers.next()).value, 'ok', `${command} done`);
+}
+
+function step(name) {
+  console.log(`console.mjs: ${name}`);
+}
+
+/// With LB_SCREENSHOTS=DIR, a picture of the page at each step, to look at.
+async function shot(page, name) {
+  if (process.env.LB_SCREENSHOTS) await page.screenshot({ path: `${process.env.LB_SCREENSHOTS}/${name}.png`, fullPage: true });
+}
+
+// Root cannot use chromium's sandbox; the page is our own, on loopback.
+const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+const problems = [];
+let cutting = false; // While the test cuts the page's connections, they fail.
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(15_000);
+  const origin = new URL(base).origin;
+  page.on('console', (msg) => {
+    const cutOff = cutting && msg.text().includes('net::ERR_');
+    if ((msg.type() === 'error' || msg.type() === 'warning') && !cutOff) problems.push(`console ${msg.type()}: ${msg.text()}`);
+  });
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('request', (req) => {
+    if (new URL(req.url()).origin !== origin) problems.push(`request to another host: ${req.url()}`);
+  });
+  page.on('requestfailed', (req) => {
+    // Streams and fetches of a view the console left are aborted on purpose.
+    const cutOff = cutting && new URL(req.url()).pathname === '/v1/events';
+    if (req.failure()?.errorText !== 'net::ERR_ABORTED' && !cutOff) problems.push(`failed: ${req.url()} ${req.failure()?.errorText}`);
+  });
+  const noProblems = (when) => assert.deepEqual(problems, [], `problems ${when}`);
+  const row = (text) => page.getByRole('row').filter({ hasText: text });
+  /// Waits until the row with `text` shows exactly `value` in its `label` column.
+  const escape = (v) => String(v).replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const cell = (text, label, value) => row(text)
+    .locator(`td[data-label="${label}"]`, { hasText: new RegExp(`^${escape(value)}$`) }).waitFor();
+  const noHorizontalScroll = async (what) => {
+    const [scroll, width] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+    assert.ok(scroll <= width, `${what}: the page is ${scroll}px wide in a ${width}px viewport`);
+  };
+
+  step('the page loads and asks for a key');
+  await page.goto(`${base}/ui`);
+  assert.equal(new URL(page.url()).pathname, '/ui/');
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await page.getByLabel('Tenant (API key)').check();
+  await page.getByLabel('Key or token').fill(key);
+  await page.getByLabel('Key or token').press('Enter');
+
+  step('the held lock is listed with its owner and token');
+  const job1 = (await api('/v1/locks/job-1'));
+  await cell('job-1', 'Owner', 'worker-7');
+  await cell('job-1', 'Token', String(job1.token));
+  await row('other-1').waitFor();
+  assert.equal(await page.evaluate(() => Object.keys(sessionStorage).length), 1, 'the key is in sessionStorage');
+  assert.equal(await page.evaluate(() => localStorage.length), 0, 'nothing in localStorage');
+
+  await shot(page, 'signin-done');
+  step('the prefix filter narrows the list');
+  await page.getByLabel('Key prefix').fill('job-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('other-1').waitFor({ state: 'detached' });
+  await row('job-2').waitFor();
+  assert.match(page.url(), /#\/locks\?prefix=job-$/);
+
+  step('paging follows the cursor');
+  await page.getByLabel('Key prefix').fill('page-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('page-49').waitFor();
+  assert.equal(await page.getByRole('row').count(), 51, 'a header and 50 rows');
+  assert.equal(await row('page-50').count(), 0);
+  await page.getByRole('button', { name: 'Next page' }).click();
+  await row('page-50').waitFor();
+  await row('page-00').waitFor({ state: 'detached' });
+  assert.ok(await page.getByRole('button', { name: 'Next page' }).isDisabled());
+  await page.getByRole('button', { name: 'Previous page' }).click();
+  await row('page-00').waitFor();
+  assert.ok(await page.getByRole('button', { name: 'Previous page' }).isDisabled());
+  await page.getByLabel('Key prefix').fill('job-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('page-00').waitFor({ state: 'detached' });
+
+  step('a lock taken while the page is open appears without a reload');
+  await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
+  await page.evaluate(() => { window.sameDocument = true; });
+  const job3 = await api('/v1/locks/job-3/acquire', { method: 'POST', body: { owner: 'late-worker', ttl_ms: 120_000 } });
+  await cell('job-3', 'Owner', 'late-worker');
+  await api('/v1/locks/other-2/acquire', { method: 'POST', body: { owner: 'w', ttl_ms: 120_000 } });
+  await cell('job-3', 'Token', String(job3.token));
+  assert.equal(await page.evaluate(() => window.sameDocument), true, 'the page was not reloaded');
+  assert.equal(await row('other-2').count(), 0, 'the filter still holds');
+
+  await shot(page, 'live');
+  step('a cut event stream comes back with Last-Event-ID and misses nothing in between');
+  const resumedAfter = [];
+  page.on('request', (req) => {
+    if (new URL(req.url()).pathname === '/v1/events') resumedAfter.push(req.headers()['last-event-id']);
+  });
+  cutting = true;
+  await control('cut');
+  await page.getByRole('status').filter({ hasText: 'Reconnecting' }).waitFor();
+  await api('/v1/locks/job-4/acquire', { method: 'POST', body: { owner: 'while-cut', ttl_ms: 120_000 } });
+  await control('restore');
+  await cell('job-4', 'Owner', 'while-cut');
+  cutting = false;
+  // Nothing happened after job-4 was taken: it shows because the stream
+  // resumed after the last event the page had seen.
+  assert.ok(resumedAfter.some((id) => /^\d+$/.test(id ?? '')), `a reconnect sent Last-Event-ID: ${resumedAfter}`);
+  assert.equal(await page.evaluate(() => window.sameDocument), true, 'the page was not reloaded');
+
+  step('the other kinds have their tabs');
+  assert.equal(await page.getByRole('link', { name: 'Semaphores' }).getAttribute('href'), '#/semaphores?prefix=job-',
+    'the tabs keep the prefix');
+  await page.getByLabel('Key prefix').fill('');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('other-1').waitFor();
+  await page.getByRole('link', { name: 'Semaphores' }).click();
+  await row('pool-1').getByText('sem-holder (slot 0').waitFor();
+  await page.getByRole('link', { name: 'pool-1', exact: true }).click();
+  await page.getByRole('heading', { name: 'Semaphore pool-1' }).waitFor();
+  await page.locator('.facts dd', { hasText: /^sem-holder \(slot 0, token \d+\), expires in \d+ min \d+ s$/ }).waitFor();
+  await page.locator('.timeline li', { hasText: 'granted sem-holder' }).waitFor();
+  await page.getByRole('link', { name: '← Semaphores' }).click();
+  await page.getByRole('link', { name: 'RW locks' }).click();
+  await row('table-1').getByText('reader-1 (token').waitFor();
+  await page.getByRole('link', { name: 'table-1', exact: true }).click();
+  await page.getByRole('heading', { name: 'RW lock table-1' }).waitFor();
+  await page.locator('.facts dd', { hasText: /^reader-1 \(token \d+\), expires in / }).waitFor();
+  await page.locator('.timeline li', { hasText: 'granted reader-1' }).waitFor();
+  await page.getByRole('link', { name: '← RW locks' }).click();
+  await page.getByRole('link', { name: 'Elections' }).click();
+  const leader = await api('/v1/elections/leader-1');
+  await cell('leader-1', 'Leader', 'node-1');
+  await cell('leader-1', 'Term', String(leader.term));
+
+  await shot(page, 'elections');
+  step("a key's page shows its holder, a countdown and the history");
+  await page.getByRole('link', { name: 'Locks', exact: true }).click();
+  await page.getByRole('link', { name: 'job-1', exact: true }).click();
+  await page.getByRole('heading', { name: 'Lock job-1' }).waitFor();
+  const fact = (term) => page.locator('.facts dt', { hasText: term }).locator('xpath=following-sibling::dd[1]');
+  assert.equal(await fact('Holder').textContent(), 'worker-7');
+  assert.equal(await fact('Token').textContent(), String(job1.token));
+  const countdown = fact('Expires in').locator('time');
+  const first = await countdown.textContent();
+  assert.match(first, /^(\d+ min )?\d+ s$/);
+  await page.waitForFunction((text) => document.querySelector('.facts time').textContent !== text, first);
+  await page.locator('.timeline li', { hasText: `granted worker-7, token ${job1.token}` }).waitFor();
+  await noHorizontalScroll('key page at 1280px');
+
+  await shot(page, 'key-page');
+  step("the key's page follows a release live");
+  await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
+  await api('/v1/locks/job-1/release', { method: 'POST', body: { owner: 'worker-7', token: job1.token } });
+  await page.locator('.timeline li', { hasText: `released worker-7, token ${job1.token}` }).waitFor();
+  await fact('Holder').filter({ hasText: 'nobody' }).waitFor();
+
+  step('a phone-sized viewport has no horizontal scroll');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('key page at 360px');
+  await shot(page, 'key-phone');
+  await page.getByRole('link', { name: '← Locks' }).click();
+  await page.getByRole('link', { name: 'job-2', exact: true }).waitFor();
+  await noHorizontalScroll('locks at 360px');
+  await shot(page, 'locks-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  noProblems('in the tenant views');
+
+  step('the admin sees every tenant and its policy');
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('Admin (admin token)').check();
+  await page.getByLabel('Key or token').fill(admin);
+  await page.getByRole('button', { name: 'Open' }).click();
+  await page.getByRole('heading', { name: 'Tenants' }).waitFor();
+  const { tenants } = await api('/v1/admin/tenants', { secret: admin });
+  assert.ok(tenants.length >= 2);
+  for (const t of tenants) {
+    await cell(t.name, 'Policy', t.policy.name);
+    await cell(t.name, 'Version', t.policy.version);
+    await cell(t.name, 'Last error', t.last_error ?? 'none');
+  }
+  await shot(page, 'tenants');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('tenants at 360px');
+  await shot(page, 'tenants-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step("choosing a tenant shows its leases; force-release asks first");
+  await page.getByRole('link', { name: 'default', exact: true }).click();
+  await page.getByRole('heading', { name: 'Tenant default' }).waitFor();
+  await page.getByRole('status').filter({ hasText: 'Not live' }).waitFor();
+  const release = page.getByRole('button', { name: 'Force release job-2' });
+  await cell('job-2', 'Owner', 'worker-8');
+  page.once('dialog', (dialog) => dialog.dismiss());
+  await release.focus();
+  await page.keyboard.press('Enter');
+  // Dismissed: nothing was sent, the lock is still held.
+  await page.getByRole('button', { name: 'Refresh' }).click();
+  await cell('job-2', 'Owner', 'worker-8');
+  assert.equal((await api('/v1/locks/job-2')).held, true, 'a dismissed force-release leaves the lock held');
+
+  const dialog = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
+  await release.focus();
+  await page.keyboard.press('Enter');
+  assert.match(await dialog, /job-2.*worker-8/);
+  await page.getByRole('status').filter({ hasText: 'Released job-2 from worker-8' }).waitFor();
+  await row('job-2').waitFor({ state: 'detached' });
+  const job2 = await api('/v1/locks/job-2');
+  assert.equal(job2.held, false, 'the broker says job-2 is free');
+  const { events } = await api('/v1/locks/job-2/history');
+  assert.equal(events[0].event, 'force_released');
+  await shot(page, 'force-released');
+  noProblems('in the admin views');
+  console.log('console.mjs: all checks passed');
+} catch (err) {
+  console.error(err);
+  if (problems.length) console.error(problems.join('\n'));
+  process.exitCode = 1;
+} finally {
+  stdin.close();
+  await browser.close();
+}
