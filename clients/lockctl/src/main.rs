@@ -291,17 +291,12 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner = owner.unwrap_or_else(|| {
-                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
-            });
-            let args = run::RunArgs {
-                key,
-                owner,
-                ttl: Duration::from_millis(ttl_ms),
-                wait: Duration::from_millis(wait_ms),
-                command,
-            };
-            run::run(&client, out, args).await
+            run::run(
+                client.lock(key),
+                out,
+                run_args(owner, ttl_ms, wait_ms, command),
+            )
+            .await
         }
         Command::Multi {
             keys,
@@ -310,17 +305,12 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner = owner.unwrap_or_else(|| {
-                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
-            });
-            let args = run::MultiArgs {
-                keys,
-                owner,
-                ttl: Duration::from_millis(ttl_ms),
-                wait: Duration::from_millis(wait_ms),
-                command,
-            };
-            run::run_multi(&client, out, args).await
+            run::run(
+                client.multilock(keys),
+                out,
+                run_args(owner, ttl_ms, wait_ms, command),
+            )
+            .await
         }
         Command::Rw {
             mode,
@@ -330,21 +320,12 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner = owner.unwrap_or_else(|| {
-                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
-            });
             let mode = match mode {
                 RwModeArg::Read => RwMode::Read,
                 RwModeArg::Write => RwMode::Write,
             };
-            let args = run::RunArgs {
-                key,
-                owner,
-                ttl: Duration::from_millis(ttl_ms),
-                wait: Duration::from_millis(wait_ms),
-                command,
-            };
-            run::run_rw(&client, out, mode, args).await
+            let args = run_args(owner, ttl_ms, wait_ms, command);
+            run::run(client.rwlock(key, mode), out, args).await
         }
         Command::Validate { key, token } => match client.locks().validate(&key, token).await {
             Ok(validity) => {
@@ -368,6 +349,24 @@ async fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Status { tenant }) => {
             policy::status(&client, out, tenant.as_deref()).await
         }
+    }
+}
+
+/// What `run`, `multi` and `rw` hold by: the owner (default `host:pid`),
+/// the lease terms, the command.
+fn run_args(
+    owner: Option<String>,
+    ttl_ms: u64,
+    wait_ms: u64,
+    command: Vec<String>,
+) -> run::RunArgs {
+    run::RunArgs {
+        owner: owner.unwrap_or_else(|| {
+            format!("{}:{}", lockbroker_client::host_name(), std::process::id())
+        }),
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        command,
     }
 }
 
