@@ -24,6 +24,15 @@ fn client(broker: &Broker) -> Client {
     Client::new(broker.url(), KEY).unwrap()
 }
 
+/// A proxy in front of `broker` (to break connections), and a client
+/// that goes through it.
+async fn behind_a_proxy(broker: &Broker) -> (Proxy, Client) {
+    let addr = broker.url().trim_start_matches("http://");
+    let proxy = Proxy::start(addr).await;
+    let client = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    (proxy, client)
+}
+
 /// How long a test waits for something that takes a few round trips.
 const PROMPTLY: Duration = Duration::from_secs(10);
 
@@ -174,9 +183,7 @@ async fn lost_resolves_when_the_broker_refuses_the_renewal() {
 #[tokio::test]
 async fn lost_resolves_before_anyone_else_can_take_the_lock_when_the_broker_is_unreachable() {
     let broker = Broker::start().await;
-    let addr = broker.url().trim_start_matches("http://").to_owned();
-    let proxy = Proxy::start(&addr).await;
-    let behind_proxy = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    let (proxy, behind_proxy) = behind_a_proxy(&broker).await;
     let direct = client(&broker);
     let ttl = Duration::from_millis(600);
     // NOWAIT: the guard then knows a safe end of the lease exactly.
@@ -585,9 +592,7 @@ async fn next_change(events: &mut Events) -> StreamEvent {
 #[tokio::test]
 async fn events_stream_changes_under_a_prefix_and_resume_after_a_broken_connection() {
     let broker = Broker::start().await;
-    let addr = broker.url().trim_start_matches("http://").to_owned();
-    let proxy = Proxy::start(&addr).await;
-    let behind_proxy = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    let (proxy, behind_proxy) = behind_a_proxy(&broker).await;
     let c = client(&broker);
     let mut events = behind_proxy.events("ev/", None).await.unwrap();
 
