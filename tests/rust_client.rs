@@ -3,6 +3,8 @@
 //! they lost it, and semaphores and elections behave through the client.
 
 use std::{
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
@@ -12,7 +14,7 @@ use std::{
 
 use lockbroker_client::{
     api::{ElectionStatus, LockEventKind, ResourceKind, StreamEvent},
-    Client, ElectionEvent, ErrorCode, Event, Events, LeaderEvents, LostReason,
+    Client, ElectionEvent, ErrorCode, Event, Events, LeaderEvents, LostReason, Stream,
 };
 use lockbroker_tests::{
     db_conn, eventually,
@@ -577,12 +579,20 @@ async fn listing_pages_through_the_live_leases_of_every_kind() {
     broker.stop().await;
 }
 
-/// The next item of an event stream, within [`PROMPTLY`].
+/// The next change of an event stream, within [`PROMPTLY`].
 async fn next_change(events: &mut Events) -> StreamEvent {
-    match tokio::time::timeout(PROMPTLY, events.next())
+    change(async { Some(events.next().await) }).await
+}
+
+/// The change `next` yields, within [`PROMPTLY`].
+async fn change(
+    next: impl Future<Output = Option<lockbroker_client::Result<Event>>>,
+) -> StreamEvent {
+    match tokio::time::timeout(PROMPTLY, next)
         .await
         .expect("an event in time")
         .expect("the stream goes on")
+        .expect("a well-formed event")
     {
         Event::Change(change) => change,
         Event::Reset => panic!("an unexpected reset"),
@@ -636,9 +646,16 @@ async fn events_stream_changes_under_a_prefix_and_resume_after_a_broken_connecti
     assert!(released.id > second.id);
 
     // `after`: from the history, what came after that id.
-    let mut replay = c.events("ev/", Some(granted.id)).await.unwrap();
-    assert_eq!(next_change(&mut replay).await, second);
-    assert_eq!(next_change(&mut replay).await, released);
+    // (As a `Stream` this time.)
+    let mut replay = c
+        .events("ev/", Some(granted.id))
+        .await
+        .unwrap()
+        .into_stream();
+    for expected in [second, released] {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut replay).poll_next(cx));
+        assert_eq!(change(next).await, expected);
+    }
     drop((other, permit));
     broker.stop().await;
 }

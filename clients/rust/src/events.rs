@@ -4,6 +4,13 @@
 //! connection ends, with `Last-Event-ID`, as a browser's `EventSource`
 //! does.
 
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use futures_core::Stream;
 use lockbroker_api::StreamEvent;
 
 use crate::{
@@ -26,9 +33,10 @@ pub enum Event {
 }
 
 /// The changes of the tenant's leases under a prefix, as they happen: call
-/// [`Events::next`]. When the connection ends or breaks, `next` opens it
-/// again after the last event received (`Last-Event-ID`), so nothing the
-/// broker still keeps is missed.
+/// [`Events::next`], or turn it into a [`Stream`] with
+/// [`Events::into_stream`]. When the connection ends or breaks, `next`
+/// opens it again after the last event received (`Last-Event-ID`), so
+/// nothing the broker still keeps is missed.
 pub struct Events {
     client: Client,
     path: String,
@@ -102,6 +110,14 @@ impl Events {
         self.last_id
     }
 
+    /// The events as a [`Stream`] (for `futures::StreamExt`, `select!`
+    /// over several streams, ...); it never ends by itself.
+    pub fn into_stream(self) -> EventStream {
+        EventStream {
+            next: Box::pin(next_of(self)),
+        }
+    }
+
     async fn open(&mut self) -> Result<()> {
         let response = self.client.open_stream(&self.path, self.last_id).await?;
         self.body = Some(EventBody::new(response.into_body(), event));
@@ -117,5 +133,26 @@ fn event(raw: &RawEvent) -> Option<Result<Event>> {
             Some(sse::data(raw).map(Event::Change))
         }
         _ => None,
+    }
+}
+
+/// [`Events`] as a [`Stream`]; from [`Events::into_stream`].
+pub struct EventStream {
+    next: Pin<Box<dyn Future<Output = (Events, Result<Event>)> + Send>>,
+}
+
+/// The next event, with the stream to take the one after from.
+async fn next_of(mut events: Events) -> (Events, Result<Event>) {
+    let event = events.next().await;
+    (events, event)
+}
+
+impl Stream for EventStream {
+    type Item = Result<Event>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let (events, event) = std::task::ready!(self.next.as_mut().poll(cx));
+        self.next = Box::pin(next_of(events));
+        Poll::Ready(Some(event))
     }
 }

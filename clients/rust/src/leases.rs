@@ -8,16 +8,16 @@
 use std::{marker::PhantomData, time::Duration};
 
 use lockbroker_api::{
-    CampaignRequest, Election, ElectionStatus, Leadership, LeaseKind, LeaseRequest, Lock,
-    LockHistory, Page, ResignRequest, ResignResponse, RwLock, Semaphore, ValidateRequest, Validity,
-    LIST_MAX_LIMIT,
+    CampaignRequest, Election, ElectionEvent, ElectionStatus, Leadership, LeaseKind, LeaseRequest,
+    Lock, LockHistory, Page, ResignRequest, ResignResponse, RwLock, Semaphore, ValidateRequest,
+    Validity, LIST_MAX_LIMIT,
 };
 
 use crate::{
     client::{Client, Idempotent},
     error::Result,
     kinds::Recorded,
-    sse::{EventBody, LeaderEvents},
+    sse::{self, EventBody, LeaderEvents, RawEvent},
     transport::segment,
 };
 
@@ -245,7 +245,6 @@ impl Elections<'_> {
 }
 
 /// A `leader` event of `observe`; other kinds are skipped.
-fn leader_event(raw: &crate::sse::RawEvent) -> Option<Result<lockbroker_api::ElectionEvent>> {
-    (raw.name == "leader")
-        .then(|| crate::sse::data::<ElectionStatus>(raw).map(lockbroker_api::ElectionEvent::Leader))
+fn leader_event(raw: &RawEvent) -> Option<Result<ElectionEvent>> {
+    (raw.name == "leader").then(|| sse::data::<ElectionStatus>(raw).map(ElectionEvent::Leader))
 }

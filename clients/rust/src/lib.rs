@@ -86,6 +86,30 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Listing and events
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockbroker_client::Error> {
+//! use lockbroker_client::{Client, Event, Semaphore};
+//!
+//! let client = Client::from_env()?;
+//! // Every live lock under `jobs/` (the pages followed), then one page of
+//! // semaphores: every kind is listed by the same calls.
+//! for lock in client.locks().list_all("jobs/", 1000).await? {
+//!     println!("{} held by {:?}", lock.storage_key, lock.owner);
+//! }
+//! let page = client.leases::<Semaphore>().list("pools/", Some(50), None).await?;
+//! println!("{} semaphores, more: {}", page.items.len(), page.next.is_some());
+//! // Each change under `jobs/` from now on, resumed if the connection ends.
+//! let mut events = client.events("jobs/", None).await?;
+//! while let Event::Change(change) = events.next().await? {
+//!     println!("{:?} {} by {}", change.event, change.storage_key, change.owner);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 mod admin;
 mod builder;
@@ -107,7 +131,7 @@ pub use builder::{
 };
 pub use client::{Client, ClientBuilder, DEFAULT_SLACK};
 pub use error::{ApiError, Error, LostReason, Result};
-pub use events::{Event, Events};
+pub use events::{Event, EventStream, Events};
 pub use guard::{Guard, Guarded};
 pub use kinds::{Kind, Recorded};
 pub use leases::{Elections, Leases, Locks, RwLocks, Semaphores};
@@ -116,6 +140,7 @@ pub use owner::host_name;
 pub use retry::RetryPolicy;
 pub use sse::{EventBody, LeaderEvents};
 
+pub use futures_core::Stream;
 pub use lockbroker_api as api;
 pub use lockbroker_api::{Election, ElectionEvent, ErrorCode, LeaseKind, Lock, RwLock, Semaphore};
 /// The TLS library, for [`ClientBuilder::tls_config`].
