@@ -7,7 +7,7 @@ use lockbroker_api::{
     LockStatus, ReleaseResponse, ResourceKind, RwLockStatus, SemaphoreStatus, StreamEvent,
     TenantInfo,
 };
-use lockbroker_tests::{bin, eventually_some, Broker, KEY};
+use lockbroker_tests::{bin, eventually, eventually_some, Broker, Proxy, KEY};
 use serde::de::DeserializeOwned;
 
 async fn lockctl(broker: &Broker, args: &[&str]) -> Output {
@@ -550,9 +550,11 @@ async fn events_prints_the_changes_made_after_it_starts() {
 
     let broker = Broker::start().await;
     let c = rust_client(&broker);
+    // Through a proxy, to break its connection.
+    let proxy = Proxy::start(broker.url().trim_start_matches("http://")).await;
     let mut follower = tokio::process::Command::new(bin("lockctl"))
         .args(["events", "ev/", "--json"])
-        .env("LOCKBROKER_URL", broker.url())
+        .env("LOCKBROKER_URL", format!("http://{}", proxy.addr))
         .env("LOCKBROKER_API_KEY", KEY)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -593,6 +595,30 @@ async fn events_prints_the_changes_made_after_it_starts() {
         ),
         (LockEventKind::Released, "ev/a", token)
     );
+
+    // The connection breaks; a change made meanwhile is printed once
+    // lockctl is through again (it resumes after the last event printed).
+    proxy.cut();
+    eventually(
+        "the proxy closed the stream",
+        Duration::from_secs(10),
+        || async { proxy.connections() == 0 },
+    )
+    .await;
+    let mut direct = c.events("ev/b", None).await.unwrap();
+    let meanwhile = c.lock("ev/b").acquire().await.unwrap();
+    // Once another stream has it, the broker's feed is past it: a stream
+    // opened from now on (not resumed) would not have it.
+    let _granted = tokio::time::timeout(Duration::from_secs(10), direct.next())
+        .await
+        .expect("the grant in time")
+        .unwrap();
+    proxy.restore();
+    let resumed: StreamEvent = next_line(&mut lines).await;
+    assert_eq!(
+        (resumed.storage_key.as_str(), resumed.token),
+        ("ev/b", meanwhile.token())
+    );
     drop(follower);
 
     // --after: from the broker's history; one line for people per event.
@@ -611,5 +637,6 @@ async fn events_prints_the_changes_made_after_it_starts() {
         )
     );
     other.release().await.unwrap();
+    meanwhile.release().await.unwrap();
     broker.stop().await;
 }

@@ -2,7 +2,9 @@
 //! tenant's locks, semaphores and rwlocks under PREFIX, one line each, as
 //! they happen (`--json`: the API's event, one JSON object per line).
 //! When the connection ends, the client opens it again after the last
-//! event printed (`Last-Event-ID`), so nothing the broker keeps is missed.
+//! event printed (`Last-Event-ID`), so nothing the broker keeps is missed;
+//! once following, lockctl waits for an unreachable broker rather than
+//! exit.
 
 use std::process::ExitCode;
 
@@ -35,6 +37,12 @@ pub async fn events(
             Ok(Event::Reset) => out.human(
                 "reset: events were missed (the broker's history no longer reaches back that far)",
             ),
+            // Once following, an unreachable broker is waited for (each
+            // try backs off): the stream resumes where it left off.
+            Err(err) if err.is_unreachable() => {
+                eprintln!("lockctl: {err}; trying again");
+                continue;
+            }
             Err(err) => return out.fail("the event stream broke", &err, false),
         }
         printed += 1;
