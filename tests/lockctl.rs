@@ -539,6 +539,25 @@ async fn ls_lists_what_is_held_under_a_prefix() {
             .any(|l| l.starts_with("ls/pool") && l.contains(&pool)),
         "{text}"
     );
+    let reader = c.read_lock("ls/cfg").owner("rita").acquire().await.unwrap();
+    let out = lockctl(&broker, &["ls", "--rwlocks", "ls/", "--json"]).await;
+    let rw: Vec<RwLockStatus> = json_lines(&out);
+    assert_eq!(rw.len(), 1, "{out:?}");
+    assert_eq!(rw[0].readers[0].token, reader.token());
+    let out = lockctl(&broker, &["ls", "--rwlocks"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rita(read)"), "{text}");
+    let leader = c.election("ls/lead").owner("lena").acquire().await.unwrap();
+    let out = lockctl(&broker, &["ls", "--elections", "ls/"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<_> = text
+        .lines()
+        .nth(1)
+        .expect("a row")
+        .split_whitespace()
+        .collect();
+    let term = leader.token().to_string();
+    assert_eq!(row[..3], ["ls/lead", "lena", term.as_str()], "{text}");
     let out = lockctl(&broker, &["ls", "--semaphores", "--rwlocks"]).await;
     assert_eq!(out.status.code(), Some(2));
     broker.stop().await;

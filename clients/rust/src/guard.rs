@@ -32,10 +32,11 @@ use crate::{
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(20);
 
 /// What a [`Guard`] can hold, and how it takes, renews and releases it:
-/// every [`LeaseKind`](crate::LeaseKind) whose acquire the client knows how to make
-/// ([`Kind`]: [`Lock`](crate::Lock), [`Semaphore`](crate::Semaphore),
-/// [`RwLock`](crate::RwLock), [`Election`](crate::Election)), and
-/// [`MultiLock`](crate::MultiLock). Sealed: implemented by this crate only.
+/// every [`LeaseKind`](crate::LeaseKind) whose acquire the client knows
+/// how to make ([`Kind`]: [`Lock`](crate::Lock),
+/// [`Semaphore`](crate::Semaphore), [`RwLock`](crate::RwLock),
+/// [`Election`](crate::Election)), and [`MultiLock`](crate::MultiLock).
+/// Sealed: implemented by this crate only.
 pub trait Guarded: sealed::Sealed + Send + Sync + 'static {
     /// The lease as granted, and as each renewal replaces it.
     type Lease: Clone + Send + Sync + 'static;
