@@ -4,9 +4,10 @@ use std::{process::Output, time::Duration};
 
 use lockbroker_api::{
     ElectionEvent, ElectionStatus, ErrorBody, ErrorCode, Lease, LockEventKind, LockHistory,
-    LockStatus, ReleaseResponse, RwLockStatus, SemaphoreStatus, TenantInfo,
+    LockStatus, ReleaseResponse, ResourceKind, RwLockStatus, SemaphoreStatus, StreamEvent,
+    TenantInfo,
 };
-use lockbroker_tests::{bin, eventually_some, Broker, KEY};
+use lockbroker_tests::{bin, eventually, eventually_some, Broker, Proxy, KEY};
 use serde::de::DeserializeOwned;
 
 async fn lockctl(broker: &Broker, args: &[&str]) -> Output {
@@ -302,17 +303,22 @@ async fn json_everywhere_and_status_of_semaphores_and_elections() {
     broker.stop().await;
 }
 
-/// The next line of a child's stdout, as an election event, within 10 s.
-async fn next_event(
-    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-) -> ElectionStatus {
+/// A running lockctl's stdout, line by line.
+type Lines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// The next line of a child's stdout, read as `T`, within 10 s.
+async fn next_line<T: DeserializeOwned>(lines: &mut Lines) -> T {
     let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
         .await
         .expect("a line in time")
         .unwrap()
         .expect("the output goes on");
-    let ElectionEvent::Leader(status) =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// The next line of a child's stdout, as an election event, within 10 s.
+async fn next_event(lines: &mut Lines) -> ElectionStatus {
+    let ElectionEvent::Leader(status) = next_line(lines).await;
     status
 }
 
@@ -441,5 +447,215 @@ async fn policy_status_and_upload() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    broker.stop().await;
+}
+
+/// Each line lockctl printed, read as `T` (`--json` of `ls`, `events`).
+fn json_lines<T: DeserializeOwned>(out: &Output) -> Vec<T> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn ls_lists_what_is_held_under_a_prefix() {
+    let broker = Broker::start().await;
+    let c = rust_client(&broker);
+    let a = c.lock("ls/a").owner("alice").acquire().await.unwrap();
+    let b = c.lock("ls/b").owner("bob").acquire().await.unwrap();
+    let carol = c.lock("ls/c").owner("carol").acquire().await.unwrap();
+    let other = c.lock("other/x").owner("olga").acquire().await.unwrap();
+    b.release().await.unwrap();
+
+    let out = lockctl(&broker, &["ls", "ls/", "--json"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let listed: Vec<_> = json_lines::<LockStatus>(&out)
+        .into_iter()
+        .map(|s| (s.storage_key, s.owner, s.token))
+        .collect();
+    let held =
+        |key: &str, owner: &str, token| (key.to_owned(), Some(owner.to_owned()), Some(token));
+    assert_eq!(
+        listed,
+        [
+            held("ls/a", "alice", a.token()),
+            held("ls/c", "carol", carol.token())
+        ]
+    );
+    let out = lockctl(&broker, &["ls", "ls/", "--limit", "1", "--json"]).await;
+    let first: Vec<LockStatus> = json_lines(&out);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].storage_key, "ls/a");
+
+    // The table, every prefix: a heading, then a row per live lock.
+    let out = lockctl(&broker, &["ls"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["KEY", "OWNER", "TOKEN", "EXPIRES", "WAITERS"]);
+    for row in &rows[1..] {
+        assert_eq!(row.len(), 5, "{row:?}");
+        // `2026-11-21T10:00:00.000Z`, by the database clock.
+        assert!(row[3].len() == 24 && row[3].ends_with('Z'), "{row:?}");
+        assert_eq!(row[4], "0", "no waiters: {row:?}");
+    }
+    let seen: Vec<_> = rows[1..].iter().map(|r| [r[0], r[1], r[2]]).collect();
+    let (a, carol, other) = (a.token(), carol.token(), other.token());
+    assert_eq!(
+        seen,
+        [
+            ["ls/a", "alice", &a.to_string()],
+            ["ls/c", "carol", &carol.to_string()],
+            ["other/x", "olga", &other.to_string()]
+        ]
+    );
+
+    // Semaphores (and the other kinds) by a flag; one kind at a time.
+    let permit = c
+        .semaphore("ls/pool", 2)
+        .owner("sam")
+        .acquire()
+        .await
+        .unwrap();
+    let out = lockctl(&broker, &["ls", "--semaphores", "ls/", "--json"]).await;
+    let pools: Vec<SemaphoreStatus> = json_lines(&out);
+    assert_eq!(pools.len(), 1, "{out:?}");
+    assert_eq!(
+        (
+            pools[0].holders[0].owner.as_str(),
+            pools[0].holders[0].token
+        ),
+        ("sam", permit.token())
+    );
+    let out = lockctl(&broker, &["ls", "--semaphores"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let pool = format!("sam#{}", permit.grant().unwrap().slot);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ls/pool") && l.contains(&pool)),
+        "{text}"
+    );
+    let reader = c.read_lock("ls/cfg").owner("rita").acquire().await.unwrap();
+    let out = lockctl(&broker, &["ls", "--rwlocks", "ls/", "--json"]).await;
+    let rw: Vec<RwLockStatus> = json_lines(&out);
+    assert_eq!(rw.len(), 1, "{out:?}");
+    assert_eq!(rw[0].readers[0].token, reader.token());
+    let out = lockctl(&broker, &["ls", "--rwlocks"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rita(read)"), "{text}");
+    let leader = c.election("ls/lead").owner("lena").acquire().await.unwrap();
+    let out = lockctl(&broker, &["ls", "--elections", "ls/"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<_> = text
+        .lines()
+        .nth(1)
+        .expect("a row")
+        .split_whitespace()
+        .collect();
+    let term = leader.token().to_string();
+    assert_eq!(row[..3], ["ls/lead", "lena", term.as_str()], "{text}");
+    let out = lockctl(&broker, &["ls", "--semaphores", "--rwlocks"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn events_prints_the_changes_made_after_it_starts() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let broker = Broker::start().await;
+    let c = rust_client(&broker);
+    // Through a proxy, to break its connection.
+    let proxy = Proxy::start(broker.url().trim_start_matches("http://")).await;
+    let mut follower = tokio::process::Command::new(bin("lockctl"))
+        .args(["events", "ev/", "--json"])
+        .env("LOCKBROKER_URL", format!("http://{}", proxy.addr))
+        .env("LOCKBROKER_API_KEY", KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    // It says so on stderr once the stream is open: every change from then
+    // on is in it.
+    let mut notes = BufReader::new(follower.stderr.take().unwrap()).lines();
+    let note = tokio::time::timeout(Duration::from_secs(10), notes.next_line())
+        .await
+        .expect("lockctl opens the stream in time")
+        .unwrap()
+        .expect("a note on stderr");
+    assert!(note.contains("following the events"), "{note}");
+
+    // Not under the prefix: not printed.
+    let other = c.lock("other/x").acquire().await.unwrap();
+    let lock = c.lock("ev/a").owner("me").acquire().await.unwrap();
+    let granted: StreamEvent = next_line(&mut lines).await;
+    assert_eq!(
+        (granted.event, granted.kind, granted.storage_key.as_str()),
+        (LockEventKind::Granted, ResourceKind::Lock, "ev/a")
+    );
+    assert_eq!(
+        (granted.owner.as_str(), granted.token),
+        ("me", lock.token())
+    );
+    let token = lock.token();
+    lock.release().await.unwrap();
+    let released: StreamEvent = next_line(&mut lines).await;
+    assert_eq!(
+        (
+            released.event,
+            released.storage_key.as_str(),
+            released.token
+        ),
+        (LockEventKind::Released, "ev/a", token)
+    );
+
+    // The connection breaks; a change made meanwhile is printed once
+    // lockctl is through again (it resumes after the last event printed).
+    proxy.cut();
+    eventually(
+        "the proxy closed the stream",
+        Duration::from_secs(10),
+        || async { proxy.connections() == 0 },
+    )
+    .await;
+    let mut direct = c.events("ev/b", None).await.unwrap();
+    let meanwhile = c.lock("ev/b").acquire().await.unwrap();
+    // Once another stream has it, the broker's feed is past it: a stream
+    // opened from now on (not resumed) would not have it.
+    let _granted = tokio::time::timeout(Duration::from_secs(10), direct.next())
+        .await
+        .expect("the grant in time")
+        .unwrap();
+    proxy.restore();
+    let resumed: StreamEvent = next_line(&mut lines).await;
+    assert_eq!(
+        (resumed.storage_key.as_str(), resumed.token),
+        ("ev/b", meanwhile.token())
+    );
+    drop(follower);
+
+    // --after: from the broker's history; one line for people per event.
+    let after = granted.id.to_string();
+    let out = lockctl(
+        &broker,
+        &["events", "ev/", "--after", &after, "--count", "1"],
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!(
+            "{} released lock ev/a owner=me token={token} at={}",
+            released.id, released.at
+        )
+    );
+    other.release().await.unwrap();
+    meanwhile.release().await.unwrap();
     broker.stop().await;
 }

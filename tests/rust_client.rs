@@ -3,6 +3,8 @@
 //! they lost it, and semaphores and elections behave through the client.
 
 use std::{
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
@@ -11,7 +13,8 @@ use std::{
 };
 
 use lockbroker_client::{
-    api::ElectionStatus, Client, ElectionEvent, ErrorCode, LeaderEvents, LostReason,
+    api::{ElectionStatus, LockEventKind, ResourceKind, StreamEvent},
+    Client, ElectionEvent, ErrorCode, Event, Events, LeaderEvents, LostReason, Stream,
 };
 use lockbroker_tests::{
     db_conn, eventually,
@@ -21,6 +24,15 @@ use lockbroker_tests::{
 
 fn client(broker: &Broker) -> Client {
     Client::new(broker.url(), KEY).unwrap()
+}
+
+/// A proxy in front of `broker` (to break connections), and a client
+/// that goes through it.
+async fn behind_a_proxy(broker: &Broker) -> (Proxy, Client) {
+    let addr = broker.url().trim_start_matches("http://");
+    let proxy = Proxy::start(addr).await;
+    let client = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    (proxy, client)
 }
 
 /// How long a test waits for something that takes a few round trips.
@@ -173,9 +185,7 @@ async fn lost_resolves_when_the_broker_refuses_the_renewal() {
 #[tokio::test]
 async fn lost_resolves_before_anyone_else_can_take_the_lock_when_the_broker_is_unreachable() {
     let broker = Broker::start().await;
-    let addr = broker.url().trim_start_matches("http://").to_owned();
-    let proxy = Proxy::start(&addr).await;
-    let behind_proxy = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    let (proxy, behind_proxy) = behind_a_proxy(&broker).await;
     let direct = client(&broker);
     let ttl = Duration::from_millis(600);
     // NOWAIT: the guard then knows a safe end of the lease exactly.
@@ -446,7 +456,6 @@ async fn next(events: &mut LeaderEvents) -> ElectionStatus {
 
 #[tokio::test]
 async fn history_reads_a_locks_events_newest_first() {
-    use lockbroker_client::api::LockEventKind;
     let broker = Broker::start().await;
     let c = client(&broker);
     let locks = c.locks();
@@ -481,5 +490,176 @@ async fn history_reads_a_locks_events_newest_first() {
     assert_eq!(newest.events, all.events[..1].to_vec());
     let err = locks.history("audited", Some(0)).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err:?}");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn listing_pages_through_the_live_leases_of_every_kind() {
+    let broker = Broker::start().await;
+    let c = client(&broker);
+    let mut held = Vec::new();
+    for key in ["ls/a", "ls/b", "ls/c", "ls/d", "other/x"] {
+        held.push(c.lock(key).try_acquire().await.unwrap().expect("free"));
+    }
+    // Released: no longer listed.
+    held.remove(1).release().await.unwrap();
+    let live: Vec<_> = held[..3]
+        .iter()
+        .map(|g| {
+            let lease = g.grant().expect("held");
+            (lease.storage_key, Some(lease.owner), Some(lease.token))
+        })
+        .collect();
+
+    let listed: Vec<_> = c
+        .locks()
+        .list_all("ls/", 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.storage_key, s.owner, s.token))
+        .collect();
+    assert_eq!(listed, live);
+
+    // Page by page, one at a time: each live lock once, in key order.
+    let mut paged = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = c
+            .locks()
+            .list("ls/", Some(1), cursor.as_deref())
+            .await
+            .unwrap();
+        assert!(page.items.len() <= 1, "{page:?}");
+        paged.extend(page.items.into_iter().map(|s| s.storage_key));
+        pages += 1;
+        assert!(pages <= 10, "the cursor moves on");
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(paged, ["ls/a", "ls/c", "ls/d"]);
+    let first_two = c.locks().list_all("ls/", 2).await.unwrap();
+    assert_eq!(first_two.len(), 2);
+    assert_eq!(first_two[1].storage_key, "ls/c");
+    let err = c.locks().list("", Some(0), None).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err:?}");
+
+    // The other kinds, through the same calls.
+    let p1 = c.semaphore("ls/pool", 3).acquire().await.unwrap();
+    let p2 = c.semaphore("ls/pool", 3).acquire().await.unwrap();
+    let pools = c.semaphores().list_all("ls/", 10).await.unwrap();
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    assert_eq!(pools[0].permits, Some(3));
+    let mut tokens: Vec<_> = pools[0].holders.iter().map(|h| h.token).collect();
+    tokens.sort_unstable();
+    assert_eq!(tokens, [p1.token(), p2.token()]);
+    let reader = c.read_lock("ls/cfg").acquire().await.unwrap();
+    let rw = c.rwlocks().list_all("ls/", 10).await.unwrap();
+    assert_eq!(rw.len(), 1, "{rw:?}");
+    assert_eq!(rw[0].readers[0].token, reader.token());
+    assert!(rw[0].writer.is_none());
+    let leader = c
+        .election("ls/leader")
+        .candidate("n1")
+        .campaign()
+        .await
+        .unwrap();
+    let elections = c.elections().list_all("ls/", 10).await.unwrap();
+    assert_eq!(elections.len(), 1, "{elections:?}");
+    assert_eq!(
+        (elections[0].leader.as_deref(), elections[0].term),
+        (Some("n1"), Some(leader.token()))
+    );
+    // History is generic too: a semaphore's grants.
+    let history = c.semaphores().history("ls/pool", None).await.unwrap();
+    assert_eq!(history.events.len(), 2, "{history:?}");
+    broker.stop().await;
+}
+
+/// The next change of an event stream, within [`PROMPTLY`].
+async fn next_change(events: &mut Events) -> StreamEvent {
+    change(async { Some(events.next().await) }).await
+}
+
+/// The change `next` yields, within [`PROMPTLY`].
+async fn change(
+    next: impl Future<Output = Option<lockbroker_client::Result<Event>>>,
+) -> StreamEvent {
+    match tokio::time::timeout(PROMPTLY, next)
+        .await
+        .expect("an event in time")
+        .expect("the stream goes on")
+        .expect("a well-formed event")
+    {
+        Event::Change(change) => change,
+        Event::Reset => panic!("an unexpected reset"),
+    }
+}
+
+#[tokio::test]
+async fn events_stream_changes_under_a_prefix_and_resume_after_a_broken_connection() {
+    let broker = Broker::start().await;
+    let (proxy, behind_proxy) = behind_a_proxy(&broker).await;
+    let c = client(&broker);
+    let mut events = behind_proxy.events("ev/", None).await.unwrap();
+
+    // Not under the prefix: never in the stream.
+    let other = c.lock("other/x").acquire().await.unwrap();
+    let lock = c.lock("ev/a").acquire().await.unwrap();
+    let granted = next_change(&mut events).await;
+    assert_eq!(
+        (granted.event, granted.kind, granted.storage_key.as_str()),
+        (LockEventKind::Granted, ResourceKind::Lock, "ev/a")
+    );
+    assert_eq!(granted.token, lock.token());
+    let permit = c.semaphore("ev/pool", 2).acquire().await.unwrap();
+    let second = next_change(&mut events).await;
+    assert_eq!(
+        (second.kind, second.storage_key.as_str(), second.token),
+        (ResourceKind::Semaphore, "ev/pool", permit.token())
+    );
+    assert!(second.id > granted.id);
+    assert_eq!(events.last_id(), Some(second.id));
+
+    // The connection breaks; a change made meanwhile arrives once the
+    // stream is open again (it resumes after the last event it got).
+    proxy.cut();
+    eventually("the proxy closed the stream", PROMPTLY, || async {
+        proxy.connections() == 0
+    })
+    .await;
+    let lock_token = lock.token();
+    let mut direct = c.events("ev/a", None).await.unwrap();
+    lock.release().await.unwrap();
+    // Once another stream has it, the broker's feed is past it: a stream
+    // opened from now on (not resumed) would not have it.
+    while next_change(&mut direct).await.event != LockEventKind::Released {}
+    proxy.restore();
+    let released = next_change(&mut events).await;
+    assert_eq!(
+        (
+            released.event,
+            released.storage_key.as_str(),
+            released.token
+        ),
+        (LockEventKind::Released, "ev/a", lock_token)
+    );
+    assert!(released.id > second.id);
+
+    // `after`: from the history, what came after that id.
+    // (As a `Stream` this time.)
+    let mut replay = c
+        .events("ev/", Some(granted.id))
+        .await
+        .unwrap()
+        .into_stream();
+    for expected in [second, released] {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut replay).poll_next(cx));
+        assert_eq!(change(next).await, expected);
+    }
+    drop((other, permit));
     broker.stop().await;
 }

@@ -5,13 +5,18 @@
 //! the lock while CMD runs, `multi KEY... -- CMD...` several locks, all or
 //! none (`run.rs`), `rw read|write KEY -- CMD...` a reader-writer lock;
 //! `history KEY [--limit N]` prints the lock's recorded events, newest
-//! first; `force-release TENANT KEY` ends a stuck lease (admin); `watch ELECTION` prints changes of leader
-//! (`watch.rs`); `policy upload|status` uses the admin API (`policy.rs`).
+//! first; `force-release TENANT KEY` ends a stuck lease (admin); `watch
+//! ELECTION` prints changes of leader (`watch.rs`); `ls [PREFIX]` lists
+//! the live leases of a kind (`ls.rs`); `events [PREFIX]` follows the
+//! changes of the tenant's leases (`events.rs`); `policy upload|status`
+//! uses the admin API (`policy.rs`).
 //! What is printed and the exit codes are in `output.rs`: 0 success (or
 //! CMD's own status for `run`), 1 the broker refused, 2 usage, 3 the broker
 //! could not be reached, 75 `run` could not get the lock in time, 76 `run`
 //! lost the lease while CMD ran (CMD was stopped).
 
+mod events;
+mod ls;
 mod output;
 mod policy;
 mod run;
@@ -22,14 +27,17 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use lockbroker_client::{
     api::{AcquireRequest, ReleaseRequest, RenewRequest, RwMode},
-    Client, Result,
+    Client, Election, Lock, Result, RwLock, Semaphore,
 };
 use serde::Serialize;
 
 use output::{Output, EXIT_USAGE};
 
 #[derive(Parser)]
-#[command(version, about = "Take, hold and release lockbroker locks")]
+#[command(
+    version,
+    about = "Take, hold and release lockbroker locks; list the live leases and follow their changes"
+)]
 struct Cli {
     /// Broker URL (http:// or https://).
     #[arg(long, env = "LOCKBROKER_URL", default_value = "http://127.0.0.1:7420")]
@@ -37,12 +45,12 @@ struct Cli {
     /// The tenant's API key.
     #[arg(long, env = "LOCKBROKER_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// The admin token, for `policy`.
+    /// The admin token, for `policy` and `force-release`.
     #[arg(long, env = "LOCKBROKER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// Machine-readable output: one JSON document per result on stdout,
-    /// lockctl's own errors included (`watch`: one per line; `run`: its
-    /// events as JSON lines on stderr).
+    /// lockctl's own errors included (`watch`, `ls`, `events`: one per
+    /// line; `run`: its events as JSON lines on stderr).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -180,6 +188,48 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// List the live locks (or semaphores, rwlocks, elections) under PREFIX.
+    ///
+    /// In storage-key order, following the listing's pages up to --limit:
+    /// a table of key, holders, token, expiry and waiters, or with --json
+    /// one JSON object per lease per line.
+    #[command(group(ArgGroup::new("kind").args(["semaphores", "rwlocks", "elections"])))]
+    Ls {
+        /// Only storage keys that start with this (matched literally).
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Semaphores instead of locks.
+        #[arg(long)]
+        semaphores: bool,
+        /// Reader-writer locks instead of locks.
+        #[arg(long)]
+        rwlocks: bool,
+        /// Elections instead of locks.
+        #[arg(long)]
+        elections: bool,
+        /// List at most this many (the listing's pages are followed until
+        /// then).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Follow the changes of the locks, semaphores and rwlocks under PREFIX.
+    ///
+    /// Grants, releases, expiries, handoffs and force-releases, one line
+    /// each as they happen (--json: one JSON object per line), until
+    /// interrupted or --count. A broken connection is resumed after the
+    /// last event printed (Last-Event-ID).
+    Events {
+        /// Only storage keys that start with this (matched literally).
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Start after this event id (from the broker's history) instead
+        /// of with the next change.
+        #[arg(long, value_name = "ID")]
+        after: Option<u64>,
+        /// Exit (0) after printing this many events.
+        #[arg(long)]
+        count: Option<u64>,
+    },
     /// A tenant's policy (admin token: --admin-token or $LOCKBROKER_ADMIN_TOKEN).
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -291,17 +341,12 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner = owner.unwrap_or_else(|| {
-                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
-            });
-            let args = run::RunArgs {
-                key,
-                owner,
-                ttl: Duration::from_millis(ttl_ms),
-                wait: Duration::from_millis(wait_ms),
-                command,
-            };
-            run::run(&client, out, args).await
+            run::run(
+                client.lock(key),
+                out,
+                run_args(owner, ttl_ms, wait_ms, command),
+            )
+            .await
         }
         Command::Multi {
             keys,
@@ -310,17 +355,12 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner = owner.unwrap_or_else(|| {
-                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
-            });
-            let args = run::MultiArgs {
-                keys,
-                owner,
-                ttl: Duration::from_millis(ttl_ms),
-                wait: Duration::from_millis(wait_ms),
-                command,
-            };
-            run::run_multi(&client, out, args).await
+            run::run(
+                client.multilock(keys),
+                out,
+                run_args(owner, ttl_ms, wait_ms, command),
+            )
+            .await
         }
         Command::Rw {
             mode,
@@ -330,21 +370,12 @@ async fn main() -> ExitCode {
             wait_ms,
             command,
         } => {
-            let owner = owner.unwrap_or_else(|| {
-                format!("{}:{}", lockbroker_client::host_name(), std::process::id())
-            });
             let mode = match mode {
                 RwModeArg::Read => RwMode::Read,
                 RwModeArg::Write => RwMode::Write,
             };
-            let args = run::RunArgs {
-                key,
-                owner,
-                ttl: Duration::from_millis(ttl_ms),
-                wait: Duration::from_millis(wait_ms),
-                command,
-            };
-            run::run_rw(&client, out, mode, args).await
+            let args = run_args(owner, ttl_ms, wait_ms, command);
+            run::run(client.rwlock(key, mode), out, args).await
         }
         Command::Validate { key, token } => match client.locks().validate(&key, token).await {
             Ok(validity) => {
@@ -362,12 +393,47 @@ async fn main() -> ExitCode {
             print(out, client.admin().force_release(&tenant, &key).await)
         }
         Command::Watch { election, count } => watch::watch(&client, out, &election, count).await,
+        Command::Ls {
+            prefix,
+            semaphores,
+            rwlocks,
+            elections,
+            limit,
+        } => match (semaphores, rwlocks, elections) {
+            (true, ..) => ls::ls::<Semaphore>(&client, out, &prefix, limit).await,
+            (_, true, _) => ls::ls::<RwLock>(&client, out, &prefix, limit).await,
+            (_, _, true) => ls::ls::<Election>(&client, out, &prefix, limit).await,
+            _ => ls::ls::<Lock>(&client, out, &prefix, limit).await,
+        },
+        Command::Events {
+            prefix,
+            after,
+            count,
+        } => events::events(&client, out, &prefix, after, count).await,
         Command::Policy(PolicyCommand::Upload { file, tenant }) => {
             policy::upload(&client, out, &file, &tenant).await
         }
         Command::Policy(PolicyCommand::Status { tenant }) => {
             policy::status(&client, out, tenant.as_deref()).await
         }
+    }
+}
+
+/// What `run`, `multi` and `rw` hold by: the owner (default `host:pid`),
+/// the lease terms, the command.
+fn run_args(
+    owner: Option<String>,
+    ttl_ms: u64,
+    wait_ms: u64,
+    command: Vec<String>,
+) -> run::RunArgs {
+    run::RunArgs {
+        owner: owner.unwrap_or_else(|| {
+            format!("{}:{}", lockbroker_client::host_name(), std::process::id())
+        }),
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        command,
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use lockbroker_client::{api::RwMode, Client, ErrorCode, Grant, Guard};
+use lockbroker_client::{ErrorCode, Guard, Guarded, LeaseBuilder};
 use serde::Serialize;
 use serde_json::json;
 
@@ -17,53 +17,22 @@ use crate::output::{Output, EXIT_LEASE_LOST, EXIT_NOT_ACQUIRED};
 /// How long CMD has to exit after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// What `run` was asked.
+/// What `run`, `multi` and `rw` were asked, besides what to lock.
 pub struct RunArgs {
-    pub key: String,
     pub owner: String,
     pub ttl: Duration,
     pub wait: Duration,
     pub command: Vec<String>,
 }
 
-/// What `multi` was asked.
-pub struct MultiArgs {
-    pub keys: Vec<String>,
-    pub owner: String,
-    pub ttl: Duration,
-    pub wait: Duration,
-    pub command: Vec<String>,
-}
-
-/// Acquire, spawn, hold until CMD exits (or the lease is lost), release.
-pub async fn run(client: &Client, out: Output, args: RunArgs) -> ExitCode {
-    let acquired = client
-        .lock(&args.key)
-        .owner(&args.owner)
-        .ttl(args.ttl)
-        .wait(args.wait)
-        .acquire()
-        .await;
-    hold(acquired, out, &args.command).await
-}
-
-/// [`run`] with a reader-writer lock in `mode`.
-pub async fn run_rw(client: &Client, out: Output, mode: RwMode, args: RunArgs) -> ExitCode {
-    let acquired = client
-        .rwlock(&args.key, mode)
-        .owner(&args.owner)
-        .ttl(args.ttl)
-        .wait(args.wait)
-        .acquire()
-        .await;
-    hold(acquired, out, &args.command).await
-}
-
-/// [`run`] over several locks, all or none.
-pub async fn run_multi(client: &Client, out: Output, args: MultiArgs) -> ExitCode {
-    let acquired = client
-        .multilock(args.keys)
-        .owner(&args.owner)
+/// Acquire what `lease` asks for (a lock, several, a rwlock lease), spawn
+/// CMD, hold until CMD exits (or the lease is lost), release.
+pub async fn run<K>(lease: LeaseBuilder<K>, out: Output, args: RunArgs) -> ExitCode
+where
+    K: Guarded<Lease: Serialize>,
+{
+    let acquired = lease
+        .owner(args.owner)
         .ttl(args.ttl)
         .wait(args.wait)
         .acquire()
@@ -72,8 +41,8 @@ pub async fn run_multi(client: &Client, out: Output, args: MultiArgs) -> ExitCod
 }
 
 /// Holds the acquired lease while `command` runs.
-async fn hold<G: Grant + Serialize>(
-    acquired: lockbroker_client::Result<Guard<G>>,
+async fn hold<K: Guarded<Lease: Serialize>>(
+    acquired: lockbroker_client::Result<Guard<K>>,
     out: Output,
     command: &[String],
 ) -> ExitCode {
@@ -142,7 +111,7 @@ fn event(value: &serde_json::Value) {
     eprintln!("{value}");
 }
 
-async fn release<G: Grant>(guard: Guard<G>, out: Output) {
+async fn release<K: Guarded>(guard: Guard<K>, out: Output) {
     if let Err(err) = guard.release().await {
         if !out.json_flag {
             eprintln!("lockctl: release: {err}");

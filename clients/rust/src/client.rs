@@ -158,6 +158,11 @@ impl Client {
         }
     }
 
+    /// How this client retries (also how a stream waits to reconnect).
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retry
+    }
+
     /// A fresh owner name for a guard: `{identity}:{n}`.
     pub(crate) fn unique_owner(&self) -> String {
         owner::unique(&self.inner.identity)
@@ -185,6 +190,31 @@ impl Client {
         decode(200, &bytes)
     }
 
+    /// `POST`s JSON `body` and decodes a 2xx answer as `T`; `wait` is how
+    /// long the broker may hold the request (a waiting acquire).
+    pub(crate) async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+        wait: Duration,
+        idempotent: Idempotent,
+    ) -> Result<T> {
+        self.call(Method::POST, path, Some(body), wait, idempotent)
+            .await
+    }
+
+    /// `GET`s `path` and decodes a 2xx answer as `T`.
+    pub(crate) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.call(
+            Method::GET,
+            path,
+            None::<&()>,
+            Duration::ZERO,
+            Idempotent::Yes,
+        )
+        .await
+    }
+
     /// Sends `body` with `content_type`; the body of a 2xx answer.
     pub(crate) async fn call_bytes(
         &self,
@@ -202,7 +232,7 @@ impl Client {
                 limit,
                 || async {
                     let response = self
-                        .send(method.clone(), path, content_type, body.clone())
+                        .send(method.clone(), path, content_type, &[], body.clone())
                         .await?;
                     let status = response.status().as_u16();
                     Ok((status, read_body(response).await?))
@@ -219,14 +249,27 @@ impl Client {
 
     /// Opens a streaming GET (Server-Sent Events): the response once its
     /// headers are in and its status is 2xx. Only the wait for the headers
-    /// is bounded; the stream lasts as long as the broker sends.
-    pub(crate) async fn open_stream(&self, path: &str) -> Result<Response<Incoming>> {
+    /// is bounded; the stream lasts as long as the broker sends. `resume`:
+    /// the `Last-Event-ID` to resume after.
+    pub(crate) async fn open_stream(
+        &self,
+        path: &str,
+        resume: Option<u64>,
+    ) -> Result<Response<Incoming>> {
+        let resume = resume.map(|id| id.to_string());
+        let headers: Vec<(&str, &str)> = resume
+            .as_deref()
+            .map(|id| ("last-event-id", id))
+            .into_iter()
+            .collect();
         let (status, opened) = self
             .with_retries(
                 Idempotent::Yes,
                 self.inner.slack,
                 || async {
-                    let response = self.send(Method::GET, path, None, Bytes::new()).await?;
+                    let response = self
+                        .send(Method::GET, path, None, &headers, Bytes::new())
+                        .await?;
                     let status = response.status().as_u16();
                     if (200..300).contains(&status) {
                         Ok((status, Ok(response)))
@@ -245,6 +288,7 @@ impl Client {
         method: Method,
         path: &str,
         content_type: Option<&str>,
+        headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<Response<Incoming>, Failure> {
         self.inner
@@ -254,6 +298,7 @@ impl Client {
                 path,
                 self.inner.api_key.as_deref(),
                 content_type,
+                headers,
                 body,
             )
             .await

@@ -1,5 +1,6 @@
-//! [`Guard`]: a held lease that renews itself, one implementation for the
-//! three kinds of lease (a lock, a semaphore permit, a leadership).
+//! [`Guard`]: a held lease that renews itself, one implementation for every
+//! kind of lease (a lock, a semaphore permit, a read or write lease, a
+//! leadership, a multi-lock), over [`Guarded`].
 //!
 //! The guard owns a background task that is the only one to touch the
 //! lease after the grant: it renews every third of the TTL, publishes each
@@ -15,6 +16,7 @@
 
 use std::{future::Future, time::Duration};
 
+use lockbroker_api::{ErrorCode, Granted, LeaseTerms};
 use tokio::{
     sync::{oneshot, watch},
     time::Instant,
@@ -23,31 +25,91 @@ use tokio::{
 use crate::{
     client::Client,
     error::{Error, LostReason, Result},
+    kinds::Kind,
 };
 
 /// Renewals are never closer together than this, whatever the TTL.
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(20);
 
-/// A lease kind a [`Guard`] can hold: [`Lease`](lockbroker_api::Lease)
-/// (locks), [`SemaphoreLease`](lockbroker_api::SemaphoreLease) (permits),
-/// [`Leadership`](lockbroker_api::Leadership) (elections).
-pub trait Grant: sealed::Renewable {
+/// What a [`Guard`] can hold, and how it takes, renews and releases it:
+/// every [`LeaseKind`](crate::LeaseKind) whose acquire the client knows
+/// how to make ([`Kind`]: [`Lock`](crate::Lock),
+/// [`Semaphore`](crate::Semaphore), [`RwLock`](crate::RwLock),
+/// [`Election`](crate::Election)), and [`MultiLock`](crate::MultiLock).
+/// Sealed: implemented by this crate only.
+pub trait Guarded: sealed::Sealed + Send + Sync + 'static {
+    /// The lease as granted, and as each renewal replaces it.
+    type Lease: Clone + Send + Sync + 'static;
+    /// What an acquire names: a key and what the kind asks besides the
+    /// terms (a semaphore's size, an rwlock's mode); a multi-lock's keys.
+    type Target: Send + Sync + 'static;
+    /// The refusal that means "taken now": `try_acquire` answers `None`.
+    const BUSY: ErrorCode;
+
     /// The fencing token (an election's term).
-    fn token(&self) -> u64;
+    fn token(lease: &Self::Lease) -> u64;
     /// The lease length the broker granted.
-    fn ttl(&self) -> Duration;
+    fn ttl(lease: &Self::Lease) -> Duration;
+    /// Asks for a lease for `owner` on `terms`.
+    fn acquire(
+        client: &Client,
+        target: &Self::Target,
+        owner: String,
+        terms: LeaseTerms,
+    ) -> impl Future<Output = Result<Self::Lease>> + Send;
+    /// Extends `lease` by as long as it was granted.
+    fn renew(
+        client: &Client,
+        lease: &Self::Lease,
+    ) -> impl Future<Output = Result<Self::Lease>> + Send;
+    /// Gives `lease` back.
+    fn release(client: &Client, lease: &Self::Lease) -> impl Future<Output = Result<()>> + Send;
 }
 
 pub(crate) mod sealed {
-    use std::future::Future;
+    /// Seals [`Guarded`](super::Guarded).
+    pub trait Sealed {}
+}
 
-    use crate::{client::Client, error::Result};
+impl<K: Kind> sealed::Sealed for K {}
 
-    /// How the guard's task renews and releases one kind of lease. Sealed:
-    /// only this crate's lease types are guarded.
-    pub trait Renewable: Clone + Send + Sync + 'static {
-        fn renew(&self, client: &Client) -> impl Future<Output = Result<Self>> + Send;
-        fn release(&self, client: &Client) -> impl Future<Output = Result<()>> + Send;
+/// Every lease kind is guarded alike: `/v1/{kind}/{key}/acquire`, then
+/// renewals and the release made from the lease itself.
+impl<K: Kind> Guarded for K {
+    type Lease = K::Lease;
+    type Target = (String, K::Extra);
+    const BUSY: ErrorCode = K::BUSY;
+
+    fn token(lease: &K::Lease) -> u64 {
+        lease.token()
+    }
+
+    fn ttl(lease: &K::Lease) -> Duration {
+        Duration::from_millis(lease.ttl_ms())
+    }
+
+    async fn acquire(
+        client: &Client,
+        (key, extra): &(String, K::Extra),
+        owner: String,
+        terms: LeaseTerms,
+    ) -> Result<K::Lease> {
+        let request = K::request(owner, terms, extra);
+        client.leases::<K>().acquire(key, &request).await
+    }
+
+    async fn renew(client: &Client, lease: &K::Lease) -> Result<K::Lease> {
+        let request = K::Renew::from(lease);
+        client.leases::<K>().renew(lease.key(), &request).await
+    }
+
+    async fn release(client: &Client, lease: &K::Lease) -> Result<()> {
+        let request = K::Release::from(lease);
+        client
+            .leases::<K>()
+            .release(lease.key(), &request)
+            .await
+            .map(drop)
     }
 }
 
@@ -67,7 +129,8 @@ struct Stop {
 
 /// A held lease, renewed in the background until released or dropped:
 /// [`LockGuard`](crate::LockGuard), [`PermitGuard`](crate::PermitGuard),
-/// [`LeaderGuard`](crate::LeaderGuard).
+/// [`RwLockGuard`](crate::RwLockGuard), [`LeaderGuard`](crate::LeaderGuard),
+/// [`MultiLockGuard`](crate::MultiLockGuard).
 ///
 /// A task owned by the guard renews the lease every third of its TTL. The
 /// lease is lost ([`Guard::lost`] resolves) when the broker refuses a
@@ -77,15 +140,15 @@ struct Stop {
 /// broker's). [`Guard::release`] stops the renewals and releases; dropping
 /// the guard does the same in the background.
 #[must_use = "dropping the guard releases the lease"]
-pub struct Guard<G: Grant> {
-    state: watch::Receiver<State<G>>,
+pub struct Guard<K: Guarded> {
+    state: watch::Receiver<State<K::Lease>>,
     stop: Option<oneshot::Sender<Stop>>,
     token: u64,
 }
 
-impl<G: Grant> std::fmt::Debug for Guard<G>
+impl<K: Guarded> std::fmt::Debug for Guard<K>
 where
-    G: std::fmt::Debug,
+    K::Lease: std::fmt::Debug,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
@@ -95,7 +158,7 @@ where
     }
 }
 
-impl<G: Grant> Guard<G> {
+impl<K: Guarded> Guard<K> {
     /// Starts guarding `grant`, which was asked for at `sent` and arrived at
     /// `answered`, after waiting in the queue if `queued`. Must run inside a
     /// tokio runtime (it spawns the renewal).
@@ -108,12 +171,12 @@ impl<G: Grant> Guard<G> {
     /// assumption with a measured bound.
     pub(crate) fn start(
         client: Client,
-        grant: G,
+        grant: K::Lease,
         sent: Instant,
         answered: Instant,
         queued: bool,
-    ) -> Guard<G> {
-        let ttl = grant.ttl();
+    ) -> Guard<K> {
+        let ttl = K::ttl(&grant);
         let began = if queued {
             answered.checked_sub(ttl / 10).map_or(sent, |b| b.max(sent))
         } else {
@@ -124,10 +187,10 @@ impl<G: Grant> Guard<G> {
         } else {
             began + (ttl / 3).max(MIN_RENEW_EVERY)
         };
-        let token = grant.token();
+        let token = K::token(&grant);
         let (state_tx, state) = watch::channel(State::Held(grant.clone()));
         let (stop, stop_rx) = oneshot::channel();
-        tokio::spawn(keep(
+        tokio::spawn(keep::<K>(
             client,
             grant,
             Renewal {
@@ -152,7 +215,7 @@ impl<G: Grant> Guard<G> {
 
     /// The latest grant (its `expires_at` moves with each renewal); the
     /// last one held if the lease was lost.
-    pub fn grant(&self) -> Option<G> {
+    pub fn grant(&self) -> Option<K::Lease> {
         match &*self.state.borrow() {
             State::Held(grant) => Some(grant.clone()),
             _ => None,
@@ -217,23 +280,23 @@ struct Renewal {
 }
 
 /// The guard's task: renew until stopped or lost, then release when told.
-async fn keep<G: Grant>(
+async fn keep<K: Guarded>(
     client: Client,
-    mut grant: G,
+    mut grant: K::Lease,
     Renewal {
         mut deadline,
         mut next,
     }: Renewal,
-    state: watch::Sender<State<G>>,
+    state: watch::Sender<State<K::Lease>>,
     mut stop: oneshot::Receiver<Stop>,
 ) {
-    let every = (grant.ttl() / 3).max(MIN_RENEW_EVERY);
+    let every = (K::ttl(&grant) / 3).max(MIN_RENEW_EVERY);
     let retry_every = (every / 4).max(MIN_RENEW_EVERY);
     let mut last_error = String::from("none");
     let lost = loop {
         tokio::select! {
             biased;
-            stopped = &mut stop => return finish(&client, &grant, &state, stopped.ok()).await,
+            stopped = &mut stop => return finish::<K>(&client, &grant, &state, stopped.ok()).await,
             () = tokio::time::sleep_until(next) => {}
         }
         let sent = Instant::now();
@@ -242,12 +305,12 @@ async fn keep<G: Grant>(
         }
         let renewed = tokio::select! {
             biased;
-            stopped = &mut stop => return finish(&client, &grant, &state, stopped.ok()).await,
-            renewed = tokio::time::timeout_at(deadline, grant.renew(&client)) => renewed,
+            stopped = &mut stop => return finish::<K>(&client, &grant, &state, stopped.ok()).await,
+            renewed = tokio::time::timeout_at(deadline, K::renew(&client, &grant)) => renewed,
         };
         match renewed {
             Ok(Ok(renewed)) => {
-                deadline = sent + renewed.ttl();
+                deadline = sent + K::ttl(&renewed);
                 next = sent + every;
                 grant = renewed;
                 state.send_replace(State::Held(grant.clone()));
@@ -269,14 +332,14 @@ async fn keep<G: Grant>(
 }
 
 /// Releases the lease; answers `release()` if it asked.
-async fn finish<G: Grant>(
+async fn finish<K: Guarded>(
     client: &Client,
-    grant: &G,
-    state: &watch::Sender<State<G>>,
+    grant: &K::Lease,
+    state: &watch::Sender<State<K::Lease>>,
     stop: Option<Stop>,
 ) {
-    let released = match grant.release(client).await {
-        Err(Error::Api(refusal)) if refusal.code == lockbroker_api::ErrorCode::LeaseLost => {
+    let released = match K::release(client, grant).await {
+        Err(Error::Api(refusal)) if refusal.code == ErrorCode::LeaseLost => {
             let reason = LostReason::Refused(refusal);
             state.send_replace(State::Lost(reason.clone()));
             Err(Error::LeaseLost(reason))

@@ -24,19 +24,29 @@
 //!   on 503 and on connections that could not be made ([`RetryPolicy`],
 //!   `retry.rs`), never on a 4xx. `transport.rs` is the HTTP exchange
 //!   (hyper, rustls with the system's roots for `https://`).
-//! - One module per resource, each with its typed calls and its guard
-//!   builder: [`Locks`] / [`Client::lock`] → [`LockGuard`],
-//!   [`Semaphores`] / [`Client::semaphore`] → [`PermitGuard`],
-//!   [`Elections`] / [`Client::election`] → [`LeaderGuard`], plus
-//!   [`Elections::observe`], a [`Stream`](futures_core::Stream) of leader
-//!   changes (`sse.rs` parses the events); [`MultiLocks`] /
-//!   [`Client::multilock`] → [`MultiLockGuard`] (several keys, all or
-//!   none); [`RwLocks`] / [`Client::read_lock`], [`Client::write_lock`]
-//!   → [`RwLockGuard`] (many readers or one writer); [`Admin`] for
-//!   tenants, policies and force-release.
-//! - [`Guard`] (`guard.rs`): the one guard implementation behind the three
-//!   guards: renewal every third of the TTL, [`Guard::lost`],
-//!   [`Guard::release`], release on drop.
+//! - One generic model for every lease kind, over the API's [`LeaseKind`]
+//!   ([`Lock`], [`Semaphore`], [`RwLock`], [`Election`]), as kube-rs serves
+//!   every Kubernetes kind through one `Api<K>`:
+//!   - [`Leases<K>`](Leases) (`leases.rs`): the typed calls, written once:
+//!     acquire, renew, release, status, [`list`](Leases::list), history;
+//!     [`Client::locks`], [`Client::semaphores`], [`Client::rwlocks`],
+//!     [`Client::elections`] are its shorthands, and a kind's own calls
+//!     ([`Locks::validate`], [`Elections::observe`]) sit beside them.
+//!   - [`LeaseBuilder<K>`](LeaseBuilder) (`builder.rs`): who holds, for how
+//!     long, how long to wait; [`Client::lock`], [`Client::semaphore`],
+//!     [`Client::read_lock`] / [`Client::write_lock`],
+//!     [`Client::election`], [`Client::multilock`] start one.
+//!   - [`Guard<K>`](Guard) (`guard.rs`): the one guard: renewal every
+//!     third of the TTL, [`Guard::lost`], [`Guard::release`], release on
+//!     drop; [`Guarded`] is what it needs of a kind.
+//!   - `kinds.rs`: what each kind adds ([`Kind`]: its acquire body, its
+//!     "taken" refusal); `multilock.rs`: several locks as one lease
+//!     ([`MultiLock`], [`MultiLocks`]).
+//! - [`Client::events`] (`events.rs`): every change of the tenant's leases
+//!   under a prefix, resumed with `Last-Event-ID` when the connection
+//!   ends; `sse.rs` parses Server-Sent Events (also
+//!   [`Elections::observe`]'s). [`Admin`] for tenants, policies and
+//!   force-release.
 //! - [`Error`] (`error.rs`): every failure, with the API's [`ErrorCode`]
 //!   when the broker refused.
 //!
@@ -76,36 +86,71 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Listing and events
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockbroker_client::Error> {
+//! use lockbroker_client::{Client, Event, Semaphore};
+//!
+//! let client = Client::from_env()?;
+//! // Every live lock under `jobs/` (the pages followed), then one page of
+//! // semaphores: every kind is listed by the same calls.
+//! for lock in client.locks().list_all("jobs/", 1000).await? {
+//!     println!("{} held by {:?}", lock.storage_key, lock.owner);
+//! }
+//! let page = client.leases::<Semaphore>().list("pools/", Some(50), None).await?;
+//! println!("{} semaphores, more: {}", page.items.len(), page.next.is_some());
+//! // Each change under `jobs/` from now on, resumed if the connection ends.
+//! let mut events = client.events("jobs/", None).await?;
+//! while let Event::Change(change) = events.next().await? {
+//!     println!("{:?} {} by {}", change.event, change.storage_key, change.owner);
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 mod admin;
+mod builder;
 mod client;
-mod elections;
 mod error;
+mod events;
 mod guard;
-mod locks;
+mod kinds;
+mod leases;
 mod multilock;
-mod options;
 mod owner;
 mod retry;
-mod rwlocks;
-mod semaphores;
 mod sse;
 mod transport;
 
 pub use admin::Admin;
+pub use builder::{
+    ElectionBuilder, LeaseBuilder, LockBuilder, RwLockBuilder, SemaphoreBuilder, DEFAULT_WAIT,
+};
 pub use client::{Client, ClientBuilder, DEFAULT_SLACK};
-pub use elections::{ElectionBuilder, Elections, LeaderEvents, LeaderGuard};
 pub use error::{ApiError, Error, LostReason, Result};
-pub use guard::{Grant, Guard};
-pub use locks::{LockBuilder, LockGuard, Locks};
-pub use multilock::{MultiLockBuilder, MultiLockGuard, MultiLockGuardExt, MultiLocks};
-pub use options::DEFAULT_WAIT;
+pub use events::{Event, EventStream, Events};
+pub use guard::{Guard, Guarded};
+pub use kinds::{Kind, Recorded};
+pub use leases::{Elections, Leases, Locks, RwLocks, Semaphores};
+pub use multilock::{MultiLock, MultiLockBuilder, MultiLockGuard, MultiLocks};
 pub use owner::host_name;
 pub use retry::RetryPolicy;
-pub use rwlocks::{RwLockBuilder, RwLockGuard, RwLocks};
-pub use semaphores::{PermitGuard, SemaphoreBuilder, Semaphores};
+pub use sse::{EventBody, LeaderEvents};
 
+pub use futures_core::Stream;
 pub use lockbroker_api as api;
-pub use lockbroker_api::{ElectionEvent, ErrorCode};
+pub use lockbroker_api::{Election, ElectionEvent, ErrorCode, LeaseKind, Lock, RwLock, Semaphore};
 /// The TLS library, for [`ClientBuilder::tls_config`].
 pub use rustls;
+
+/// A held lock.
+pub type LockGuard = Guard<Lock>;
+/// A held semaphore permit.
+pub type PermitGuard = Guard<Semaphore>;
+/// A held read or write lease of a rwlock.
+pub type RwLockGuard = Guard<RwLock>;
+/// A leadership held; its token is the term.
+pub type LeaderGuard = Guard<Election>;

@@ -1,28 +1,33 @@
 //! `/v1/multilock`: several lock keys at once, all or none: the typed calls
-//! ([`MultiLocks`]) and the guard builder ([`MultiLockBuilder`], from
-//! [`Client::multilock`]).
+//! ([`MultiLocks`]), and [`MultiLock`], what the one generic guard and
+//! builder need to hold them ([`Client::multilock`]).
 
 use std::time::Duration;
 
-use hyper::Method;
 use lockbroker_api::{
-    ErrorCode, HeldKey, MultiLockAcquireRequest, MultiLockLease, MultiLockReleaseRequest,
-    MultiLockReleaseResponse, MultiLockRenewRequest,
+    ErrorCode, HeldKey, LeaseRequest, LeaseTerms, MultiLockAcquireRequest, MultiLockLease,
+    MultiLockReleaseRequest, MultiLockReleaseResponse, MultiLockRenewRequest,
 };
-use tokio::time::Instant;
 
 use crate::{
+    builder::LeaseBuilder,
     client::{Client, Idempotent},
     error::Result,
-    guard::{sealed::Renewable, Grant, Guard},
-    options::{lease_options, millis, LeaseOptions},
+    guard::{sealed::Sealed, Guard, Guarded},
 };
 
-/// A held multi-lock: one [`Guard`] over every key of a [`MultiLockLease`],
-/// renewed and released together. [`Guard::token`] is the token of the
-/// first key in storage-key order; each key's own token is in
-/// [`Guard::grant`]'s `locks` (see [`MultiLockGuardExt::token_of`]).
-pub type MultiLockGuard = Guard<MultiLockLease>;
+/// Several locks held as one lease: taken all or none, renewed and
+/// released together.
+#[derive(Debug, Clone, Copy)]
+pub struct MultiLock;
+
+/// A held multi-lock: one [`Guard`] over every key of a [`MultiLockLease`].
+/// [`Guard::token`] is the token of the first key in storage-key order;
+/// each key's own is [`Guard::token_of`].
+pub type MultiLockGuard = Guard<MultiLock>;
+
+/// Builds a [`MultiLockGuard`]; from [`Client::multilock`].
+pub type MultiLockBuilder = LeaseBuilder<MultiLock>;
 
 /// The multi-lock calls of a [`Client`], one per endpoint.
 #[derive(Clone, Copy)]
@@ -43,11 +48,7 @@ impl Client {
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        MultiLockBuilder {
-            client: self.clone(),
-            keys: keys.into_iter().map(Into::into).collect(),
-            options: LeaseOptions::default(),
-        }
+        LeaseBuilder::new(self, keys.into_iter().map(Into::into).collect())
     }
 }
 
@@ -60,15 +61,9 @@ impl MultiLocks<'_> {
     /// granted); `bad_request` for 0 or more than 64 keys, or two keys
     /// naming one lock; every error of [`Error`](crate::Error).
     pub async fn acquire(&self, request: &MultiLockAcquireRequest) -> Result<MultiLockLease> {
-        let wait = Duration::from_millis(request.terms.wait_ms.unwrap_or(0));
+        let wait = Duration::from_millis(request.terms().wait_ms.unwrap_or(0));
         self.client
-            .call(
-                Method::POST,
-                "/v1/multilock/acquire",
-                Some(request),
-                wait,
-                Idempotent::No,
-            )
+            .post("/v1/multilock/acquire", request, wait, Idempotent::No)
             .await
     }
 
@@ -78,10 +73,9 @@ impl MultiLocks<'_> {
     /// `lease_lost` when any key's lease is gone (nothing was renewed).
     pub async fn renew(&self, request: &MultiLockRenewRequest) -> Result<MultiLockLease> {
         self.client
-            .call(
-                Method::POST,
+            .post(
                 "/v1/multilock/renew",
-                Some(request),
+                request,
                 Duration::ZERO,
                 Idempotent::Yes,
             )
@@ -97,10 +91,9 @@ impl MultiLocks<'_> {
         request: &MultiLockReleaseRequest,
     ) -> Result<MultiLockReleaseResponse> {
         self.client
-            .call(
-                Method::POST,
+            .post(
                 "/v1/multilock/release",
-                Some(request),
+                request,
                 Duration::ZERO,
                 Idempotent::No,
             )
@@ -108,74 +101,9 @@ impl MultiLocks<'_> {
     }
 }
 
-/// Builds a [`MultiLockGuard`]; from [`Client::multilock`].
-#[must_use]
-pub struct MultiLockBuilder {
-    client: Client,
-    keys: Vec<String>,
-    options: LeaseOptions,
-}
-
-lease_options!(MultiLockBuilder, "owner");
-
-impl MultiLockBuilder {
-    /// Waits up to `wait` for every key and guards them.
-    ///
-    /// # Errors
-    /// `lock_held` (as [`Error::Api`](crate::Error::Api)) when the wait ran
-    /// out, and every other error of [`Error`](crate::Error).
-    pub async fn acquire(self) -> Result<MultiLockGuard> {
-        let wait = self.options.wait;
-        self.request(wait).await
-    }
-
-    /// Tries once, without waiting: `None` when some key is busy.
-    ///
-    /// # Errors
-    /// Every error of [`Error`](crate::Error) but `lock_held`.
-    pub async fn try_acquire(self) -> Result<Option<MultiLockGuard>> {
-        match self.request(Duration::ZERO).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(err) if err.code() == Some(ErrorCode::LockHeld) => Ok(None),
-            Err(err) => Err(err),
-        }
-    }
-
-    async fn request(self, wait: Duration) -> Result<MultiLockGuard> {
-        let owner = self
-            .options
-            .owner
-            .clone()
-            .unwrap_or_else(|| self.client.unique_owner());
-        let request = MultiLockAcquireRequest {
-            keys: self.keys,
-            owner,
-            terms: lockbroker_api::LeaseTerms {
-                ttl_ms: self.options.ttl_ms(),
-                wait_ms: Some(millis(wait)),
-                ..Default::default()
-            },
-        };
-        let sent = Instant::now();
-        let lease = self.client.multilocks().acquire(&request).await?;
-        Ok(Guard::start(
-            self.client,
-            lease,
-            sent,
-            Instant::now(),
-            !wait.is_zero(),
-        ))
-    }
-}
-
-/// Per-key tokens of a [`MultiLockGuard`].
-pub trait MultiLockGuardExt {
+impl MultiLockGuard {
     /// The fencing token of `key` (as the client named it), while held.
-    fn token_of(&self, key: &str) -> Option<u64>;
-}
-
-impl MultiLockGuardExt for MultiLockGuard {
-    fn token_of(&self, key: &str) -> Option<u64> {
+    pub fn token_of(&self, key: &str) -> Option<u64> {
         self.grant()?
             .locks
             .iter()
@@ -184,6 +112,7 @@ impl MultiLockGuardExt for MultiLockGuard {
     }
 }
 
+/// Every key of `lease` with its token.
 fn held(lease: &MultiLockLease) -> Vec<HeldKey> {
     lease
         .locks
@@ -195,31 +124,50 @@ fn held(lease: &MultiLockLease) -> Vec<HeldKey> {
         .collect()
 }
 
-impl Grant for MultiLockLease {
+impl Sealed for MultiLock {}
+
+impl Guarded for MultiLock {
+    type Lease = MultiLockLease;
+    /// The keys.
+    type Target = Vec<String>;
+    const BUSY: ErrorCode = ErrorCode::LockHeld;
+
     /// The first key's token (storage-key order).
-    fn token(&self) -> u64 {
-        self.locks.first().map_or(0, |l| l.token)
+    fn token(lease: &MultiLockLease) -> u64 {
+        lease.locks.first().map_or(0, |l| l.token)
     }
 
-    fn ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms)
+    fn ttl(lease: &MultiLockLease) -> Duration {
+        Duration::from_millis(lease.ttl_ms)
     }
-}
 
-impl Renewable for MultiLockLease {
-    async fn renew(&self, client: &Client) -> Result<MultiLockLease> {
+    async fn acquire(
+        client: &Client,
+        keys: &Vec<String>,
+        owner: String,
+        terms: LeaseTerms,
+    ) -> Result<MultiLockLease> {
+        let request = MultiLockAcquireRequest {
+            keys: keys.clone(),
+            owner,
+            terms,
+        };
+        client.multilocks().acquire(&request).await
+    }
+
+    async fn renew(client: &Client, lease: &MultiLockLease) -> Result<MultiLockLease> {
         let request = MultiLockRenewRequest {
-            owner: self.owner.clone(),
-            ttl_ms: Some(self.ttl_ms),
-            locks: held(self),
+            owner: lease.owner.clone(),
+            ttl_ms: Some(lease.ttl_ms),
+            locks: held(lease),
         };
         client.multilocks().renew(&request).await
     }
 
-    async fn release(&self, client: &Client) -> Result<()> {
+    async fn release(client: &Client, lease: &MultiLockLease) -> Result<()> {
         let request = MultiLockReleaseRequest {
-            owner: self.owner.clone(),
-            locks: held(self),
+            owner: lease.owner.clone(),
+            locks: held(lease),
         };
         client.multilocks().release(&request).await.map(drop)
     }

@@ -94,6 +94,7 @@ impl Transport {
         path: &str,
         bearer: Option<&str>,
         content_type: Option<&str>,
+        headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<Response<Incoming>, Failure> {
         let mut builder = Request::builder()
@@ -105,6 +106,9 @@ impl Transport {
         }
         if let Some(content_type) = content_type {
             builder = builder.header(header::CONTENT_TYPE, content_type);
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
         }
         let request = builder
             .body(Full::new(body))

@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
-use lockbroker_client::{api::AcquireRequest, rustls, Client, Error};
+use lockbroker_client::{
+    api::{AcquireRequest, Lease},
+    rustls, Client, Error,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -81,19 +84,22 @@ fn trusting(root: CertificateDer<'static>) -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
+/// One acquire from the test server at `url`, trusting `tls` (the
+/// system's roots when `None`).
+async fn acquire_at(url: &str, tls: Option<rustls::ClientConfig>) -> Result<Lease, Error> {
+    let mut builder = Client::builder(url).api_key("k");
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls);
+    }
+    let client = builder.build().unwrap();
+    client.locks().acquire("k", &AcquireRequest::new("o")).await
+}
+
 #[tokio::test]
 async fn an_https_broker_is_reached_through_the_given_roots() {
     let (port, root) = tls_server().await;
-    let client = Client::builder(&format!("https://localhost:{port}"))
-        .api_key("k")
-        .tls_config(trusting(root))
-        .build()
-        .unwrap();
-    let lease = client
-        .locks()
-        .acquire("k", &AcquireRequest::new("o"))
-        .await
-        .unwrap();
+    let url = format!("https://localhost:{port}");
+    let lease = acquire_at(&url, Some(trusting(root))).await.unwrap();
     assert_eq!(lease.token, 7);
 }
 
@@ -101,13 +107,7 @@ async fn an_https_broker_is_reached_through_the_given_roots() {
 async fn an_untrusted_certificate_is_refused() {
     let (port, _root) = tls_server().await;
     // The system's roots do not include a self-signed test certificate.
-    let client = Client::builder(&format!("https://localhost:{port}"))
-        .api_key("k")
-        .build()
-        .unwrap();
-    let err = client
-        .locks()
-        .acquire("k", &AcquireRequest::new("o"))
+    let err = acquire_at(&format!("https://localhost:{port}"), None)
         .await
         .unwrap_err();
     assert!(
@@ -120,16 +120,8 @@ async fn an_untrusted_certificate_is_refused() {
 async fn the_servers_name_is_checked() {
     let (port, root) = tls_server().await;
     // The certificate names `localhost`, not 127.0.0.1.
-    let client = Client::builder(&format!("https://127.0.0.1:{port}"))
-        .api_key("k")
-        .tls_config(trusting(root))
-        .build()
-        .unwrap();
-    let err = client
-        .locks()
-        .acquire("k", &AcquireRequest::new("o"))
-        .await
-        .unwrap_err();
+    let url = format!("https://127.0.0.1:{port}");
+    let err = acquire_at(&url, Some(trusting(root))).await.unwrap_err();
     assert!(
         matches!(err, Error::Connect(_)),
         "a certificate for another name was accepted: {err}"

@@ -8,7 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lockbroker_client::{api::AcquireRequest, Client, ErrorCode, RetryPolicy};
+use lockbroker_client::{
+    api::{AcquireRequest, Lease},
+    Client, ErrorCode, RetryPolicy,
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
@@ -61,6 +64,12 @@ impl Scripted {
             .unwrap()
     }
 
+    /// One acquire of the lock `k` by `o`, through [`Scripted::client`].
+    async fn acquire(&self) -> lockbroker_client::Result<Lease> {
+        let request = AcquireRequest::new("o");
+        self.client().locks().acquire("k", &request).await
+    }
+
     fn arrivals(&self) -> Vec<Instant> {
         self.arrivals.lock().unwrap().clone()
     }
@@ -95,10 +104,6 @@ async fn read_request(socket: &mut tokio::net::TcpStream) {
     }
 }
 
-fn acquire() -> AcquireRequest {
-    AcquireRequest::new("o")
-}
-
 #[tokio::test]
 async fn unavailable_is_retried_after_the_brokers_hint() {
     let server = Scripted::start(vec![
@@ -113,12 +118,7 @@ async fn unavailable_is_retried_after_the_brokers_hint() {
         (200, LEASE),
     ])
     .await;
-    let lease = server
-        .client()
-        .locks()
-        .acquire("k", &acquire())
-        .await
-        .unwrap();
+    let lease = server.acquire().await.unwrap();
     assert_eq!(lease.token, 7);
     let arrivals = server.arrivals();
     assert_eq!(arrivals.len(), 3, "two 503s, then the grant");
@@ -136,12 +136,7 @@ async fn retries_are_bounded() {
         r#"{"error":{"code":"unavailable","message":"db down"}}"#,
     )])
     .await;
-    let err = server
-        .client()
-        .locks()
-        .acquire("k", &acquire())
-        .await
-        .unwrap_err();
+    let err = server.acquire().await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Unavailable), "{err}");
     assert_eq!(server.arrivals().len(), 4, "the policy's 4 tries");
 }
@@ -153,12 +148,7 @@ async fn a_refusal_is_never_retried() {
         r#"{"error":{"code":"lock_held","message":"held","retry_after_ms":5}}"#,
     )])
     .await;
-    let err = server
-        .client()
-        .locks()
-        .acquire("k", &acquire())
-        .await
-        .unwrap_err();
+    let err = server.acquire().await.unwrap_err();
     let api = err.api().expect("the broker's refusal");
     assert_eq!(api.code, ErrorCode::LockHeld);
     assert_eq!(api.retry_after, Some(Duration::from_millis(5)));
@@ -174,12 +164,7 @@ async fn an_unknown_error_code_is_still_a_refusal() {
         r#"{"error":{"code":"from_a_newer_broker","message":"over the tenant's quota","retry_after_ms":40}}"#,
     )])
     .await;
-    let err = server
-        .client()
-        .locks()
-        .acquire("k", &acquire())
-        .await
-        .unwrap_err();
+    let err = server.acquire().await.unwrap_err();
     let api = err
         .api()
         .unwrap_or_else(|| panic!("not read as a refusal: {err}"));
