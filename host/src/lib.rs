@@ -30,6 +30,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod tls;
+pub mod ui;
 
 pub use app::App;
 pub use config::Config;

@@ -141,10 +141,12 @@ class ErrorMapping(unittest.TestCase):
         self.assertEqual((e.code, e.retry_after_ms), ("lock_held", 120))
 
     def test_an_unknown_code_with_a_known_status_keeps_its_code(self):
-        e = error_for(429, "quota_exceeded", "over quota")
+        e = error_for(429, "from_a_newer_broker", "over quota")
         self.assertIsInstance(e, lockbroker.LockbrokerError)
         self.assertIsInstance(e, lockbroker.TooManyWaiters)
-        self.assertEqual((e.status, e.code, e.message), (429, "quota_exceeded", "over quota"))
+        self.assertEqual((e.status, e.code, e.message), (429, "from_a_newer_broker", "over quota"))
+        self.assertIsInstance(error_for(429, "quota_exceeded", "q"), lockbroker.QuotaExceeded)
+        self.assertIsInstance(error_for(429, "rate_limited", "r", 40), lockbroker.RateLimited)
 
     def test_too_many_streams_is_a_too_many_waiters(self):
         e = error_for(429, "too_many_streams", "16 open")

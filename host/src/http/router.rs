@@ -11,11 +11,7 @@ use super::{
     resource::{serve_kind, with_kind, ForKind, Resource},
     ApiError, Response,
 };
-use crate::app::App;
-
-/// The console's static files (`/ui/`), in a folder of their own.
-#[path = "../ui/mod.rs"]
-mod ui;
+use crate::{app::App, ui};
 
 /// Answers one request. Never fails: errors become JSON error responses.
 /// Every answer carries the request's `x-request-id` and is logged and

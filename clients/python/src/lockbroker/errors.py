@@ -99,6 +99,14 @@ class TooManyStreams(TooManyWaiters):
     """429 ``too_many_streams``: the tenant has its maximum of open event streams on this broker."""
 
 
+class QuotaExceeded(TooManyWaiters):
+    """429 ``quota_exceeded``: the grant would take the tenant past ``max_held`` live leases."""
+
+
+class RateLimited(TooManyWaiters):
+    """429 ``rate_limited``: the tenant sent more than ``max_requests_per_s``; see ``retry_after_ms``."""
+
+
 class PolicyError(LockbrokerError):
     """500 ``policy_error``: the tenant's policy failed; the request was refused (fail closed)."""
 
@@ -131,6 +139,8 @@ _BY_CODE: Dict[str, Type[LockbrokerError]] = {
     "lease_lost": LeaseLost,
     "too_many_waiters": TooManyWaiters,
     "too_many_streams": TooManyStreams,
+    "quota_exceeded": QuotaExceeded,
+    "rate_limited": RateLimited,
     "policy_error": PolicyError,
     "unavailable": Unavailable,
 }
