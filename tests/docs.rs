@@ -254,48 +254,51 @@ fn slugs_follow_github() {
     );
 }
 
-#[test]
-fn toml_blocks_are_broker_configs() {
+/// Checks every ```{lang} block of the docs with `check` (what is wrong
+/// with it, if anything); fails naming each bad block, or when fewer than
+/// `at_least` were found.
+fn check_blocks(lang: &str, at_least: usize, check: impl Fn(&Block) -> Option<String>) {
     let mut checked = 0;
     let mut bad = Vec::new();
     for (path, text) in pages() {
-        for block in split(&text).0.iter().filter(|b| b.lang() == "toml") {
+        for block in split(&text).0.iter().filter(|b| b.lang() == lang) {
             checked += 1;
-            let at = format!("{}:{}", path.display(), block.line);
-            if block.info.split_whitespace().any(|word| word == "fragment") {
-                if let Err(err) = block.text.parse::<toml::Table>() {
-                    bad.push(format!("{at}: not TOML: {err}"));
-                }
-                continue;
-            }
-            match Config::from_toml(&block.text) {
-                Ok(config) => {
-                    if let Err(err) = config.validate() {
-                        bad.push(format!("{at}: the broker refuses it: {err}"));
-                    }
-                }
-                Err(err) => bad.push(format!("{at}: not a broker config: {err}")),
+            if let Some(why) = check(block) {
+                bad.push(format!("{}:{}: {why}", path.display(), block.line));
             }
         }
     }
-    assert!(checked >= 3, "only {checked} toml blocks found");
+    assert!(checked >= at_least, "only {checked} {lang} blocks found");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 #[test]
-fn json_blocks_parse() {
-    let mut checked = 0;
-    let mut bad = Vec::new();
-    for (path, text) in pages() {
-        for block in split(&text).0.iter().filter(|b| b.lang() == "json") {
-            checked += 1;
-            if let Err(err) = serde_json::from_str::<Value>(&block.text) {
-                bad.push(format!("{}:{}: {err}", path.display(), block.line));
-            }
+fn toml_blocks_are_broker_configs() {
+    check_blocks("toml", 3, |block| {
+        if block.info.split_whitespace().any(|word| word == "fragment") {
+            return block
+                .text
+                .parse::<toml::Table>()
+                .err()
+                .map(|err| format!("not TOML: {err}"));
         }
-    }
-    assert!(checked >= 3, "only {checked} json blocks found");
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+        match Config::from_toml(&block.text) {
+            Ok(config) => config
+                .validate()
+                .err()
+                .map(|err| format!("the broker refuses it: {err}")),
+            Err(err) => Some(format!("not a broker config: {err}")),
+        }
+    });
+}
+
+#[test]
+fn json_blocks_parse() {
+    check_blocks("json", 3, |block| {
+        serde_json::from_str::<Value>(&block.text)
+            .err()
+            .map(|err| err.to_string())
+    });
 }
 
 // ---------------------------------------------------------------------------

@@ -251,17 +251,21 @@ fn rust_client(broker: &Broker) -> lockbroker_client::Client {
     lockbroker_client::Client::new(broker.url(), KEY).unwrap()
 }
 
+/// `node-1` leads the election `name`.
+async fn lead(c: &lockbroker_client::Client, name: &str) -> lockbroker_client::LeaderGuard {
+    c.election(name)
+        .candidate("node-1")
+        .campaign()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn json_everywhere_and_status_of_semaphores_and_elections() {
     let broker = Broker::start().await;
     let c = rust_client(&broker);
     let permit = c.semaphore("pool", 2).acquire().await.unwrap();
-    let leader = c
-        .election("sched")
-        .candidate("node-1")
-        .campaign()
-        .await
-        .unwrap();
+    let leader = lead(&c, "sched").await;
 
     let out = lockctl(&broker, &["status", "--semaphore", "pool", "--json"]).await;
     assert!(out.status.success(), "{out:?}");
@@ -340,12 +344,7 @@ async fn watch_prints_each_change_of_leader() {
     let first = next_event(&mut lines).await;
     assert_eq!(first.leader, None);
 
-    let leader = c
-        .election("sched")
-        .candidate("node-1")
-        .campaign()
-        .await
-        .unwrap();
+    let leader = lead(&c, "sched").await;
     let second = next_event(&mut lines).await;
     assert_eq!(second.leader.as_deref(), Some("node-1"));
     assert_eq!(second.term, Some(leader.token()));

@@ -24,6 +24,16 @@ async fn https_broker(certs: &Certs, client_ca: Option<&str>) -> Broker {
     Broker::start_with(db, config).await
 }
 
+/// A broker serving https with a certificate named `cn` of the CA `ca`;
+/// its certificates and https URL.
+async fn serving(cn: &str) -> (Certs, Broker, String) {
+    let certs = Certs::new();
+    certs.ca("ca").signed("server", cn, "ca");
+    let broker = https_broker(&certs, None).await;
+    let url = https(&broker);
+    (certs, broker, url)
+}
+
 /// `https://127.0.0.1:PORT` of `broker`.
 fn https(broker: &Broker) -> String {
     broker.url().replace("http://", "https://")
@@ -62,10 +72,7 @@ async fn presented_cn(certs: &Certs, url: &str) -> String {
 
 #[tokio::test]
 async fn the_api_is_served_over_https_and_not_in_plain_text() {
-    let certs = Certs::new();
-    certs.ca("ca").signed("server", "first", "ca");
-    let broker = https_broker(&certs, None).await;
-    let url = https(&broker);
+    let (certs, broker, url) = serving("first").await;
     let auth = format!("Authorization: Bearer {KEY}");
     let ca = certs.file("ca.pem");
     let (code, out) = curl(&[
@@ -119,10 +126,7 @@ async fn with_a_client_ca_a_client_needs_its_certificate_to_shake_hands() {
 
 #[tokio::test]
 async fn new_certificate_files_are_taken_without_a_restart_and_broken_ones_are_not() {
-    let certs = Certs::new();
-    certs.ca("ca").signed("server", "first", "ca");
-    let broker = https_broker(&certs, None).await;
-    let url = https(&broker);
+    let (certs, _broker, url) = serving("first").await;
     assert!(presented_cn(&certs, &url).await.contains("first"));
 
     // A renewed certificate, written over the old files.

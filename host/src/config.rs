@@ -939,8 +939,10 @@ api_key = "k2"
             .unwrap();
         config.validate().unwrap();
         assert_eq!(config.advertise_url_for(any), "http://lb-1.internal:7420");
+        config.advertise_url = Some("https://lb-1.internal:7420".into());
+        config.validate().unwrap();
         for bad in [
-            "https://x:1",
+            "ftp://x:1",
             "x:1",
             "http://",
             "http://x:1/path",

@@ -16,11 +16,12 @@ use crate::{
 /// One tenant: its limits and its policy.
 pub struct Tenant {
     pub name: String,
-    keys: Vec<Secret>,
     pub max_ttl_ms: u64,
     pub max_waiters: u64,
     /// Its live leases against `max_held`.
     pub held: Held,
+    /// Its API keys, as digests.
+    keys: Vec<Secret>,
     /// Its requests against `max_requests_per_s`, if limited.
     pub rate: Option<Rate>,
     /// Event streams it may have open on this broker at once.
