@@ -188,9 +188,18 @@ async fn run_script(
     api_url: &str,
     proxy: &Proxy,
 ) -> std::process::ExitStatus {
+    // Pictures of the main views, kept for review (`LB_SCREENSHOTS`
+    // chooses where; by default a folder in the temp dir, named here).
+    let pictures = std::env::var_os("LB_SCREENSHOTS").map_or_else(
+        || std::env::temp_dir().join(format!("lbt-console-{}", std::process::id())),
+        std::path::PathBuf::from,
+    );
+    std::fs::create_dir_all(&pictures).expect("a folder for the screenshots");
+    eprintln!("console: screenshots in {}", pictures.display());
     let mut child = tokio::process::Command::new("node")
         .arg("console.mjs")
         .current_dir(dir)
+        .env("LB_SCREENSHOTS", &pictures)
         .env("LB_URL", page_url)
         .env("LB_API", api_url)
         .env("LB_KEY", KEY)

@@ -212,6 +212,8 @@ async fn the_streams_of_a_tenant_are_bounded_and_a_closed_one_frees_its_place() 
         stream(broker.url(), "", &[]).await,
         stream(broker.url(), "", &[]).await,
     );
+    let open = r#"lockbroker_event_streams_open{tenant="default"}"#;
+    assert_eq!(broker.client().counter(open).await, 2);
     let refused = broker.client().get("/v1/events").await.unwrap();
     assert_eq!(refused.status, 429, "{}", refused.text());
     assert_eq!(refused.error().unwrap().code.as_str(), "too_many_streams");
@@ -220,10 +222,11 @@ async fn the_streams_of_a_tenant_are_bounded_and_a_closed_one_frees_its_place() 
     assert_eq!(theirs.status, 200);
     drop(first);
     eventually("the closed stream's place is free", WITHIN * 10, || async {
-        let s = SseStream::open(broker.url(), "/v1/events", KEY, &[]).await;
-        s.status == 200
+        broker.client().counter(open).await == 1
     })
     .await;
+    let again = SseStream::open(broker.url(), "/v1/events", KEY, &[]).await;
+    assert_eq!(again.status, 200);
 }
 
 #[tokio::test]

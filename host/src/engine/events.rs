@@ -126,12 +126,18 @@ struct Slot {
     tenant: String,
 }
 
+/// The gauge of a tenant's open event streams on this broker.
+const OPEN_STREAMS: &str = "lockbroker_event_streams_open";
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut streams = self.engine.feed.streams.lock().expect("streams");
         if let Some(n) = streams.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
         }
+        self.engine
+            .metrics
+            .add_gauge(OPEN_STREAMS, &[("tenant", &self.tenant)], -1);
     }
 }
 
@@ -161,6 +167,8 @@ impl Engine {
             return Err(EngineError::TooManyStreams);
         }
         *open += 1;
+        self.metrics
+            .add_gauge(OPEN_STREAMS, &[("tenant", tenant)], 1);
         let slot = Slot {
             engine: self.clone(),
             tenant: tenant.to_owned(),
