@@ -104,11 +104,11 @@ impl Harness {
             pacing: pacing.clone(),
             delays: Default::default(),
         };
+        engine.set_scopes([scope.clone()]);
         let tasks = vec![
             tokio::spawn(engine.clone().run_heartbeat(stopped.clone())),
             tokio::spawn(engine.clone().run_waker(stopped.clone())),
             tokio::spawn(engine.clone().run_reaper(
-                vec![scope.clone()],
                 Duration::from_millis(25),
                 Duration::from_secs(3600),
                 stopped,

@@ -71,3 +71,58 @@ pub struct ForceReleaseResponse {
     /// True when the key went straight to a queued waiter.
     pub handed_off: bool,
 }
+
+/// `POST /v1/admin/reload`: the config file was read again and what could
+/// change live is in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReloadReport {
+    /// Always true in a 200 answer (a refused config is a 422).
+    pub reloaded: bool,
+    /// What changed and is in force now, in words: `tenant team-b added`,
+    /// `tenant team-a removed`, `tenant team-a: api_keys, max_held`,
+    /// `admin_token`, `metrics_token`, `tls files`. Empty when nothing did.
+    pub changed: Vec<String>,
+    /// Settings that changed in the file but take a restart to apply
+    /// (`listen`, `database_url`, `tenant team-a: database_url`, ...): not
+    /// applied, the old values stay in force.
+    pub needs_restart: Vec<String>,
+}
+
+/// `GET /v1/admin/reload`: the config in force and how the last reload
+/// went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReloadStatus {
+    /// The config file reloads read; null when the broker started without
+    /// one (development defaults: nothing to reload).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub file: Option<String>,
+    /// When the config in force was read (start or the last reload that
+    /// succeeded), UTC with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub loaded_at: String,
+    /// The last reload since start, null if none.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub last: Option<ReloadAttempt>,
+}
+
+/// One reload (by SIGHUP or `POST /v1/admin/reload`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReloadAttempt {
+    /// When it was made, UTC with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+    /// `sighup` or `api`.
+    pub by: String,
+    /// Whether the new config was taken.
+    pub reloaded: bool,
+    /// As in [`ReloadReport`] (empty when refused).
+    pub changed: Vec<String>,
+    /// As in [`ReloadReport`] (empty when refused).
+    pub needs_restart: Vec<String>,
+    /// Why the new config was refused; null when it was taken.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub error: Option<String>,
+}

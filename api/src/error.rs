@@ -78,6 +78,9 @@ pub enum ErrorCode {
     InvalidKey,
     /// 422: an uploaded policy component is invalid.
     InvalidPolicy,
+    /// 422: a reloaded config file is invalid (the config in force stays,
+    /// whole).
+    InvalidConfig,
     /// 429: the tenant has `max_waiters` requests waiting already.
     TooManyWaiters,
     /// 429: the tenant has `max_streams` event streams open on this broker
@@ -106,7 +109,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a broker sends, in the order above ([`ErrorCode::Unknown`]
     /// is not one).
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::BadRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -121,6 +124,7 @@ impl ErrorCode {
         ErrorCode::HeadersTooLarge,
         ErrorCode::InvalidKey,
         ErrorCode::InvalidPolicy,
+        ErrorCode::InvalidConfig,
         ErrorCode::TooManyWaiters,
         ErrorCode::TooManyStreams,
         ErrorCode::QuotaExceeded,
@@ -146,7 +150,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
-            ErrorCode::InvalidKey | ErrorCode::InvalidPolicy => 422,
+            ErrorCode::InvalidKey | ErrorCode::InvalidPolicy | ErrorCode::InvalidConfig => 422,
             ErrorCode::TooManyWaiters
             | ErrorCode::TooManyStreams
             | ErrorCode::QuotaExceeded
@@ -173,6 +177,7 @@ impl ErrorCode {
             ErrorCode::HeadersTooLarge => "headers_too_large",
             ErrorCode::InvalidKey => "invalid_key",
             ErrorCode::InvalidPolicy => "invalid_policy",
+            ErrorCode::InvalidConfig => "invalid_config",
             ErrorCode::TooManyWaiters => "too_many_waiters",
             ErrorCode::TooManyStreams => "too_many_streams",
             ErrorCode::QuotaExceeded => "quota_exceeded",

@@ -37,7 +37,10 @@ pub mod ops;
 pub mod rwlock;
 pub mod semaphore;
 
-pub use admin::{ForceReleaseResponse, PolicyInfo, TenantInfo, TenantList};
+pub use admin::{
+    ForceReleaseResponse, PolicyInfo, ReloadAttempt, ReloadReport, ReloadStatus, TenantInfo,
+    TenantList,
+};
 pub use election::{
     CampaignRequest, ElectionEvent, ElectionRenewRequest, ElectionStatus, LeaderEvent, Leadership,
     ResignRequest, ResignResponse,

@@ -2,7 +2,10 @@
 //! shares (tenants, the engine of each database, the policy loader, push
 //! wake-ups, metrics). [`crate::server`] runs it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, RwLock},
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use tokio::sync::watch;
@@ -16,6 +19,7 @@ use crate::{
         wasm::{Limits, WasmHost},
         Loaded, TenantPolicy,
     },
+    reconfigure::Attempt,
     store::{db::Db, pool::Setup},
     tenant::{Tenant, Tenants},
     tls::Tls,
@@ -26,8 +30,14 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Everything a request needs.
 pub struct App {
+    /// The config the broker started with: what a reload cannot change
+    /// (listen address, databases, pools, timeouts) is read from here.
     pub config: Config,
-    pub tenants: Tenants,
+    /// What a config reload replaces: a request takes it once and keeps
+    /// it ([`App::live`]).
+    live: RwLock<Arc<Live>>,
+    /// The last reload, held while one is under way (reloads take turns).
+    pub(crate) reloads: tokio::sync::Mutex<Option<Attempt>>,
     /// One engine per database (the top-level one first, then each shard
     /// a tenant names); a tenant's `database` is its index here.
     pub engines: Vec<Engine>,
@@ -104,10 +114,11 @@ impl App {
                 None => Loaded::builtin(),
             };
             let policy = TenantPolicy::new(&t.name, t.policy.clone(), loaded, metrics.clone());
-            tenants.push(Tenant::new(t, policy, database));
+            tenants.push(Tenant::new(t, Arc::new(policy), database));
         }
         Ok(App {
-            tenants: Tenants::new(tenants),
+            live: RwLock::new(Arc::new(Live::new(Tenants::new(tenants), config.clone()))),
+            reloads: tokio::sync::Mutex::default(),
             reloader,
             engines,
             metrics,
@@ -117,10 +128,32 @@ impl App {
         })
     }
 
+    /// The tenants and tokens in force now. A request takes them once, so
+    /// a reload meanwhile does not change them under it.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.read().expect("live config lock").clone()
+    }
+
+    pub(crate) fn set_live(&self, live: Live) {
+        *self.live.write().expect("live config lock") = Arc::new(live);
+    }
+
+    /// Counts an admin action (`lockbroker_admin_actions_total`); its
+    /// audit log line is written where the action is.
+    pub fn audit(&self, action: &str, ok: bool) {
+        self.metrics.inc(
+            "lockbroker_admin_actions_total",
+            &[
+                ("action", action),
+                ("result", if ok { "ok" } else { "error" }),
+            ],
+        );
+    }
+
     /// The engine on the database that holds the locks of the tenant
     /// named `tenant` (the top-level database for a name not configured).
     pub fn engine(&self, tenant: &str) -> &Engine {
-        let database = self.tenants.get(tenant).map_or(0, |t| t.database);
+        let database = self.live().tenants.get(tenant).map_or(0, |t| t.database);
         &self.engines[database]
     }
 
@@ -146,7 +179,8 @@ impl App {
                 ));
             }
         }
-        let (loading, failed): (Vec<&Arc<Tenant>>, Vec<&Arc<Tenant>>) = self
+        let live = self.live();
+        let (loading, failed): (Vec<&Arc<Tenant>>, Vec<&Arc<Tenant>>) = live
             .tenants
             .iter()
             .filter(|t| !t.policy.is_loaded())
@@ -175,6 +209,27 @@ impl App {
             Ok(())
         } else {
             Err(why.join("; "))
+        }
+    }
+}
+
+/// What a config reload replaces whole.
+pub struct Live {
+    pub tenants: Tenants,
+    /// The config they came from; its admin and metrics tokens are in
+    /// force. (Its settings that need a restart may differ from
+    /// [`App::config`]'s, which are the ones in force.)
+    pub config: Config,
+    /// When it was read, UTC with milliseconds.
+    pub loaded_at: String,
+}
+
+impl Live {
+    pub fn new(tenants: Tenants, config: Config) -> Live {
+        Live {
+            tenants,
+            config,
+            loaded_at: crate::policy::now_rfc3339(),
         }
     }
 }

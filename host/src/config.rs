@@ -152,6 +152,10 @@ pub struct Config {
     /// True when the built-in development defaults are in use.
     #[serde(skip)]
     pub dev_defaults: bool,
+    /// The file this config was read from: what a reload reads again
+    /// (none: the development defaults, or a config built in code).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// How the broker writes its log lines (`--log-format`, `log_format`,
@@ -374,7 +378,10 @@ impl Config {
                     path: path.to_owned(),
                     source,
                 })?;
-                Config::from_toml(&text)?
+                Config {
+                    source: Some(path.to_owned()),
+                    ..Config::from_toml(&text)?
+                }
             }
             None => Config::dev(),
         };

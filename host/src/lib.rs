@@ -11,8 +11,10 @@
 //!
 //! Layers call only downward: [`server`] → [`http`] → [`app`] → [`engine`]
 //! → [`store`], with [`tenant`] and [`policy`] beside the engine. [`app`]
-//! builds what every request shares from a [`config`]; [`server`] binds
-//! the listener and runs it with the background tasks; [`metrics`] counts
+//! builds what every request shares from a [`config`], and
+//! [`reconfigure`] replaces what can change live when the config file is
+//! reloaded; [`server`] binds the listener and runs it with the background
+//! tasks; [`metrics`] counts
 //! what happens and [`telemetry`] sets up the logs. Clients live in their
 //! own crates (`clients/`).
 
@@ -23,6 +25,7 @@ pub mod http;
 pub mod metrics;
 pub mod policy;
 pub mod quota;
+pub mod reconfigure;
 pub mod secret;
 pub mod server;
 pub mod shutdown;

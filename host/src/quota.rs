@@ -75,7 +75,8 @@ pub enum Refused<E> {
 
 /// A tenant's live leases, as this broker knows them (see the module).
 pub struct Held {
-    max: u64,
+    /// `max_held`; a config reload may change it.
+    max: std::sync::atomic::AtomicU64,
     state: Mutex<Estimate>,
 }
 
@@ -102,9 +103,14 @@ impl Estimate {
 impl Held {
     pub fn new(max: u64) -> Held {
         Held {
-            max,
+            max: max.into(),
             state: Mutex::new(Estimate::default()),
         }
+    }
+
+    /// A new `max_held`, from the next grant on (the estimate is kept).
+    pub fn set_max(&self, max: u64) {
+        self.max.store(max, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Admits a grant of `n` leases (a multi-lock's keys together), reading
@@ -131,14 +137,14 @@ impl Held {
     where
         F: Future<Output = Result<u64, E>>,
     {
+        let max = self.max.load(std::sync::atomic::Ordering::Relaxed);
         let mut state = self.state.lock().await;
         let wanted = state.held().saturating_add(n);
         let recount = match state.counted {
             None => true,
             Some((_, at)) => {
                 let age = now.saturating_duration_since(at);
-                (wanted > self.max / 2 && age >= STALE)
-                    || (wanted > self.max && age >= RECOUNT_EVERY)
+                (wanted > max / 2 && age >= STALE) || (wanted > max && age >= RECOUNT_EVERY)
             }
         };
         if recount {
@@ -148,7 +154,7 @@ impl Held {
                 since: 0,
             };
         }
-        if state.held().saturating_add(n) > self.max {
+        if state.held().saturating_add(n) > max {
             return Err(Refused::OverQuota);
         }
         state.since = state

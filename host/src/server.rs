@@ -1,14 +1,14 @@
 //! A bound, serving, stoppable broker: [`Server::start`] builds the
 //! [`App`] from a config, serves it over HTTP ([`crate::http`]) and runs
-//! each database's background tasks (wake-ups, heartbeat, reaper) and the
-//! policy watcher until [`Server::shutdown`].
+//! each database's background tasks (wake-ups, heartbeat, reaper), the
+//! policy watcher and config reloads on SIGHUP until [`Server::shutdown`].
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
-use crate::{app::App, config::Config, engine, http};
+use crate::{app::App, config::Config, engine, http, reconfigure::Trigger};
 
 /// How long background tasks get to stop once the server has drained.
 const STOP_TASKS_WITHIN: Duration = Duration::from_secs(2);
@@ -34,6 +34,9 @@ impl Server {
     /// # Errors
     /// As [`App::build`], or the address cannot be bound.
     pub async fn start(mut config: Config) -> anyhow::Result<Server> {
+        // First: SIGHUP's default action ends the process, and a reload
+        // may come while the policies load (`systemctl reload`).
+        let hangup = hangups();
         let listen = config.listen;
         let listener = TcpListener::bind(listen)
             .await
@@ -42,22 +45,22 @@ impl Server {
         config.advertise_url = Some(config.advertise_url_for(addr));
         let (stop, stopped) = watch::channel(false);
         let app = Arc::new(App::build(config, stopped.clone()).await?);
-        let tenants: Vec<_> = app.tenants.iter().cloned().collect();
+        let tenants: Vec<_> = app.live().tenants.iter().cloned().collect();
         let reap_every = Duration::from_millis(app.config.reaper_interval_ms.max(1));
         let retention =
             Duration::from_secs(app.config.history_retention_hours.saturating_mul(3600));
         let mut background = Vec::new();
         for (i, engine) in app.engines.iter().enumerate() {
-            let own: Vec<_> = tenants
-                .iter()
-                .filter(|t| t.database == i)
-                .map(engine::Scope::of)
-                .collect();
+            engine.set_scopes(
+                tenants
+                    .iter()
+                    .filter(|t| t.database == i)
+                    .map(engine::Scope::of),
+            );
             background.push(tokio::spawn(engine.clone().run_waker(stopped.clone())));
             background.push(tokio::spawn(engine.clone().run_heartbeat(stopped.clone())));
             background.push(tokio::spawn(engine.clone().run_feed(stopped.clone())));
             background.push(tokio::spawn(engine.clone().run_reaper(
-                own,
                 reap_every,
                 retention,
                 stopped.clone(),
@@ -69,7 +72,8 @@ impl Server {
         let task = tokio::spawn(http::serve(listener, app.clone(), stopped.clone()));
         let policies = tenants.iter().map(|t| t.policy.clone()).collect();
         let watcher = app.reloader.load_all(policies).await;
-        background.push(tokio::spawn(watcher.run(stopped)));
+        background.push(tokio::spawn(watcher.run(stopped.clone())));
+        background.push(tokio::spawn(reload_on_hangup(app.clone(), hangup, stopped)));
         tracing::info!(%addr, advertise_url = app.push.url().unwrap_or(""), "lockbroker ready");
         Ok(Server {
             addr,
@@ -100,6 +104,37 @@ impl Server {
         for engine in &self.app.engines {
             let _ = tokio::time::timeout(STOP_TASKS_WITHIN, engine.depart()).await;
             engine.db().close();
+        }
+    }
+}
+
+/// SIGHUPs from now on (none if no handler can be installed).
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    signal(SignalKind::hangup())
+        .inspect_err(|err| {
+            tracing::warn!(error = %err, "no SIGHUP handler: reload with POST /v1/admin/reload");
+        })
+        .ok()
+}
+
+/// Reloads the config on each SIGHUP (`ExecReload` of the systemd unit),
+/// until `stop`. The outcome is logged (target `lockbroker::audit`).
+async fn reload_on_hangup(
+    app: Arc<App>,
+    hangup: Option<tokio::signal::unix::Signal>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some(mut hangup) = hangup else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => {
+                // The outcome is logged and kept for GET /v1/admin/reload.
+                let _ = app.reload(Trigger::Sighup).await;
+            }
+            () = crate::shutdown::stopped(&mut stop) => return,
         }
     }
 }

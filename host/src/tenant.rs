@@ -18,12 +18,14 @@ pub struct Tenant {
     pub name: String,
     pub max_ttl_ms: u64,
     pub max_waiters: u64,
-    /// Its live leases against `max_held`.
-    pub held: Held,
+    /// Its live leases against `max_held` (shared with the tenant as it
+    /// was before a config reload: the estimate carries over).
+    pub held: Arc<Held>,
     /// Its API keys, as digests.
     keys: Vec<Secret>,
-    /// Its requests against `max_requests_per_s`, if limited.
-    pub rate: Option<Rate>,
+    /// Its requests against `max_requests_per_s`, if limited (the bucket
+    /// carries over a config reload that leaves the rate as it was).
+    pub rate: Option<Arc<Rate>>,
     /// Event streams it may have open on this broker at once.
     pub max_streams: usize,
     /// Its policy (and the policy's file in `policy_dir`, if any).
@@ -43,17 +45,19 @@ impl std::fmt::Debug for Tenant {
 }
 
 impl Tenant {
-    pub fn new(config: &TenantConfig, policy: TenantPolicy, database: usize) -> Tenant {
+    pub fn new(config: &TenantConfig, policy: Arc<TenantPolicy>, database: usize) -> Tenant {
         Tenant {
             database,
             name: config.name.clone(),
             keys: config.keys().cloned().collect(),
             max_ttl_ms: config.max_ttl_ms,
             max_waiters: config.max_waiters,
-            held: Held::new(config.max_held),
-            rate: config.rate().map(|(per_s, burst)| Rate::new(per_s, burst)),
+            held: Arc::new(Held::new(config.max_held)),
+            rate: config
+                .rate()
+                .map(|(per_s, burst)| Arc::new(Rate::new(per_s, burst))),
             max_streams: config.max_streams,
-            policy: Arc::new(policy),
+            policy,
             delays: Delays {
                 lock_delay_ms: config.lock_delay_ms,
                 min_hold_ms: config.min_hold_ms,
@@ -62,7 +66,41 @@ impl Tenant {
     }
 }
 
-/// All tenants, fixed at start.
+impl Tenant {
+    /// This tenant as `config` (a reloaded config; `was` the one before)
+    /// has it, with `policy`: its held-lease estimate carries over (the
+    /// caller sets the new `max_held` once the reload is taken), and its
+    /// rate bucket when the rate is unchanged. Requests in flight keep the
+    /// tenant they started with.
+    pub fn reconfigured(
+        &self,
+        config: &TenantConfig,
+        was: &TenantConfig,
+        policy: Arc<TenantPolicy>,
+    ) -> Tenant {
+        let rate = match (config.rate(), &self.rate) {
+            (now, Some(bucket)) if now == was.rate() => Some(bucket.clone()),
+            (now, _) => now.map(|(per_s, burst)| Arc::new(Rate::new(per_s, burst))),
+        };
+        Tenant {
+            database: self.database,
+            name: config.name.clone(),
+            keys: config.keys().cloned().collect(),
+            max_ttl_ms: config.max_ttl_ms,
+            max_waiters: config.max_waiters,
+            held: self.held.clone(),
+            rate,
+            max_streams: config.max_streams,
+            policy,
+            delays: Delays {
+                lock_delay_ms: config.lock_delay_ms,
+                min_hold_ms: config.min_hold_ms,
+            },
+        }
+    }
+}
+
+/// All tenants: fixed for a request, replaced whole by a config reload.
 #[derive(Debug, Default)]
 pub struct Tenants {
     list: Vec<Arc<Tenant>>,
@@ -73,6 +111,11 @@ impl Tenants {
         Tenants {
             list: list.into_iter().map(Arc::new).collect(),
         }
+    }
+
+    /// Tenants already shared (some carried over a reload).
+    pub fn of(list: Vec<Arc<Tenant>>) -> Tenants {
+        Tenants { list }
     }
 
     /// The tenant whose API key is `bearer`, comparing against all of them.
@@ -108,7 +151,7 @@ mod tests {
             ..TenantConfig::new(name, key)
         };
         let policy = TenantPolicy::new(name, None, Loaded::builtin(), Arc::new(Metrics::default()));
-        Tenant::new(&config, policy, 0)
+        Tenant::new(&config, Arc::new(policy), 0)
     }
 
     #[test]

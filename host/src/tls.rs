@@ -5,9 +5,10 @@
 //! [`Tls`] holds the rustls config in force. Every handshake reads it, so
 //! a reload applies to the next connection and leaves open ones alone.
 //! [`Tls::watch`] re-reads the files when their modification time or size
-//! changes (checked every [`CHECK_EVERY`]) or on SIGHUP; a file that does
-//! not load (half written, a key that does not match) is logged and the
-//! config in force is kept.
+//! changes (checked every [`CHECK_EVERY`]), and a config reload (SIGHUP,
+//! `POST /v1/admin/reload`) re-reads them at once ([`Tls::retarget`]); a
+//! file that does not load (half written, a key that does not match) is
+//! logged and the config in force is kept.
 
 use std::{
     io,
@@ -32,7 +33,9 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The TLS of the listener: what is in force, and where it came from.
 pub struct Tls {
-    files: TlsConfig,
+    /// The files, as the config in force names them (a reload may name
+    /// others).
+    files: RwLock<TlsConfig>,
     current: RwLock<Arc<ServerConfig>>,
     /// What the files looked like when last loaded (or tried).
     seen: std::sync::Mutex<Vec<Stamp>>,
@@ -51,7 +54,7 @@ impl Tls {
         let seen = stamps(config);
         let server = server_config(config)?;
         Ok(Tls {
-            files: config.clone(),
+            files: RwLock::new(config.clone()),
             current: RwLock::new(server),
             seen: std::sync::Mutex::new(seen),
         })
@@ -70,7 +73,8 @@ impl Tls {
     /// Re-reads the files if `force` or if any changed since last time.
     /// True when a new config is in force.
     pub fn reload(&self, force: bool) -> bool {
-        let now = stamps(&self.files);
+        let files = self.files.read().expect("tls files").clone();
+        let now = stamps(&files);
         {
             let mut seen = self.seen.lock().expect("tls stamps");
             if !force && *seen == now {
@@ -78,10 +82,10 @@ impl Tls {
             }
             *seen = now;
         }
-        match server_config(&self.files) {
+        match server_config(&files) {
             Ok(config) => {
                 *self.current.write().expect("tls config") = config;
-                tracing::info!(cert_file = %self.files.cert_file.display(), "TLS certificate reloaded");
+                tracing::info!(cert_file = %files.cert_file.display(), "TLS certificate reloaded");
                 true
             }
             Err(err) => {
@@ -93,30 +97,34 @@ impl Tls {
         }
     }
 
-    /// Reloads on a change of the files or on SIGHUP, until `stop`.
+    /// Reloads on a change of the files, until `stop`.
     pub async fn watch(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hangup = signal(SignalKind::hangup()).ok();
         let mut tick = tokio::time::interval(CHECK_EVERY);
         loop {
-            let force = tokio::select! {
-                _ = tick.tick() => false,
-                () = hung_up(&mut hangup) => true,
+            tokio::select! {
+                _ = tick.tick() => {}
                 () = crate::shutdown::stopped(&mut stop) => return,
-            };
-            self.reload(force);
+            }
+            self.reload(false);
         }
+    }
+
+    /// Takes `files` (a reloaded config's `[tls]`, already [`check`]ed)
+    /// and re-reads them now.
+    pub fn retarget(&self, files: TlsConfig) {
+        *self.files.write().expect("tls files") = files;
+        self.reload(true);
     }
 }
 
-/// A SIGHUP (never, without a handler).
-async fn hung_up(hangup: &mut Option<tokio::signal::unix::Signal>) {
-    match hangup {
-        Some(signal) => {
-            signal.recv().await;
-        }
-        None => std::future::pending().await,
-    }
+/// Whether `files` make a working TLS config (for a config reload, before
+/// it is taken).
+///
+/// # Errors
+/// Why not: a file cannot be read, holds no certificate or key, or the
+/// key does not fit.
+pub fn check(files: &TlsConfig) -> anyhow::Result<()> {
+    server_config(files).map(drop)
 }
 
 fn stamps(config: &TlsConfig) -> Vec<Stamp> {

@@ -25,6 +25,7 @@
 
 mod certs;
 mod client;
+mod conformance;
 mod eventually;
 mod galera;
 pub mod history;
@@ -51,6 +52,7 @@ use tokio::{
 
 pub use certs::Certs;
 pub use client::{encode_key, Client, ClientError, Reply};
+pub use conformance::{Conformance, LIMITED_KEY, LIMITED_PER_S};
 pub use eventually::{eventually, eventually_some, POLL_EVERY};
 pub use galera::GaleraCluster;
 pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
@@ -180,11 +182,18 @@ impl Broker {
     }
 
     /// Stops the broker and drops its database.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        let db = self.db.clone();
+        self.shutdown().await;
+        drop_db(&db).await;
+    }
+
+    /// Stops the broker and keeps its database (another broker on it
+    /// drops it).
+    pub async fn shutdown(mut self) {
         if let Some(server) = self.server.take() {
             server.shutdown().await;
         }
-        drop_db(&self.db).await;
     }
 }
 
@@ -316,6 +325,24 @@ impl BrokerProcess {
 
     pub fn client(&self) -> Client {
         Client::new(&self.url, Some(KEY)).unwrap()
+    }
+
+    /// The config file the broker was started with (a test may rewrite
+    /// it, then reload).
+    pub fn config_path(&self) -> &std::path::Path {
+        self._config.path()
+    }
+
+    /// Sends `signal` (e.g. `"HUP"`) to the process.
+    pub async fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the broker runs");
+        let status = tokio::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {pid}");
     }
 
     /// Kills the process with SIGKILL (a crash) and reaps it.

@@ -176,6 +176,13 @@ impl Engine {
         } else {
             Locking::Wait
         };
+        // A waiting read queues behind the key's other waiting requests
+        // here, not in the database holding a connection (`gate`).
+        let _turn = if locking == Locking::Wait {
+            Some(self.gates.turn(lock, budget).await?)
+        } else {
+            None
+        };
         if wish.wait_ms > 0 && self.on_routine_path(lock) {
             if let Some(attempt) = self.attempt_routine(lock, wish).await? {
                 return Ok(attempt);

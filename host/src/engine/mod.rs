@@ -14,6 +14,8 @@
 //! - `multilock`: several lock keys granted, renewed and released all or
 //!   none, in storage-key order.
 //! - `force`: an operator ending a stuck lease.
+//! - `gate`: turns per key, so that requests waiting on a hot key's row
+//!   hold one database connection, not the whole pool.
 //! - `rwlock`: reader-writer locks (a header row and one row per reader),
 //!   sharing the wait queue and its delivery with the other kinds.
 //! - `history`: each lock's events, appended by the transactions that
@@ -46,6 +48,7 @@ mod events;
 #[cfg(test)]
 mod fixtures;
 mod force;
+mod gate;
 mod history;
 mod lease;
 mod listing;
@@ -390,7 +393,15 @@ pub struct Inner {
     /// Keys (tenant, storage key) with a timer to hand them on when their
     /// lock-delay or minimum hold ends (`delay`).
     delayed: Mutex<std::collections::HashSet<(String, String)>>,
+    /// Turns per key for operations that wait on a key's row (`gate`).
+    gates: gate::Gates,
+    /// The tenants whose keys the reaper tends, by name: replaced whole
+    /// when a config reload adds, removes or changes tenants.
+    scopes: std::sync::RwLock<Arc<Scopes>>,
 }
+
+/// The reaper's tenants, by name (as stored: bytes).
+pub type Scopes = HashMap<Vec<u8>, Scope>;
 
 impl Deref for Engine {
     type Target = Inner;
@@ -420,7 +431,23 @@ impl Engine {
             batcher: batch::Batcher::default(),
             feed: events::Feed::default(),
             delayed: Mutex::new(std::collections::HashSet::new()),
+            gates: gate::Gates::default(),
+            scopes: std::sync::RwLock::default(),
         }))
+    }
+
+    /// The tenants of this database whose keys the reaper tends from its
+    /// next pass on (keys of other tenants are left alone).
+    pub fn set_scopes(&self, scopes: impl IntoIterator<Item = Scope>) {
+        let scopes = scopes
+            .into_iter()
+            .map(|t| (t.tenant.clone().into_bytes(), t))
+            .collect();
+        *self.scopes.write().expect("scopes lock") = Arc::new(scopes);
+    }
+
+    fn scopes(&self) -> Arc<Scopes> {
+        self.scopes.read().expect("scopes lock").clone()
     }
 
     /// The database.

@@ -359,6 +359,7 @@ impl Engine {
     ) -> Result<Option<Handoff>, EngineError> {
         self.local.lock().expect("local waiters").remove(&id);
         let budget = self.budget();
+        let _turn = self.gates.turn(lock, budget).await?;
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
             seat::header(&mut tx, lock, Locking::Wait).await?;

@@ -13,11 +13,11 @@
 //! key's header row with `SKIP LOCKED`: several brokers' reapers never wait
 //! for each other, and never for a grant in progress.
 
-use std::{collections::HashMap, sync::atomic::Ordering, time::Duration};
+use std::{sync::atomic::Ordering, time::Duration};
 
 use tokio::sync::watch;
 
-use super::{history::PRUNE_BATCH, micros, Engine, EngineError, LockRef, Scope};
+use super::{history::PRUNE_BATCH, micros, Engine, EngineError, LockRef, Scopes};
 use crate::store::{
     locks, rwlocks, semaphores,
     waiters::{self, Staleness},
@@ -40,22 +40,18 @@ const PRUNE_EVERY: u32 = 40;
 
 impl Engine {
     /// Runs until `stop`, once every `interval`, on the keys of the
-    /// tenants of `scopes` (keys of other tenants are left alone).
+    /// tenants of [`Engine::set_scopes`] as they are at each pass (keys of
+    /// other tenants are left alone).
     pub async fn run_reaper(
         self,
-        scopes: Vec<Scope>,
         interval: Duration,
         retention: Duration,
         stop: watch::Receiver<bool>,
     ) {
-        let tenants: HashMap<Vec<u8>, Scope> = scopes
-            .into_iter()
-            .map(|t| (t.tenant.clone().into_bytes(), t))
-            .collect();
         // A pruning that deleted a full batch prunes again next tick.
         let backlog = std::sync::atomic::AtomicBool::new(false);
         let errors = "lockbroker_reaper_errors_total";
-        let (engine, tenants, backlog) = (&self, &tenants, &backlog);
+        let (engine, backlog) = (&self, &backlog);
         self.every(
             interval,
             stop,
@@ -65,7 +61,8 @@ impl Engine {
                 let prune = (backlog.load(Ordering::Relaxed) || tick.is_multiple_of(PRUNE_EVERY))
                     .then_some(retention);
                 let sweep = tick.is_multiple_of(SWEEP_EVERY);
-                let full = engine.reap_once(tenants, sweep, prune).await?;
+                let tenants = engine.scopes();
+                let full = engine.reap_once(&tenants, sweep, prune).await?;
                 backlog.store(full, Ordering::Relaxed);
                 Ok(())
             },
@@ -76,7 +73,7 @@ impl Engine {
     /// One pass; whether a pruning deleted a full batch (more may be due).
     async fn reap_once(
         &self,
-        tenants: &HashMap<Vec<u8>, Scope>,
+        tenants: &Scopes,
         sweep: bool,
         prune: Option<Duration>,
     ) -> Result<bool, EngineError> {
@@ -125,7 +122,7 @@ impl Engine {
 
 /// The lock a reaped row is about (its tenant must still be configured),
 /// with its delays as the tenant's policy gives them.
-async fn lock_ref(tenants: &HashMap<Vec<u8>, Scope>, key: &KeyRow) -> Option<LockRef> {
+async fn lock_ref(tenants: &Scopes, key: &KeyRow) -> Option<LockRef> {
     let tenant = tenants.get(&key.tenant)?;
     let kind = match key.kind {
         0 => Kind::Lock,

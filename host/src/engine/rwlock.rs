@@ -310,6 +310,7 @@ impl Engine {
         mode: RwMode,
         budget: Budget,
     ) -> Result<(Attempt, u32), EngineError> {
+        let _turn = self.gates.turn(lock, budget).await?;
         self.retry(budget, || async {
             let mut inserted = false;
             // Twice at most: the second `create_rw_row` fails.

@@ -218,6 +218,7 @@ impl Engine {
         wish: Wish<'_>,
         budget: Budget,
     ) -> Result<Attempt, EngineError> {
+        let _turn = self.gates.turn(lock, budget).await?;
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
             let Some(mut queued) = seat::header(&mut tx, lock, Locking::Wait).await? else {

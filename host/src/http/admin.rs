@@ -4,7 +4,8 @@ use std::{future::Future, pin::Pin};
 
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
-    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, TenantInfo, TenantList,
+    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, ReloadAttempt, ReloadReport,
+    ReloadStatus, TenantInfo, TenantList,
 };
 
 use super::{
@@ -17,7 +18,12 @@ use super::{
     },
     ApiError, Response,
 };
-use crate::{app::App, store::Kind, tenant::Tenant};
+use crate::{
+    app::App,
+    reconfigure::{Attempt, Trigger},
+    store::Kind,
+    tenant::Tenant,
+};
 
 /// Routes `/v1/admin/...` after the admin token is checked.
 pub async fn handle(
@@ -27,6 +33,9 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     authenticate_admin(app, req.headers())?;
     match (req.method(), tail) {
+        (&Method::POST, ["reload"]) => Ok(ok(&reload(app).await?)),
+        (&Method::GET, ["reload"]) => Ok(ok(&reload_status(app).await)),
+        (_, ["reload"]) => Err(ApiError::method_not_allowed("GET, POST")),
         (&Method::GET, ["tenants"]) => Ok(ok(&tenants(app))),
         (_, ["tenants"]) => Err(ApiError::method_not_allowed("GET")),
         (&Method::PUT, ["tenants", name, "policy"]) => {
@@ -64,10 +73,12 @@ impl<'a> ForKind for TenantsList<'a> {
         Box::pin(async move {
             let tenant = self
                 .app
+                .live()
                 .tenants
                 .get(self.name)
+                .cloned()
                 .ok_or_else(|| ApiError::not_found(format!("no tenant {:?}", self.name)))?;
-            list::<R>(self.app, tenant, self.query).await
+            list::<R>(self.app, &tenant, self.query).await
         })
     }
 }
@@ -109,6 +120,7 @@ async fn upload_policy(
     name: &str,
 ) -> Result<TenantInfo, ApiError> {
     let tenant = app
+        .live()
         .tenants
         .get(name)
         .cloned()
@@ -119,10 +131,25 @@ async fn upload_policy(
             "the body must be a policy component (application/wasm)",
         ));
     }
-    app.reloader
-        .upload(&tenant.policy, bytes.to_vec())
-        .await
-        .map_err(|err| ApiError::new(ErrorCode::InvalidPolicy, err.0))?;
+    let uploaded = app.reloader.upload(&tenant.policy, bytes.to_vec()).await;
+    app.audit("policy_upload", uploaded.is_ok());
+    match &uploaded {
+        Ok(loaded) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_upload",
+            tenant = %tenant.name,
+            sha256 = loaded.sha256.as_deref().unwrap_or(""),
+            "policy uploaded and in force"
+        ),
+        Err(err) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_upload",
+            tenant = %tenant.name,
+            error = %err.0,
+            "policy upload refused"
+        ),
+    }
+    uploaded.map_err(|err| ApiError::new(ErrorCode::InvalidPolicy, err.0))?;
     Ok(tenant_info(&tenant))
 }
 
@@ -155,12 +182,25 @@ async fn upload_policy(
 )]
 async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseResponse, ApiError> {
     let tenant = app
+        .live()
         .tenants
         .get(name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
     let lock = name_lock(tenant, Kind::Lock, key).await?;
-    let forced = app.engine(&lock.tenant).force_release(&lock).await?;
+    let forced = app.engine(&lock.tenant).force_release(&lock).await;
+    app.audit("force_release", forced.is_ok());
+    let forced = forced?;
+    tracing::info!(
+        target: "lockbroker::audit",
+        action = "force_release",
+        tenant = %lock.tenant,
+        storage_key = %lock.storage_key,
+        owner = %forced.owner,
+        token = forced.token,
+        handed_off = forced.handed_off,
+        "lease ended by the admin"
+    );
     Ok(ForceReleaseResponse {
         tenant: lock.tenant,
         key: lock.key,
@@ -188,7 +228,7 @@ async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseR
 )]
 fn tenants(app: &App) -> TenantList {
     TenantList {
-        tenants: app.tenants.iter().map(|t| tenant_info(t)).collect(),
+        tenants: app.live().tenants.iter().map(|t| tenant_info(t)).collect(),
     }
 }
 
@@ -207,5 +247,88 @@ pub fn tenant_info(tenant: &Tenant) -> TenantInfo {
             loaded_at: loaded.loaded_at.clone(),
         },
         last_error: tenant.policy.last_error(),
+    }
+}
+
+/// Reload the config file
+///
+/// Reads the broker's config file again (as SIGHUP does) and puts in force
+/// what can change live: tenants added and removed (a removed tenant's
+/// leases stay in the database and are served again if it returns), API
+/// keys, limits and policy files, the admin and metrics tokens, and the
+/// TLS files (re-read). Settings read only at start (`listen`,
+/// `database_url`, a tenant's `database_url`, pools and timeouts) are
+/// listed in `needs_restart` and not applied. Requests in flight finish
+/// under the config they started with. A config that does not parse or
+/// validate, or whose TLS files or newly named policy files do not load,
+/// is refused whole: 422 `invalid_config`, and the config in force stays.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/reload",
+    operation_id = "reloadConfig",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The new config is in force (what could change live).",
+            body = ReloadReport,
+            example = json!({"reloaded": true, "changed": ["tenant team-b added",
+                "tenant team-a: api_keys"], "needs_restart": []})),
+        AdminErrors,
+        (status = 422, description = "`invalid_config`: the file does not parse or validate, or \
+a TLS or policy file it names does not load; the message says why. Nothing changed.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "invalid_config",
+                "message": "invalid config: tenant team-b: max_held must be at least 1"}})),
+    )
+)]
+async fn reload(app: &App) -> Result<ReloadReport, ApiError> {
+    let outcome = app
+        .reload(Trigger::Api)
+        .await
+        .map_err(|err| ApiError::new(ErrorCode::InvalidConfig, err.0))?;
+    Ok(ReloadReport {
+        reloaded: true,
+        changed: outcome.changed,
+        needs_restart: outcome.needs_restart,
+    })
+}
+
+/// The config in force and the last reload
+///
+/// Which file reloads read, when the config in force was read, and how the
+/// last reload (by SIGHUP or `POST /v1/admin/reload`) went: what it
+/// changed, or why it was refused.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/reload",
+    operation_id = "reloadStatus",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The config in force and the last reload.",
+            body = ReloadStatus),
+        AdminErrors,
+    )
+)]
+async fn reload_status(app: &App) -> ReloadStatus {
+    let last = app.last_reload().await.map(|attempt| {
+        let Attempt { at, by, result } = attempt;
+        let (reloaded, (changed, needs_restart), error) = match result {
+            Ok(outcome) => (true, (outcome.changed, outcome.needs_restart), None),
+            Err(why) => (false, (Vec::new(), Vec::new()), Some(why)),
+        };
+        ReloadAttempt {
+            at,
+            by: by.as_str().to_owned(),
+            reloaded,
+            changed,
+            needs_restart,
+            error,
+        }
+    });
+    ReloadStatus {
+        file: app.config.source.as_ref().map(|p| p.display().to_string()),
+        loaded_at: app.live().loaded_at.clone(),
+        last,
     }
 }

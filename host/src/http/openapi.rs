@@ -75,6 +75,8 @@ commit."
         admin::tenants,
         admin::upload_policy,
         admin::force_release,
+        admin::reload,
+        admin::reload_status,
         ops::healthz,
         ops::readyz,
         metrics,
@@ -89,7 +91,8 @@ at once (multi-lock); token validation; history."),
         (name = "rwlocks", description = "Reader-writer locks: many readers or one writer; a \
 queued writer blocks new readers."),
         (name = "elections", description = "Leader election; the term is the fencing token."),
-        (name = "admin", description = "Tenants, their policies and stuck leases (admin token)."),
+        (name = "admin", description = "Tenants, their policies, stuck leases and config \
+reloads (admin token)."),
         (name = "operations", description = "Health, readiness, metrics, this document."),
     )
 )]

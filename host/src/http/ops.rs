@@ -56,7 +56,7 @@ pub async fn readyz(app: &App) -> Result<Response, ApiError> {
 /// # Errors
 /// 401 when `metrics_token` is set and the request does not carry it.
 pub fn metrics(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
-    if let Some(expected) = &app.config.metrics_token {
+    if let Some(expected) = &app.live().config.metrics_token {
         let presented = bearer(headers).ok_or_else(|| {
             ApiError::unauthenticated("missing Authorization: Bearer <metrics token>")
         })?;

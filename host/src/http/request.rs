@@ -33,6 +33,7 @@ pub fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiEr
     let token = bearer(headers)
         .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <api key>"))?;
     let tenant = app
+        .live()
         .tenants
         .authenticate(token)
         .ok_or_else(|| ApiError::unauthenticated("unknown API key"))?;
@@ -50,7 +51,8 @@ pub fn authenticate_admin(app: &App, headers: &HeaderMap) -> Result<(), ApiError
     let token = bearer(headers)
         .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <admin token>"))?;
     let presented = secret::digest(token);
-    if app
+    let live = app.live();
+    if live
         .config
         .admin_token
         .as_ref()
@@ -58,7 +60,7 @@ pub fn authenticate_admin(app: &App, headers: &HeaderMap) -> Result<(), ApiError
     {
         return Ok(());
     }
-    if app.tenants.authenticate(token).is_some() {
+    if live.tenants.authenticate(token).is_some() {
         return Err(ApiError::forbidden(
             "a tenant's API key cannot use the admin API",
         ));

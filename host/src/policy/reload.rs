@@ -165,8 +165,12 @@ pub struct Reloader {
     host: Arc<WasmHost>,
     dir: PathBuf,
     metrics: Arc<Metrics>,
-    /// Each tenant's load options (its limits), by tenant name.
-    options: HashMap<String, LoadOptions>,
+    /// Each tenant's load options (its limits), by tenant name: replaced
+    /// by a config reload ([`Reloader::retarget`]).
+    options: Mutex<HashMap<String, LoadOptions>>,
+    /// The policy files watched, with the policy each one is for: set by
+    /// [`Reloader::load_all`], replaced by a config reload.
+    files: Mutex<Vec<(Arc<TenantPolicy>, PathBuf)>>,
     /// Each tenant's turn, by tenant name.
     turns: Mutex<HashMap<String, Arc<Turn>>>,
     /// Compiles under way, at most the bound of [`LOADS_AT_ONCE`].
@@ -186,7 +190,8 @@ impl Reloader {
             host,
             dir: config.policy_dir.clone(),
             metrics,
-            options,
+            options: Mutex::new(options),
+            files: Mutex::default(),
             turns: Mutex::default(),
             slots: Arc::new(Semaphore::new(LOADS_AT_ONCE.max(cores))),
         }
@@ -203,6 +208,8 @@ impl Reloader {
 
     fn options(&self, tenant: &str) -> LoadOptions {
         self.options
+            .lock()
+            .expect("options lock")
             .get(tenant)
             .cloned()
             .unwrap_or_else(|| LoadOptions {
@@ -214,8 +221,17 @@ impl Reloader {
     /// Compiles and self-checks `bytes` for `tenant` on the blocking pool
     /// once a slot is free, counting a load served from the compile cache.
     async fn load(&self, tenant: &str, bytes: Vec<u8>) -> Result<(Loaded, Vec<u8>), LoadError> {
+        self.load_with(tenant, bytes, self.options(tenant)).await
+    }
+
+    /// [`Reloader::load`] with `options`.
+    async fn load_with(
+        &self,
+        tenant: &str,
+        bytes: Vec<u8>,
+        options: LoadOptions,
+    ) -> Result<(Loaded, Vec<u8>), LoadError> {
         let host = self.host.clone();
-        let options = self.options(tenant);
         let slot = self
             .slots
             .clone()
@@ -349,11 +365,57 @@ impl Reloader {
                 tracing::error!(error = %err, "a policy load task failed");
             }
         }
+        *self.files.lock().expect("files lock") = files;
         Watcher {
             reloader: self.clone(),
-            files,
             seen,
         }
+    }
+
+    /// Loads `policy`'s file with `options` and puts it in force, for a
+    /// tenant a config reload adds or whose policy it changes; nothing is
+    /// recorded on failure (the reload is refused whole, and `policy` is
+    /// not used).
+    ///
+    /// # Errors
+    /// The file cannot be read or the component was refused.
+    pub async fn load_new(
+        &self,
+        policy: &TenantPolicy,
+        options: LoadOptions,
+    ) -> Result<(), LoadError> {
+        let Some(file) = policy.file() else {
+            return Ok(());
+        };
+        let path = self.dir.join(file);
+        let bytes = tokio::fs::read(&path)
+            .await
+            .map_err(|err| LoadError(format!("cannot read {}: {err}", path.display())))?;
+        let (loaded, _) = self.load_with(policy.tenant(), bytes, options).await?;
+        self.put_in_force(policy, loaded);
+        Ok(())
+    }
+
+    /// After a config reload: the tenants' load options and the policies
+    /// whose files are watched, from now on.
+    pub fn retarget(
+        &self,
+        options: HashMap<String, LoadOptions>,
+        policies: impl IntoIterator<Item = Arc<TenantPolicy>>,
+    ) {
+        let files = policies
+            .into_iter()
+            .filter_map(|t| {
+                let path = self.dir.join(t.file()?);
+                Some((t, path))
+            })
+            .collect();
+        *self.options.lock().expect("options lock") = options;
+        *self.files.lock().expect("files lock") = files;
+    }
+
+    fn watched(&self) -> Vec<(Arc<TenantPolicy>, PathBuf)> {
+        self.files.lock().expect("files lock").clone()
     }
 
     /// Reloads `tenant` from `path` in a task of `tasks`, unless a reload
@@ -379,10 +441,9 @@ impl Reloader {
 }
 
 /// Watches the tenants' policy files after their first load
-/// ([`Reloader::load_all`]).
+/// ([`Reloader::load_all`]), as a config reload changes them.
 pub struct Watcher {
     reloader: Arc<Reloader>,
-    files: Vec<(Arc<TenantPolicy>, PathBuf)>,
     /// Each file's stamp when last looked at.
     seen: HashMap<PathBuf, Option<Stamp>>,
 }
@@ -392,9 +453,6 @@ impl Watcher {
     /// a slow compile delays no other tenant's reload. Reloads under way
     /// when it stops are abandoned (the policy in force stays).
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        if self.files.is_empty() {
-            return;
-        }
         let mut reloads = JoinSet::new();
         loop {
             tokio::select! {
@@ -404,6 +462,14 @@ impl Watcher {
             while let Some(done) = reloads.try_join_next() {
                 if let Err(err) = done {
                     tracing::error!(error = %err, "a policy reload task failed");
+                }
+            }
+            let files = self.reloader.watched();
+            // A file a config reload added was loaded just before: watched
+            // from its state now.
+            for (_, path) in &files {
+                if !self.seen.contains_key(path) {
+                    self.seen.insert(path.clone(), stamp(path));
                 }
             }
             // By path first: tenants may share a file.
@@ -417,7 +483,7 @@ impl Watcher {
                     }
                 }
             }
-            for (policy, path) in self.files.iter().filter(|(_, p)| changed.contains(p)) {
+            for (policy, path) in files.iter().filter(|(_, p)| changed.contains(p)) {
                 self.reloader.schedule(&mut reloads, policy, path);
             }
         }

@@ -1,0 +1,29 @@
+package dev.lockbroker.client;
+
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * What a {@link Lease} needs of its kind: how to read its grant, renew it
+ * and give it back. {@link KindHolding} serves every {@link Kind};
+ * {@link MultiHolding} several locks held as one.
+ */
+interface Holding {
+    /** Names the lease in logs and messages (never its token). */
+    String describe(Fields grant);
+
+    String key(Fields grant);
+
+    String owner(Fields grant);
+
+    long token(Fields grant);
+
+    /** The lease length the broker granted. */
+    Duration ttl(Fields grant);
+
+    /** One renewal try, not retried, answered within {@code timeout}: the renewed grant. */
+    CompletableFuture<Fields> renew(Fields grant, Duration timeout);
+
+    /** Gives the lease back (blocking, carried out even by an interrupted thread). */
+    void release(Fields grant);
+}
