@@ -7,7 +7,7 @@ use lockbroker_api::{
     LockStatus, ReleaseResponse, ResourceKind, RwLockStatus, SemaphoreStatus, StreamEvent,
     TenantInfo,
 };
-use lockbroker_tests::{bin, eventually, eventually_some, Broker, Proxy, KEY};
+use lockbroker_tests::{bin, eventually, eventually_some, Broker, Conformance, Proxy, KEY};
 use serde::de::DeserializeOwned;
 
 async fn lockctl(broker: &Broker, args: &[&str]) -> Output {
@@ -657,4 +657,189 @@ async fn events_prints_the_changes_made_after_it_starts() {
     other.release().await.unwrap();
     meanwhile.release().await.unwrap();
     broker.stop().await;
+}
+
+/// lockctl run with `vars` as its only `LOCKBROKER_*` variables.
+async fn lockctl_with(vars: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::new(bin("lockctl"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("LOCKBROKER_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .await
+        .expect("run lockctl")
+}
+
+/// The conformance run's variables (`clients/CONFORMANCE.md`).
+fn vars(conformance: &Conformance) -> std::collections::HashMap<String, String> {
+    conformance.env().into_iter().collect()
+}
+
+#[tokio::test]
+async fn https_with_a_ca_file_and_a_client_certificate() {
+    let conformance = Conformance::start().await;
+    let v = vars(&conformance);
+    let var = |name: &str| v[name].as_str();
+    let (url, key, ca) = (
+        var("LOCKBROKER_TLS_URL"),
+        var("LOCKBROKER_API_KEY"),
+        var("LOCKBROKER_TEST_CA_FILE"),
+    );
+    let (cert, cert_key) = (
+        var("LOCKBROKER_TEST_CLIENT_CERT"),
+        var("LOCKBROKER_TEST_CLIENT_KEY"),
+    );
+    // From the environment, as every client reads it.
+    let env = [
+        ("LOCKBROKER_URL", url),
+        ("LOCKBROKER_API_KEY", key),
+        ("LOCKBROKER_CA_FILE", ca),
+        ("LOCKBROKER_CLIENT_CERT", cert),
+        ("LOCKBROKER_CLIENT_KEY", cert_key),
+    ];
+    let out = lockctl_with(&env, &["acquire", "tls-job", "--owner", "me"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let token = parsed::<Lease>(&out).token.to_string();
+    let out = lockctl_with(&env, &["status", "tls-job"]).await;
+    assert_eq!(parsed::<LockStatus>(&out).owner.as_deref(), Some("me"));
+    // From flags.
+    let flags = [
+        "--url",
+        url,
+        "--ca-file",
+        ca,
+        "--client-cert",
+        cert,
+        "--client-key",
+        cert_key,
+    ];
+    let release = [
+        &flags[..],
+        &["release", "tls-job", "--owner", "me", "--token", &token],
+    ]
+    .concat();
+    let out = lockctl_with(&[("LOCKBROKER_API_KEY", key)], &release).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(parsed::<ReleaseResponse>(&out).released);
+
+    // Refused in the handshake: no certificate, the stranger's, or the
+    // broker's not trusted (no CA file). Unreachable: exit 3.
+    let stranger = (
+        var("LOCKBROKER_TEST_STRANGER_CERT"),
+        var("LOCKBROKER_TEST_STRANGER_KEY"),
+    );
+    for (what, env) in [
+        ("no client certificate", vec![("LOCKBROKER_CA_FILE", ca)]),
+        (
+            "the stranger's certificate",
+            vec![
+                ("LOCKBROKER_CA_FILE", ca),
+                ("LOCKBROKER_CLIENT_CERT", stranger.0),
+                ("LOCKBROKER_CLIENT_KEY", stranger.1),
+            ],
+        ),
+        (
+            "no CA file",
+            vec![
+                ("LOCKBROKER_CLIENT_CERT", cert),
+                ("LOCKBROKER_CLIENT_KEY", cert_key),
+            ],
+        ),
+    ] {
+        let env = [
+            &env[..],
+            &[("LOCKBROKER_URL", url), ("LOCKBROKER_API_KEY", key)],
+        ]
+        .concat();
+        let out = tokio::time::timeout(
+            Duration::from_secs(30),
+            lockctl_with(&env, &["status", "tls-job"]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what}: a hang"));
+        assert_eq!(out.status.code(), Some(3), "{what}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("TLS"), "{what}: {stderr}");
+    }
+
+    // Files that cannot be used are named: usage, exit 2.
+    let missing = format!("{ca}.missing");
+    for (what, env, named) in [
+        (
+            "a missing CA file",
+            vec![("LOCKBROKER_CA_FILE", missing.as_str())],
+            missing.as_str(),
+        ),
+        (
+            "a certificate without its key",
+            vec![("LOCKBROKER_CLIENT_CERT", cert)],
+            cert,
+        ),
+        (
+            "a key that is a certificate",
+            vec![
+                ("LOCKBROKER_CLIENT_CERT", cert),
+                ("LOCKBROKER_CLIENT_KEY", ca),
+            ],
+            ca,
+        ),
+    ] {
+        let env = [&env[..], &[("LOCKBROKER_URL", url)]].concat();
+        let out = lockctl_with(&env, &["status", "tls-job"]).await;
+        assert_eq!(out.status.code(), Some(2), "{what}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(named), "{what}: {stderr}");
+    }
+    conformance.stop().await;
+}
+
+#[tokio::test]
+async fn a_429_says_why_and_how_long_to_wait() {
+    let conformance = Conformance::start().await;
+    let v = vars(&conformance);
+    let (url, limited) = (
+        v["LOCKBROKER_URL"].as_str(),
+        v["LOCKBROKER_LIMITED_API_KEY"].as_str(),
+    );
+    let once = lockbroker_client::Client::builder(url)
+        .api_key(limited)
+        .retry(lockbroker_client::RetryPolicy::never())
+        .build()
+        .unwrap();
+    let env = [("LOCKBROKER_URL", url), ("LOCKBROKER_API_KEY", limited)];
+    // A deadline shorter than the broker's hint (tried until the hint is
+    // longer: a token that refills sooner is simply waited out).
+    let out = eventually_some("lockctl meets a 429", Duration::from_secs(20), || async {
+        // Empty the tenant's bucket, then ask.
+        while once.locks().status("limited").await.is_ok() {}
+        let out = lockctl_with(&env, &["--timeout-ms", "50", "status", "limited"]).await;
+        (!out.status.success()).then_some(out)
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(1), "refused: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rate_limited (429)"), "{stderr}");
+    let wait: u64 = stderr
+        .split("retry after ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms").next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no wait in {stderr}"));
+    assert!(wait > 0, "{stderr}");
+    // The JSON error, with the broker's retry_after_ms.
+    let printed: serde_json::Value = parsed(&out);
+    assert_eq!(printed["error"]["code"], "rate_limited");
+    assert_eq!(printed["error"]["retry_after_ms"], wait);
+    // `--help` says so.
+    let help = lockctl_with(&[], &["--help"]).await;
+    let help = String::from_utf8_lossy(&help.stdout);
+    for part in ["429", "LOCKBROKER_CA_FILE", "--client-cert", "--timeout-ms"] {
+        assert!(help.contains(part), "{part}: {help}");
+    }
+    conformance.stop().await;
 }

@@ -34,11 +34,23 @@ const RECOUNT_EVERY: Duration = Duration::from_millis(100);
 /// release, which no one can predict.
 pub const OVER_QUOTA_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The longest a refusal past the rate is held before it is answered.
+pub const HOLD_REFUSAL_AT_MOST: Duration = Duration::from_millis(20);
+
 /// A tenant's request rate on this broker: `per_s` a second, `burst` at
 /// once.
+///
+/// A refusal is answered at once only to a tenant that is not refused
+/// already: refusals of one tenant take turns, each held until a token
+/// would be there (at most [`HOLD_REFUSAL_AT_MOST`]). A client that waits
+/// its `retry_after_ms` never notices; a tenant whose clients ignore it
+/// and retry as fast as they can is answered about as fast as its rate
+/// (plus one refusal per hold), so its flood costs the broker little and
+/// never crowds out the other tenants' requests.
 pub struct Rate {
     limiter: DefaultDirectRateLimiter,
     clock: DefaultClock,
+    refusals: Mutex<()>,
 }
 
 impl Rate {
@@ -50,14 +62,26 @@ impl Rate {
         Rate {
             limiter: RateLimiter::direct(quota),
             clock: DefaultClock::default(),
+            refusals: Mutex::new(()),
         }
     }
 
-    /// Takes one request's token, or says how long until one is there.
+    /// Takes one request's token, or, after the refusal's turn and hold
+    /// (see [`Rate`]), says how long until one is there.
     ///
     /// # Errors
     /// The bucket is empty: the wait until the next token.
-    pub fn admit(&self) -> Result<(), Duration> {
+    pub async fn admit(&self) -> Result<(), Duration> {
+        let Err(wait) = self.try_admit() else {
+            return Ok(());
+        };
+        let _turn = self.refusals.lock().await;
+        tokio::time::sleep(wait.min(HOLD_REFUSAL_AT_MOST)).await;
+        Err(wait)
+    }
+
+    /// Takes one request's token, or says how long until one is there.
+    fn try_admit(&self) -> Result<(), Duration> {
         self.limiter
             .check()
             .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
@@ -183,7 +207,10 @@ impl Held {
 mod tests {
     use std::{
         convert::Infallible,
-        sync::atomic::{AtomicU64, Ordering},
+        sync::{
+            atomic::{AtomicU64, Ordering},
+            Arc,
+        },
     };
 
     use super::*;
@@ -275,16 +302,44 @@ mod tests {
         assert_eq!(db.reads(), 3);
     }
 
-    #[test]
-    fn the_rate_allows_its_burst_then_says_how_long_to_wait() {
+    #[tokio::test]
+    async fn the_rate_allows_its_burst_then_says_how_long_to_wait() {
         let rate = Rate::new(10, 3);
         for _ in 0..3 {
-            rate.admit().unwrap();
+            rate.admit().await.unwrap();
         }
-        let wait = rate.admit().unwrap_err();
+        let wait = rate.admit().await.unwrap_err();
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_millis(100),
             "{wait:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn refusals_take_turns_each_held_until_a_token_would_be_there() {
+        let rate = Arc::new(Rate::new(1000, 1));
+        rate.admit().await.unwrap();
+        let started = tokio::time::Instant::now();
+        let refusals: Vec<_> = (0..5)
+            .map(|_| {
+                let rate = rate.clone();
+                tokio::spawn(async move { rate.admit().await })
+            })
+            .collect();
+        let mut answered = 0;
+        for refusal in refusals {
+            if refusal.await.unwrap().is_err() {
+                answered += 1;
+            }
+        }
+        // One token a millisecond: five refusals one after the other,
+        // each held about a millisecond (some may find a token).
+        assert!(answered >= 1);
+        assert!(
+            started.elapsed() >= Duration::from_millis(answered),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(started.elapsed() <= HOLD_REFUSAL_AT_MOST * 5);
     }
 }

@@ -11,9 +11,11 @@
 //! changes of the tenant's leases (`events.rs`); `policy upload|status`
 //! uses the admin API (`policy.rs`).
 //! What is printed and the exit codes are in `output.rs`: 0 success (or
-//! CMD's own status for `run`), 1 the broker refused, 2 usage, 3 the broker
-//! could not be reached, 75 `run` could not get the lock in time, 76 `run`
-//! lost the lease while CMD ran (CMD was stopped).
+//! CMD's own status for `run`), 1 the broker refused (a 429 also says how
+//! long to wait), 2 usage, 3 the broker could not be reached, 75 `run`
+//! could not get the lock in time, 76 `run` lost the lease while CMD ran
+//! (CMD was stopped). The connection settings (URL, key, TLS files, the
+//! calls' deadline) are [`Connection`]'s.
 
 mod events;
 mod ls;
@@ -33,12 +35,48 @@ use serde::Serialize;
 
 use output::{Output, EXIT_USAGE};
 
+/// What `lockctl --help` ends with.
+const AFTER_HELP: &str = "\
+Exit status:
+  0   success (run, multi, rw: the command's own status)
+  1   the broker refused: its JSON error is printed. A 429 (rate_limited,
+      quota_exceeded) is first waited out and retried within --timeout-ms;
+      if it still refuses, lockctl prints the reason and how long to wait
+      (\"retry after N ms\"; with --json, retry_after_ms in the error)
+  2   usage (a bad flag, URL or TLS file)
+  3   the broker could not be reached (or TLS with it failed), or did not
+      answer in time
+  4   validate: the token is not the live grant
+  75  run, multi, rw: not acquired within --wait-ms
+  76  run, multi, rw: the lease was lost while the command ran (it was
+      stopped)
+
+HTTPS: --ca-file trusts the broker's CA instead of the system's roots;
+--client-cert and --client-key (both) present a client certificate to a
+broker that asks for one (mutual TLS). Files are PEM.";
+
 #[derive(Parser)]
 #[command(
     version,
-    about = "Take, hold and release lockbroker locks; list the live leases and follow their changes"
+    about = "Take, hold and release lockbroker locks; list the live leases and follow their changes",
+    after_help = AFTER_HELP
 )]
 struct Cli {
+    #[command(flatten)]
+    connection: Connection,
+    /// Machine-readable output: one JSON document per result on stdout,
+    /// lockctl's own errors included (`watch`, `ls`, `events`: one per
+    /// line; `run`: its events as JSON lines on stderr).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How lockctl reaches the broker: the flags, or the environment variables
+/// every client reads.
+#[derive(Args)]
+struct Connection {
     /// Broker URL (http:// or https://).
     #[arg(long, env = "LOCKBROKER_URL", default_value = "http://127.0.0.1:7420")]
     url: String,
@@ -48,13 +86,52 @@ struct Cli {
     /// The admin token, for `policy` and `force-release`.
     #[arg(long, env = "LOCKBROKER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Machine-readable output: one JSON document per result on stdout,
-    /// lockctl's own errors included (`watch`, `ls`, `events`: one per
-    /// line; `run`: its events as JSON lines on stderr).
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    command: Command,
+    /// CA certificates (PEM) to trust for https:// instead of the system's.
+    #[arg(long, env = "LOCKBROKER_CA_FILE", value_name = "FILE")]
+    ca_file: Option<String>,
+    /// A client certificate (PEM, chain allowed) for a broker that asks
+    /// for one (mutual TLS); with --client-key.
+    #[arg(long, env = "LOCKBROKER_CLIENT_CERT", value_name = "FILE")]
+    client_cert: Option<String>,
+    /// The client certificate's private key (PEM); with --client-cert.
+    #[arg(long, env = "LOCKBROKER_CLIENT_KEY", value_name = "FILE")]
+    client_key: Option<String>,
+    /// How long a call may take beyond its own wait, retries included
+    /// (after a 503, a 429, a failed connection).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    timeout_ms: u64,
+}
+
+impl Connection {
+    /// A client with `key` as its bearer token and the TLS files given.
+    ///
+    /// # Errors
+    /// A bad URL, a TLS file that cannot be used, a client certificate
+    /// without its key or the reverse.
+    fn client(&self, key: Option<String>) -> Result<Client> {
+        let mut builder = Client::builder(&self.url).slack(Duration::from_millis(self.timeout_ms));
+        if let Some(key) = key {
+            builder = builder.api_key(key);
+        }
+        // An empty variable counts as unset, as for the client crate.
+        let given = |file: &Option<String>| file.clone().filter(|f| !f.is_empty());
+        if let Some(ca) = given(&self.ca_file) {
+            builder = builder.ca_file(ca);
+        }
+        match (given(&self.client_cert), given(&self.client_key)) {
+            (Some(cert), Some(key)) => builder = builder.client_cert(cert, key),
+            (None, None) => {}
+            (Some(file), None) | (None, Some(file)) => {
+                return Err(lockbroker_client::Error::TlsFile {
+                    path: file.into(),
+                    reason: "--client-cert and --client-key (LOCKBROKER_CLIENT_CERT, \
+                             LOCKBROKER_CLIENT_KEY) go together"
+                        .into(),
+                })
+            }
+        }
+        builder.build()
+    }
 }
 
 #[derive(Args)]
@@ -267,11 +344,12 @@ async fn main() -> ExitCode {
     let out = Output {
         json_flag: cli.json,
     };
+    let connection = &cli.connection;
     let admin = matches!(
         cli.command,
         Command::Policy(_) | Command::ForceRelease { .. }
     );
-    let key = match (admin, &cli.admin_token) {
+    let key = match (admin, &connection.admin_token) {
         (true, Some(token)) => Some(token.clone()),
         (true, None) => {
             eprintln!(
@@ -279,13 +357,9 @@ async fn main() -> ExitCode {
             );
             return ExitCode::from(EXIT_USAGE);
         }
-        (false, _) => cli.api_key.clone(),
+        (false, _) => connection.api_key.clone(),
     };
-    let mut builder = Client::builder(&cli.url);
-    if let Some(key) = key {
-        builder = builder.api_key(key);
-    }
-    let client = match builder.build() {
+    let client = match connection.client(key) {
         Ok(client) => client,
         Err(err) => return out.fail("usage", &err, false),
     };

@@ -14,10 +14,13 @@ use lockbroker_client::Error;
 use serde::Serialize;
 
 /// The broker refused (the JSON error is printed), or answered nonsense.
+/// A 429 too: it is waited out within the calls' deadline first, and then
+/// printed with how long to wait.
 pub const EXIT_REFUSED: u8 = 1;
-/// Bad usage (clap uses 2 too) or a bad URL.
+/// Bad usage (clap uses 2 too), a bad URL or TLS file.
 pub const EXIT_USAGE: u8 = 2;
-/// The broker could not be reached or did not answer in time.
+/// The broker could not be reached (TLS with it failed), or did not answer
+/// in time.
 pub const EXIT_UNREACHABLE: u8 = 3;
 /// `validate`: the token is not the live grant.
 pub const EXIT_INVALID: u8 = 4;
@@ -52,17 +55,29 @@ impl Output {
 
     /// Reports `err` and gives its exit code. `json_result`: this command's
     /// result is JSON (so a refusal's envelope goes to stdout as its
-    /// result); lockctl's own errors are JSON only with `--json`.
+    /// result); lockctl's own errors are JSON only with `--json`. A
+    /// refusal that says when to try again (a 429, `lock_held`) says it on
+    /// stderr too: `...; retry after N ms`.
     pub fn fail(self, what: &str, err: &Error, json_result: bool) -> ExitCode {
         let json = json_result || self.json_flag;
         let code = exit_code(err);
+        let retry_after_ms = err
+            .retry_after()
+            .map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         match err.api() {
-            Some(api) if json => self.json(&envelope(api.code.as_str(), &api.message)),
+            Some(api) if json => self.json(&envelope_with(
+                api.code.as_str(),
+                &api.message,
+                retry_after_ms,
+            )),
             _ if self.json_flag => self.json(&envelope(own_code(err), &err.to_string())),
             _ => {}
         }
         if !self.json_flag {
-            eprintln!("lockctl: {what}: {err}");
+            match retry_after_ms {
+                Some(ms) => eprintln!("lockctl: {what}: {err}; retry after {ms} ms"),
+                None => eprintln!("lockctl: {what}: {err}"),
+            }
         }
         ExitCode::from(code)
     }
@@ -70,14 +85,25 @@ impl Output {
 
 /// `{"error": {"code", "message"}}`, the API's envelope.
 pub fn envelope(code: &str, message: &str) -> serde_json::Value {
-    serde_json::json!({"error": {"code": code, "message": message}})
+    envelope_with(code, message, None)
+}
+
+/// The API's envelope, with its `retry_after_ms` when there is one.
+fn envelope_with(code: &str, message: &str, retry_after_ms: Option<u64>) -> serde_json::Value {
+    let mut error = serde_json::json!({"code": code, "message": message});
+    if let Some(ms) = retry_after_ms {
+        error["retry_after_ms"] = ms.into();
+    }
+    serde_json::json!({ "error": error })
 }
 
 /// The exit code of a failed call.
 pub fn exit_code(err: &Error) -> u8 {
     match err {
-        Error::Connect(_) | Error::Timeout(_) => EXIT_UNREACHABLE,
-        Error::Url(_) => EXIT_USAGE,
+        Error::Connect(_) | Error::OutcomeUnknown(_) | Error::Tls(_) | Error::Timeout(_) => {
+            EXIT_UNREACHABLE
+        }
+        Error::Url(_) | Error::TlsFile { .. } => EXIT_USAGE,
         Error::LeaseLost(_) => EXIT_LEASE_LOST,
         Error::Api(_) | Error::Unexpected { .. } => EXIT_REFUSED,
     }
@@ -88,7 +114,9 @@ fn own_code(err: &Error) -> &'static str {
     match err {
         Error::Api(api) => api.code.as_str(),
         Error::Connect(_) | Error::Timeout(_) => "unreachable",
-        Error::Url(_) => "usage",
+        Error::OutcomeUnknown(_) => "outcome_unknown",
+        Error::Tls(_) => "tls",
+        Error::Url(_) | Error::TlsFile { .. } => "usage",
         Error::LeaseLost(_) => "lease_lost",
         Error::Unexpected { .. } => "unexpected",
     }

@@ -1,6 +1,8 @@
 //! `lockctl watch ELECTION`: print each change of leader as it streams in
 //! (the first line is the leadership now), until `--count` changes were
-//! printed, the broker ends the stream (exit 3) or lockctl is interrupted.
+//! printed, the stream cannot be opened again after it ended or broke
+//! (exit 3; the client reconnects a few times first, printing no change
+//! twice) or lockctl is interrupted.
 
 use std::process::ExitCode;
 
@@ -14,8 +16,8 @@ pub async fn watch(client: &Client, out: Output, name: &str, count: Option<u64>)
         Err(err) => return out.fail("cannot observe", &err, false),
     };
     let mut printed = 0;
-    // Bounded by `count` when given; otherwise by the stream, which ends
-    // when the broker or the connection does.
+    // Bounded by `count` when given; otherwise by the stream, which fails
+    // once it cannot be opened again.
     while count.is_none_or(|count| printed < count) {
         match events.next().await {
             Some(Ok(event)) => {

@@ -47,6 +47,18 @@ class Retries(unittest.TestCase):
         self.assertEqual(first, 5000)
         self.assertLessEqual(second, 5000 - 200, "the 200 ms spent before the retry are not waited again")
 
+    def test_429_is_retried_after_its_retry_after_header(self):
+        limited = (429, {"error": {"code": "rate_limited", "message": "slow down"}}, {"Retry-After": "1"})
+        fake = self.fake([limited, (200, STATUS)])
+        client = lockbroker.Client(fake.url, "k", backoff=0.01)
+        self.assertFalse(client.locks.status("k").held)
+        self.assertGreaterEqual(fake.requests[1][2] - fake.requests[0][2], 1.0, "Retry-After (1 s) is honoured")
+        with lockbroker.deadline(0.5):
+            fake.answers[:0] = [limited]
+            with self.assertRaises(lockbroker.RateLimited) as caught:
+                client.locks.status("k")
+        self.assertEqual(caught.exception.retry_after_ms, 1000, "raised at once: the hint ends past the deadline")
+
     def test_4xx_is_never_retried(self):
         fake = self.fake([HELD, (200, STATUS)])
         client = lockbroker.Client(fake.url, "k", backoff=0.01)

@@ -1,6 +1,8 @@
 """The client's pure parts: the renewal thread's rules, the event-stream
-parser and time parsing, without a broker."""
+parser, time parsing, the retry and lease-clock rules, options, and the async
+client's HTTP reading, without a broker."""
 
+import asyncio
 import threading
 import time
 import unittest
@@ -9,12 +11,14 @@ from datetime import datetime, timezone
 import lockbroker
 from lockbroker.errors import error_for
 from lockbroker.models import parse_time
+from lockbroker.clock import LeaseClock
 from lockbroker.renewal import Renewer
 from lockbroker.sse import events
 
 
 def renewer(renew, ttl, lost):
-    return Renewer(renew, ttl, time.monotonic(), lost, timeout=5.0, backoff=0.01, what="test").start()
+    clock = LeaseClock(ttl, time.monotonic(), timeout=5.0, backoff=0.01)
+    return Renewer(lambda timeout, deadline: renew(timeout), clock, lost, what="test").start()
 
 
 class Renewal(unittest.TestCase):
@@ -179,3 +183,150 @@ class KindFields(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RetryRules(unittest.TestCase):
+    """``retry.RetryPolicy``: what both clients wait before trying again, and when they stop."""
+
+    def policy(self, retries=4):
+        from lockbroker.retry import RetryPolicy
+
+        return RetryPolicy(retries, backoff=0.1, max_backoff=1.0)
+
+    def test_the_hint_is_waited_out_and_the_budget_spent(self):
+        limited = error_for(429, "rate_limited", "slow down", 400)
+        self.assertGreaterEqual(self.policy().delay(limited, 1, 0.0, None), 0.4)
+        with self.assertRaises(lockbroker.RateLimited):
+            self.policy(retries=2).delay(limited, 3, 0.0, None)
+
+    def test_no_retry_ends_past_the_deadline(self):
+        limited = error_for(429, "rate_limited", "slow down", 400)
+        with self.assertRaises(lockbroker.RateLimited) as caught:
+            self.policy().delay(limited, 1, now=10.0, deadline=10.3)
+        self.assertEqual(caught.exception.retry_after_ms, 400, "raised with its hint")
+        unavailable = error_for(503, "unavailable", "down")
+        self.assertLess(self.policy().delay(unavailable, 1, now=10.0, deadline=10.3), 0.3)
+
+    def test_a_429_hint_past_the_longest_wait_is_not_slept(self):
+        from lockbroker.retry import MAX_RETRY_AFTER
+
+        quota = error_for(429, "quota_exceeded", "max_held", int(MAX_RETRY_AFTER * 1000) + 1)
+        with self.assertRaises(lockbroker.QuotaExceeded):
+            self.policy().delay(quota, 1, 0.0, None)
+
+    def test_which_answers_are_retried(self):
+        from lockbroker.retry import retryable_answer
+
+        retried = [(503, "unavailable"), (429, "rate_limited"), (429, "quota_exceeded")]
+        final = [(429, "too_many_waiters"), (429, "too_many_streams"), (409, "lock_held"), (400, "bad_request")]
+        self.assertTrue(all(retryable_answer(error_for(s, c, "")) for s, c in retried))
+        self.assertFalse(any(retryable_answer(error_for(s, c, "")) for s, c in final))
+
+
+class Wire(unittest.TestCase):
+    def test_retry_after_stands_in_for_a_missing_hint(self):
+        from email.utils import format_datetime
+        from datetime import timedelta
+
+        from lockbroker.wire import error_from, retry_after_header_ms
+
+        self.assertEqual(error_from(429, b'{"error": {"code": "rate_limited", "message": ""}}', "2").retry_after_ms, 2000)
+        self.assertEqual(error_from(429, b'{"error": {"code": "rate_limited", "retry_after_ms": 7}}', "2").retry_after_ms, 7)
+        in_a_minute = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=60), usegmt=True)
+        self.assertTrue(55_000 <= retry_after_header_ms(in_a_minute) <= 60_000)
+        self.assertIsNone(retry_after_header_ms("soon"))
+
+    def test_a_waiting_acquire_waits_no_longer_than_the_deadline(self):
+        from lockbroker.deadlines import ANSWER_GRACE
+        from lockbroker.wire import waiting_body
+
+        body, ends = waiting_body({"wait_ms": 10_000}, 10.0)
+        self.assertEqual(body()["wait_ms"], 10_000, "no deadline: the whole wait")
+        with lockbroker.deadline(1.0) as until:
+            body, ends = waiting_body({"wait_ms": 10_000}, 10.0)
+        self.assertAlmostEqual(ends, until - ANSWER_GRACE, delta=0.01)
+        self.assertLessEqual(body()["wait_ms"], 1000 - ANSWER_GRACE * 1000)
+
+    def test_deadlines_nest_to_the_sooner(self):
+        from lockbroker.deadlines import current
+
+        self.assertIsNone(current())
+        with lockbroker.deadline(1.0) as outer:
+            with lockbroker.deadline(60.0) as inner:
+                self.assertEqual(inner, outer)
+                self.assertEqual(current(), outer)
+        self.assertIsNone(current())
+
+
+class LeaseTimes(unittest.TestCase):
+    """``clock.LeaseClock``: renew at a third, lost a tenth of the TTL before it could end."""
+
+    def test_the_schedule_follows_the_last_confirmed_send(self):
+        clock = LeaseClock(ttl=3.0, confirmed_at=100.0, timeout=10.0, backoff=0.1)
+        self.assertEqual((clock.next_renewal, clock.held_until), (101.0, 103.0))
+        self.assertAlmostEqual(clock.lost_at, 102.7)
+        self.assertAlmostEqual(clock.read_timeout(101.0), 1.7, msg="a renewal may take until lost_at")
+        clock.confirmed(101.0)
+        self.assertEqual((clock.next_renewal, clock.held_until), (102.0, 104.0))
+
+    def test_a_retry_past_lost_at_gives_up(self):
+        clock = LeaseClock(ttl=3.0, confirmed_at=100.0, timeout=10.0, backoff=0.1)
+        unavailable = error_for(503, "unavailable", "down", 500)
+        self.assertIsNone(clock.retry_delay(1, unavailable, now=102.5))
+        self.assertGreaterEqual(clock.retry_delay(1, unavailable, now=101.0), 0.5, "the hint is honoured")
+
+
+class Options(unittest.TestCase):
+    def test_tls_settings_come_from_the_environment_for_https_only(self):
+        import os
+        from unittest import mock
+
+        from lockbroker.options import Options as Built
+
+        def build(url):
+            return Built.build(url, "k", 10.0, 0, 0.1, 1.0)
+
+        with mock.patch.dict(os.environ, {"LOCKBROKER_CA_FILE": "/nonexistent/ca.pem"}):
+            self.assertIsNone(build("http://127.0.0.1:1").ssl, "plain HTTP ignores them")
+            with self.assertRaises(ValueError):
+                build("https://127.0.0.1:1")
+        with mock.patch.dict(os.environ, {"LOCKBROKER_CLIENT_KEY": "/some/key.pem"}):
+            with self.assertRaises(ValueError):
+                build("https://127.0.0.1:1")
+        self.assertIsNotNone(build("https://127.0.0.1:1").ssl, "the system's CAs by default")
+        self.assertEqual(build("https://[::1]/p/").host_header, "[::1]:443")
+
+
+class AsyncHttp(unittest.IsolatedAsyncioTestCase):
+    """``aio/http.py``'s reading of answers, from bytes as a broker sends them."""
+
+    async def answer(self, raw):
+        from lockbroker.aio import http
+
+        reader = asyncio.StreamReader()
+        reader.feed_data(raw)
+        reader.feed_eof()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status, headers = http._parse_head(head)
+        return status, headers, http._Body(reader, headers)
+
+    async def test_a_chunked_stream_is_read_line_by_line(self):
+        raw = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"7\r\nevent: \r\n11\r\nleader\ndata: {}\n\n\r\n0\r\n\r\n")
+        status, headers, body = await self.answer(raw)
+        self.assertEqual((status, headers["content-type"]), (200, "text/event-stream"))
+        lines = [await body.readline() for _ in range(4)]
+        self.assertEqual(lines, [b"event: leader\n", b"data: {}\n", b"\n", b""])
+
+    async def test_a_body_by_its_length_and_one_cut_short(self):
+        status, headers, body = await self.answer(b"HTTP/1.1 409 Conflict\r\ncontent-length: 4\r\nRetry-After: 1\r\n\r\n{}{}extra")
+        self.assertEqual((status, headers["retry-after"], await body.read()), (409, "1", b"{}{}"))
+        _, _, body = await self.answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}")
+        with self.assertRaises(asyncio.IncompleteReadError):
+            await body.read()
+
+    async def test_not_http_is_a_bad_answer(self):
+        from lockbroker.aio.http import BadAnswer
+
+        with self.assertRaises(BadAnswer):
+            await self.answer(b"SSH-2.0-OpenSSH\r\n\r\n")

@@ -13,6 +13,7 @@ use crate::{
     client::Client,
     error::Result,
     guard::{Guard, Guarded},
+    pending::Pending,
 };
 
 /// How long `acquire()`/`campaign()` wait for the lease unless told.
@@ -89,7 +90,10 @@ impl<K: Guarded> LeaseBuilder<K> {
 
     /// Who holds it (an election's candidate; default: a name unique to
     /// this guard, `host:pid:n`). The same owner acquiring again re-enters
-    /// rather than waits.
+    /// rather than waits. With an owner of your own, a cancelled acquire
+    /// cannot tell a grant it got from a lease that owner held already: a
+    /// grant whose answer was on its way when the acquire was cancelled
+    /// then runs out by its TTL instead of being given back.
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
         self
@@ -118,6 +122,14 @@ impl<K: Guarded> LeaseBuilder<K> {
 
     /// Waits up to [`wait`](Self::wait) for the lease and guards it.
     ///
+    /// Cancelling it (dropping the future) leaves no lease behind: if the
+    /// broker granted it meanwhile, the grant is given back in the
+    /// background (with an owner of the client's making; see
+    /// [`owner`](Self::owner)). So is one whose outcome is unknown
+    /// ([`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown),
+    /// [`Error::Timeout`](crate::Error::Timeout)): the acquire is never
+    /// sent twice.
+    ///
     /// # Errors
     /// `lock_held` (semaphores: `semaphore_full`) as
     /// [`Error::Api`](crate::Error::Api) when the wait ran out, and every
@@ -140,18 +152,32 @@ impl<K: Guarded> LeaseBuilder<K> {
         }
     }
 
+    /// Asks for the lease, waiting up to `wait`. Cancelled (dropped) or
+    /// ending with an unknown outcome, the acquire gives back in the
+    /// background what it may have been granted (`pending.rs`), unless the
+    /// caller named the owner.
     async fn request(self, wait: Duration) -> Result<Guard<K>> {
+        let made_up = self.owner.is_none();
         let owner = self.owner.unwrap_or_else(|| self.client.unique_owner());
         let terms = LeaseTerms {
             ttl_ms: self.ttl.map(millis),
             wait_ms: Some(millis(wait)),
             priority: self.priority,
         };
+        let pending = Pending::<K>::new(self.client, self.target, owner, made_up);
         let sent = Instant::now();
-        let lease = K::acquire(&self.client, &self.target, owner, terms).await?;
+        let acquired = K::acquire(
+            pending.client(),
+            pending.target(),
+            pending.owner().to_owned(),
+            terms,
+        )
+        .await;
+        let client = pending.client().clone();
+        pending.settle(&acquired);
         Ok(Guard::start(
-            self.client,
-            lease,
+            client,
+            acquired?,
             sent,
             Instant::now(),
             !wait.is_zero(),

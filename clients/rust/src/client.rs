@@ -1,25 +1,34 @@
 //! The [`Client`]: one broker, one API key, a connection pool, and the one
 //! place where a call is timed, retried and its answer decoded.
 
-use std::{sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::{body::Incoming, Method, Response};
+use hyper::{body::Incoming, header, Method, Response};
 use lockbroker_api::{ErrorBody, ErrorCode};
 use serde::{de::DeserializeOwned, Serialize};
+use tokio::time::Instant;
 
 use crate::{
     error::{ApiError, Error, Result},
     owner,
     retry::RetryPolicy,
+    tls::TlsFiles,
     transport::{Failure, Transport},
 };
 
-/// How long an answer may take beyond the request's own `wait_ms` by
-/// default: the broker bounds its database work by `db_timeout_ms` (2 s by
-/// default), so this is generous.
+/// How long a call may take beyond the request's own `wait_ms` by
+/// default, retries included: the broker bounds its database work by
+/// `db_timeout_ms` (2 s by default), so this is generous.
 pub const DEFAULT_SLACK: Duration = Duration::from_secs(10);
+
+// The environment variables `Client::from_env` reads (and `lockctl`).
+const ENV_URL: &str = "LOCKBROKER_URL";
+const ENV_API_KEY: &str = "LOCKBROKER_API_KEY";
+const ENV_CA_FILE: &str = "LOCKBROKER_CA_FILE";
+const ENV_CLIENT_CERT: &str = "LOCKBROKER_CLIENT_CERT";
+const ENV_CLIENT_KEY: &str = "LOCKBROKER_CLIENT_KEY";
 
 /// A client of one broker with one API key (a tenant's, or the admin
 /// token for [`Client::admin`]). Cheap to clone: clones share the pool.
@@ -45,6 +54,7 @@ pub struct ClientBuilder {
     slack: Duration,
     identity: Option<String>,
     tls: Option<rustls::ClientConfig>,
+    tls_files: TlsFiles,
 }
 
 impl ClientBuilder {
@@ -61,8 +71,13 @@ impl ClientBuilder {
         self
     }
 
-    /// How long an answer may take beyond the request's own wait before the
-    /// call fails with [`Error::Timeout`] (default [`DEFAULT_SLACK`]).
+    /// Every call's deadline, beyond the request's own wait (default
+    /// [`DEFAULT_SLACK`]): its tries and the waits between them (after a
+    /// 503, a 429, a failed connection) all fit in it. A retry whose wait
+    /// would pass the deadline is not made: the call fails at once with
+    /// what the last try got (`unavailable`, `rate_limited` with its
+    /// `retry_after`, ...); a try still unanswered at the deadline fails
+    /// with [`Error::Timeout`].
     pub fn slack(mut self, slack: Duration) -> ClientBuilder {
         self.slack = slack;
         self
@@ -75,8 +90,31 @@ impl ClientBuilder {
         self
     }
 
-    /// The TLS settings for `https://` (your own roots, client
-    /// certificates); default: rustls with the system's root certificates.
+    /// Trust the CA certificates of this PEM file for `https://` (instead
+    /// of the system's roots): the broker's own CA. `LOCKBROKER_CA_FILE`
+    /// for [`Client::from_env`].
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> ClientBuilder {
+        self.tls_files.ca_file = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate (PEM, chain allowed) with its
+    /// private key (PEM: PKCS#8, PKCS#1 or SEC1) to a broker that asks for
+    /// one (mutual TLS). `LOCKBROKER_CLIENT_CERT` and
+    /// `LOCKBROKER_CLIENT_KEY` for [`Client::from_env`].
+    pub fn client_cert(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> ClientBuilder {
+        self.tls_files.client_cert = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// The TLS settings for `https://`, whole (roots, client certificates,
+    /// protocol versions): [`ca_file`](Self::ca_file) and
+    /// [`client_cert`](Self::client_cert) are then ignored. Default: rustls
+    /// with the system's root certificates.
     pub fn tls_config(mut self, config: rustls::ClientConfig) -> ClientBuilder {
         self.tls = Some(config);
         self
@@ -85,11 +123,18 @@ impl ClientBuilder {
     /// The client.
     ///
     /// # Errors
-    /// [`Error::Url`] when the URL is not `http(s)://host[:port]`.
+    /// [`Error::Url`] when the URL is not `http(s)://host[:port]`;
+    /// [`Error::TlsFile`] naming a CA file, client certificate or key that
+    /// cannot be read or used.
     pub fn build(self) -> Result<Client> {
+        let tls = match self.tls {
+            Some(config) => Some(config),
+            None if self.tls_files.is_empty() => None,
+            None => Some(self.tls_files.config()?),
+        };
         Ok(Client {
             inner: Arc::new(Inner {
-                transport: Transport::new(&self.url, self.tls)?,
+                transport: Transport::new(&self.url, tls)?,
                 api_key: self.api_key,
                 retry: self.retry,
                 slack: self.slack,
@@ -117,17 +162,33 @@ impl Client {
         Client::builder(url).api_key(api_key).build()
     }
 
-    /// A client from `LOCKBROKER_URL` (default `http://127.0.0.1:7420`) and
-    /// `LOCKBROKER_API_KEY`, as `lockctl` reads them.
+    /// A client from the environment, as `lockctl` reads it (an empty
+    /// variable counts as unset):
+    ///
+    /// - `LOCKBROKER_URL` (default `http://127.0.0.1:7420`),
+    /// - `LOCKBROKER_API_KEY`,
+    /// - `LOCKBROKER_CA_FILE`: see [`ClientBuilder::ca_file`],
+    /// - `LOCKBROKER_CLIENT_CERT` and `LOCKBROKER_CLIENT_KEY` (both or
+    ///   neither): see [`ClientBuilder::client_cert`].
     ///
     /// # Errors
-    /// [`Error::Url`] when the URL is not `http(s)://host[:port]`.
+    /// [`Error::Url`] when the URL is not `http(s)://host[:port]`;
+    /// [`Error::TlsFile`] naming a TLS file that cannot be read or used, or
+    /// a client certificate given without its key (or the reverse).
     pub fn from_env() -> Result<Client> {
-        let url =
-            std::env::var("LOCKBROKER_URL").unwrap_or_else(|_| "http://127.0.0.1:7420".into());
+        let url = env(ENV_URL).unwrap_or_else(|| "http://127.0.0.1:7420".into());
         let mut builder = Client::builder(&url);
-        if let Ok(key) = std::env::var("LOCKBROKER_API_KEY") {
+        if let Some(key) = env(ENV_API_KEY) {
             builder = builder.api_key(key);
+        }
+        if let Some(ca) = env(ENV_CA_FILE) {
+            builder = builder.ca_file(ca);
+        }
+        match (env(ENV_CLIENT_CERT), env(ENV_CLIENT_KEY)) {
+            (Some(cert), Some(key)) => builder = builder.client_cert(cert, key),
+            (None, None) => {}
+            (Some(cert), None) => return Err(half_pair(cert, ENV_CLIENT_KEY)),
+            (None, Some(key)) => return Err(half_pair(key, ENV_CLIENT_CERT)),
         }
         builder.build()
     }
@@ -141,6 +202,7 @@ impl Client {
             slack: DEFAULT_SLACK,
             identity: None,
             tls: None,
+            tls_files: TlsFiles::default(),
         }
     }
 
@@ -225,25 +287,28 @@ impl Client {
         wait: Duration,
         idempotent: Idempotent,
     ) -> Result<Bytes> {
-        let limit = wait + self.inner.slack;
-        let (status, bytes) = self
+        let answer = self
             .with_retries(
                 idempotent,
-                limit,
+                wait + self.inner.slack,
                 || async {
                     let response = self
                         .send(method.clone(), path, content_type, &[], body.clone())
                         .await?;
-                    let status = response.status().as_u16();
-                    Ok((status, read_body(response).await?))
+                    let (status, retry_after) = head(&response);
+                    Ok(Answer {
+                        status,
+                        retry_after,
+                        body: read_body(response).await?,
+                    })
                 },
-                |bytes| retry_after(bytes),
+                whole,
             )
             .await?;
-        if (200..300).contains(&status) {
-            Ok(bytes)
+        if (200..300).contains(&answer.status) {
+            Ok(answer.body)
         } else {
-            Err(refusal(status, &bytes))
+            Err(refusal(answer.status, &answer.body, answer.retry_after))
         }
     }
 
@@ -262,7 +327,7 @@ impl Client {
             .map(|id| ("last-event-id", id))
             .into_iter()
             .collect();
-        let (status, opened) = self
+        let answer = self
             .with_retries(
                 Idempotent::Yes,
                 self.inner.slack,
@@ -270,17 +335,24 @@ impl Client {
                     let response = self
                         .send(Method::GET, path, None, &headers, Bytes::new())
                         .await?;
-                    let status = response.status().as_u16();
-                    if (200..300).contains(&status) {
-                        Ok((status, Ok(response)))
+                    let (status, retry_after) = head(&response);
+                    let body = if (200..300).contains(&status) {
+                        Ok(response)
                     } else {
-                        Ok((status, Err(read_body(response).await?)))
-                    }
+                        Err(read_body(response).await?)
+                    };
+                    Ok(Answer {
+                        status,
+                        retry_after,
+                        body,
+                    })
                 },
-                |opened| opened.as_ref().err().and_then(|bytes| retry_after(bytes)),
+                unopened,
             )
             .await?;
-        opened.map_err(|bytes| refusal(status, &bytes))
+        answer
+            .body
+            .map_err(|bytes| refusal(answer.status, &bytes, answer.retry_after))
     }
 
     async fn send(
@@ -304,41 +376,120 @@ impl Client {
             .await
     }
 
-    /// Runs `exchange` (one HTTP exchange giving a status and what the
-    /// caller keeps of the answer) under the retry policy: again after a
-    /// 503 (after the answer's `retry_after_ms` if `hint` finds one) or a
-    /// connection that could not be made, and after a broken connection or
-    /// a timeout only if `idempotent`; each try bounded by `limit`.
+    /// Runs `exchange` (one HTTP exchange) under the retry policy until
+    /// `budget` from now, the call's deadline:
+    ///
+    /// - again after a 503 or a connection that could not be made, up to
+    ///   the policy's attempts, after the broker's hint or a growing,
+    ///   jittered delay;
+    /// - again after a 429 `rate_limited` or `quota_exceeded` once the
+    ///   broker's `retry_after_ms` (or `Retry-After`) has passed, as often
+    ///   as the deadline allows (unless the policy makes one try only):
+    ///   nothing was done, and the broker said when to come back;
+    /// - after a broken connection, again only if `idempotent`; otherwise
+    ///   [`Error::OutcomeUnknown`] (the request may have taken effect);
+    /// - never after a TLS refusal or any other answer.
+    ///
+    /// A retry whose wait would pass the deadline is not made: the last
+    /// try's answer or failure is the call's, at once. A try still running
+    /// at the deadline is [`Error::Timeout`]. `refused` finds the body of
+    /// an error answer in what `exchange` keeps of it.
     async fn with_retries<T, F, Fut>(
         &self,
         idempotent: Idempotent,
-        limit: Duration,
+        budget: Duration,
         mut exchange: F,
-        hint: impl Fn(&T) -> Option<Duration>,
-    ) -> Result<(u16, T)>
+        refused: impl Fn(&T) -> Option<&Bytes>,
+    ) -> Result<Answer<T>>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<(u16, T), Failure>>,
+        Fut: std::future::Future<Output = Result<Answer<T>, Failure>>,
     {
+        let deadline = Instant::now() + budget;
         let policy = &self.inner.retry;
         let attempts = policy.attempts.max(1);
-        let retry_any = idempotent == Idempotent::Yes;
-        let mut tries = 0;
+        // Tries that met a 503 or no connection; 429s that were waited out.
+        let (mut failed, mut throttled) = (0, 0);
         loop {
-            tries += 1;
-            let last = tries >= attempts;
-            let suggested = match tokio::time::timeout(limit, exchange()).await {
-                Ok(Ok((503, answer))) if !last => hint(&answer),
-                Ok(Ok(answer)) => return Ok(answer),
-                Ok(Err(Failure::NotSent(_))) if !last => None,
-                Ok(Err(Failure::Broken(_))) if !last && retry_any => None,
-                Err(_) if !last && retry_any => None,
-                Ok(Err(failure)) => return Err(failure.into()),
-                Err(_) => return Err(Error::Timeout(limit)),
+            let Ok(outcome) = tokio::time::timeout_at(deadline, exchange()).await else {
+                return Err(Error::Timeout(budget));
             };
-            tokio::time::sleep(policy.delay(tries, suggested)).await;
+            let (wait, otherwise) = match outcome {
+                Ok(answer) if answer.status == 503 => {
+                    failed += 1;
+                    let hint = refused(&answer.body)
+                        .and_then(|bytes| error_body(bytes))
+                        .and_then(|body| body.error.retry_after_ms)
+                        .map(Duration::from_millis)
+                        .or(answer.retry_after);
+                    (
+                        (failed < attempts).then(|| policy.delay(failed, hint)),
+                        Ok(answer),
+                    )
+                }
+                Ok(answer) if answer.status == 429 => {
+                    let refusal = refused(&answer.body)
+                        .and_then(|bytes| error_body(bytes))
+                        .map(|body| ApiError::from_body(429, body, answer.retry_after));
+                    let wait = match refusal {
+                        Some(refusal) if refusal.is_throttled() && attempts > 1 => {
+                            throttled += 1;
+                            Some(policy.throttled_delay(throttled, refusal.retry_after))
+                        }
+                        _ => None,
+                    };
+                    (wait, Ok(answer))
+                }
+                Ok(answer) => return Ok(answer),
+                Err(Failure::Tls(why)) => return Err(Error::Tls(why)),
+                Err(Failure::Broken(why)) if idempotent == Idempotent::No => {
+                    return Err(Error::OutcomeUnknown(why))
+                }
+                Err(Failure::NotSent(why) | Failure::Broken(why)) => {
+                    failed += 1;
+                    (
+                        (failed < attempts).then(|| policy.delay(failed, None)),
+                        Err(Error::Connect(why)),
+                    )
+                }
+            };
+            match wait {
+                Some(wait) if Instant::now() + wait < deadline => tokio::time::sleep(wait).await,
+                _ => return otherwise,
+            }
         }
     }
+}
+
+/// What one exchange got: the status, the `Retry-After` header's wait, and
+/// what the caller keeps of the body.
+struct Answer<T> {
+    status: u16,
+    retry_after: Option<Duration>,
+    body: T,
+}
+
+/// The status of an answer and its `Retry-After` (whole seconds; the
+/// broker sends it with every `retry_after_ms`, and a proxy may send it
+/// alone).
+fn head(response: &Response<Incoming>) -> (u16, Option<Duration>) {
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    (response.status().as_u16(), retry_after)
+}
+
+/// The body of an answer kept whole: an error's envelope if it is one.
+fn whole(bytes: &Bytes) -> Option<&Bytes> {
+    Some(bytes)
+}
+
+/// The body of a stream that did not open: its error's envelope.
+fn unopened(opened: &Result<Response<Incoming>, Bytes>) -> Option<&Bytes> {
+    opened.as_ref().err()
 }
 
 /// The whole body of an answer.
@@ -351,13 +502,9 @@ async fn read_body(response: Response<Incoming>) -> Result<Bytes, Failure> {
         .to_bytes())
 }
 
-/// The `retry_after_ms` of an error answer, if it has one.
-fn retry_after(bytes: &[u8]) -> Option<Duration> {
-    serde_json::from_slice::<ErrorBody>(bytes)
-        .ok()?
-        .error
-        .retry_after_ms
-        .map(Duration::from_millis)
+/// The API's error envelope, if `bytes` is one.
+fn error_body(bytes: &[u8]) -> Option<ErrorBody> {
+    serde_json::from_slice(bytes).ok()
 }
 
 /// A 2xx body as `T`.
@@ -371,19 +518,34 @@ pub(crate) fn decode<T: DeserializeOwned>(status: u16, bytes: &[u8]) -> Result<T
     })
 }
 
-/// A non-2xx answer as an error: the API's envelope when it is one.
-fn refusal(status: u16, bytes: &[u8]) -> Error {
-    match serde_json::from_slice::<ErrorBody>(bytes) {
-        Ok(body) => Error::Api(ApiError::from_body(status, body)),
-        Err(_) if status == 503 => Error::Api(ApiError {
+/// A non-2xx answer as an error: the API's envelope when it is one;
+/// `retry_after` is the answer's `Retry-After`.
+fn refusal(status: u16, bytes: &[u8], retry_after: Option<Duration>) -> Error {
+    match error_body(bytes) {
+        Some(body) => Error::Api(ApiError::from_body(status, body, retry_after)),
+        None if status == 503 => Error::Api(ApiError {
             status,
             code: ErrorCode::Unavailable,
             message: String::from_utf8_lossy(bytes).into_owned(),
-            retry_after: None,
+            retry_after,
         }),
-        Err(_) => Error::Unexpected {
+        None => Error::Unexpected {
             status,
             detail: String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
         },
+    }
+}
+
+/// An environment variable, `None` when unset or empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+/// A client certificate without its key, or the reverse (`missing` is the
+/// variable that is not set).
+fn half_pair(given: String, missing: &str) -> Error {
+    Error::TlsFile {
+        path: given.into(),
+        reason: format!("{missing} is not set: a client certificate needs its key and the reverse"),
     }
 }

@@ -1,7 +1,7 @@
 //! What can go wrong, as one enum: the broker's own answers keep their
 //! [`ErrorCode`] so callers match on codes, never on messages.
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use lockbroker_api::{ErrorBody, ErrorCode};
 
@@ -16,19 +16,37 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// The broker's words for people.
     pub message: String,
-    /// With `lock_held` and `semaphore_full`: when the tenant's backoff
-    /// policy suggests trying again.
+    /// When trying again makes sense: with `lock_held` and
+    /// `semaphore_full`, the tenant's backoff policy's hint; with
+    /// `rate_limited` and `quota_exceeded` (429), when the broker expects
+    /// one more to fit; with `unavailable`, when the broker expects to be
+    /// back. From the body's `retry_after_ms`, else the `Retry-After`
+    /// header.
     pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
-    pub(crate) fn from_body(status: u16, body: ErrorBody) -> ApiError {
+    /// The refusal in `body`; `header` is the answer's `Retry-After`, used
+    /// when the body has no `retry_after_ms`.
+    pub(crate) fn from_body(status: u16, body: ErrorBody, header: Option<Duration>) -> ApiError {
         ApiError {
             status,
             code: body.error.code,
             message: body.error.message,
-            retry_after: body.error.retry_after_ms.map(Duration::from_millis),
+            retry_after: body
+                .error
+                .retry_after_ms
+                .map(Duration::from_millis)
+                .or(header),
         }
+    }
+
+    /// True for the 429s that say "not now, later": `rate_limited` (the
+    /// tenant's request rate) and `quota_exceeded` (its live leases).
+    /// Nothing was done; the same request may be sent again after
+    /// [`retry_after`](Self::retry_after).
+    pub fn is_throttled(&self) -> bool {
+        matches!(self.code, ErrorCode::RateLimited | ErrorCode::QuotaExceeded)
     }
 }
 
@@ -48,7 +66,8 @@ impl std::fmt::Display for ApiError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LostReason {
     /// The broker refused the renewal: the lease is gone or no longer ours
-    /// (`lease_lost`), or the key was refused (any other 4xx).
+    /// (`lease_lost`), or the key was refused (any other 4xx but a 429,
+    /// whose renewal is tried again after the broker's hint).
     #[error("the broker refused the renewal: {0}")]
     Refused(ApiError),
     /// No renewal succeeded before the lease would have run out (by this
@@ -74,10 +93,33 @@ pub enum Error {
     /// The base URL is not `http://` or `https://host[:port]`.
     #[error("invalid broker URL {0:?}")]
     Url(String),
-    /// The broker could not be reached, or the connection broke.
+    /// The broker could not be reached (nothing was sent), or the
+    /// connection of a request that may be sent again broke and the tries
+    /// ran out.
     #[error("cannot reach the broker: {0}")]
     Connect(String),
-    /// No answer within the request's wait plus the client's slack.
+    /// The connection broke after a request that must not be sent twice
+    /// (an acquire, a release) may have reached the broker: it may or may
+    /// not have taken effect. A guard's acquire that ends so gives back
+    /// whatever its owner got (see [`LeaseBuilder`](crate::LeaseBuilder)).
+    #[error("the connection broke after the request was sent; its outcome is unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The TLS handshake failed: the broker's certificate is not trusted
+    /// (or names another host), or the broker refused the client's
+    /// certificate (or its absence). Not retried: it would fail again.
+    #[error("TLS with the broker failed: {0}")]
+    Tls(String),
+    /// A TLS file given to the client (CA, client certificate, its key)
+    /// cannot be read or used.
+    #[error("TLS file {}: {reason}", path.display())]
+    TlsFile {
+        /// The file, as it was given.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No answer within the call's deadline: its wait plus the client's
+    /// slack, retries included. It may or may not have taken effect.
     #[error("the broker did not answer within {0:?}")]
     Timeout(Duration),
     /// A guard's lease is gone (it was lost before `release`).
@@ -102,10 +144,29 @@ impl Error {
         }
     }
 
-    /// True when no answer came from the broker (unreachable, cut off,
-    /// timed out): the call may or may not have taken effect.
+    /// When the broker suggests trying again (see
+    /// [`ApiError::retry_after`]): a 429's, a `lock_held`'s, a 503's.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.api()?.retry_after
+    }
+
+    /// True for a 429 `rate_limited` or `quota_exceeded` (see
+    /// [`ApiError::is_throttled`]): the call's deadline was too short for
+    /// the wait the broker asked for.
+    pub fn is_throttled(&self) -> bool {
+        self.api().is_some_and(ApiError::is_throttled)
+    }
+
+    /// True when no answer came from the broker (unreachable, TLS refused,
+    /// cut off, timed out). [`Error::OutcomeUnknown`] and
+    /// [`Error::Timeout`]: the call may or may not have taken effect;
+    /// [`Error::Tls`] and [`Error::Connect`]: it did not, or it was one
+    /// that may be repeated (a read, a renewal).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, Error::Connect(_) | Error::Timeout(_))
+        matches!(
+            self,
+            Error::Connect(_) | Error::OutcomeUnknown(_) | Error::Tls(_) | Error::Timeout(_)
+        )
     }
 }
 

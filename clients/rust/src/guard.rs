@@ -64,6 +64,14 @@ pub trait Guarded: sealed::Sealed + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Lease>> + Send;
     /// Gives `lease` back.
     fn release(client: &Client, lease: &Self::Lease) -> impl Future<Output = Result<()>> + Send;
+    /// Gives back whatever `owner` holds of `target`: for an acquire that
+    /// was cancelled, or whose answer never came, and that may have been
+    /// granted all the same.
+    fn abandon(
+        client: &Client,
+        target: &Self::Target,
+        owner: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 pub(crate) mod sealed {
@@ -110,6 +118,14 @@ impl<K: Kind> Guarded for K {
             .release(lease.key(), &request)
             .await
             .map(drop)
+    }
+
+    async fn abandon(client: &Client, (key, _): &(String, K::Extra), owner: &str) -> Result<()> {
+        let leases = client.leases::<K>();
+        if let Some(release) = K::held_by(&leases.status(key).await?, owner) {
+            leases.release(key, &release).await?;
+        }
+        Ok(())
     }
 }
 
@@ -315,12 +331,15 @@ async fn keep<K: Guarded>(
                 grant = renewed;
                 state.send_replace(State::Held(grant.clone()));
             }
-            Ok(Err(Error::Api(refusal))) if refusal.status < 500 => {
+            // A 429 (the tenant's rate) says nothing of the lease: tried
+            // again once the broker's hint has passed, while it lasts.
+            Ok(Err(Error::Api(refusal))) if refusal.status < 500 && !refusal.is_throttled() => {
                 break LostReason::Refused(refusal);
             }
             Ok(Err(err)) => {
+                let wait = err.retry_after().unwrap_or(retry_every).max(retry_every);
                 last_error = err.to_string();
-                next = (Instant::now() + retry_every).min(deadline);
+                next = (Instant::now() + wait).min(deadline);
             }
             Err(_) => break LostReason::Expired { last_error },
         }

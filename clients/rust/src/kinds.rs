@@ -1,11 +1,13 @@
 //! What each lease kind adds to the one generic model: the body of its
-//! acquire (a semaphore's size, an rwlock's mode) and the refusal that
-//! means "taken now". Everything else (paths, renewals, releases, status,
-//! listing) comes from the API's [`LeaseKind`].
+//! acquire (a semaphore's size, an rwlock's mode), the refusal that means
+//! "taken now", and where its status shows a holder's lease. Everything
+//! else (paths, renewals, releases, status, listing) comes from the API's
+//! [`LeaseKind`].
 
 use lockbroker_api::{
-    AcquireRequest, CampaignRequest, Election, ErrorCode, LeaseKind, LeaseTerms, Lock,
-    RwAcquireRequest, RwLock, RwMode, Semaphore, SemaphoreAcquireRequest,
+    AcquireRequest, CampaignRequest, Election, ElectionStatus, ErrorCode, LeaseKind, LeaseTerms,
+    Lock, LockStatus, ReleaseRequest, ResignRequest, RwAcquireRequest, RwLock, RwLockStatus,
+    RwMode, Semaphore, SemaphoreAcquireRequest, SemaphoreReleaseRequest, SemaphoreStatus,
 };
 
 /// A [`LeaseKind`] the client can acquire, guard and list: [`Lock`],
@@ -20,6 +22,19 @@ pub trait Kind: LeaseKind {
 
     /// The acquire request of `owner` on `terms`.
     fn request(owner: String, terms: LeaseTerms, extra: &Self::Extra) -> Self::Acquire;
+
+    /// The release of the lease `owner` holds in `status`, if it holds
+    /// one: how an acquire whose answer never came gives back what it may
+    /// have been granted.
+    fn held_by(status: &Self::Status, owner: &str) -> Option<Self::Release>;
+}
+
+/// The release of `owner`'s lease of `token`.
+fn release(owner: &str, token: u64) -> ReleaseRequest {
+    ReleaseRequest {
+        owner: owner.to_owned(),
+        token,
+    }
 }
 
 impl Kind for Lock {
@@ -27,6 +42,15 @@ impl Kind for Lock {
 
     fn request(owner: String, terms: LeaseTerms, (): &()) -> AcquireRequest {
         AcquireRequest { owner, terms }
+    }
+
+    fn held_by(status: &LockStatus, owner: &str) -> Option<ReleaseRequest> {
+        match (&status.owner, status.token) {
+            (Some(holder), Some(token)) if status.held && holder == owner => {
+                Some(release(owner, token))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -42,6 +66,14 @@ impl Kind for Semaphore {
             terms,
         }
     }
+
+    fn held_by(status: &SemaphoreStatus, owner: &str) -> Option<SemaphoreReleaseRequest> {
+        let holder = status.holders.iter().find(|h| h.owner == owner)?;
+        Some(SemaphoreReleaseRequest {
+            slot: holder.slot,
+            lease: release(owner, holder.token),
+        })
+    }
 }
 
 impl Kind for RwLock {
@@ -54,6 +86,15 @@ impl Kind for RwLock {
             terms,
         }
     }
+
+    fn held_by(status: &RwLockStatus, owner: &str) -> Option<ReleaseRequest> {
+        let holder = status
+            .writer
+            .iter()
+            .chain(&status.readers)
+            .find(|h| h.owner == owner)?;
+        Some(release(owner, holder.token))
+    }
 }
 
 impl Kind for Election {
@@ -61,6 +102,16 @@ impl Kind for Election {
 
     fn request(candidate: String, terms: LeaseTerms, (): &()) -> CampaignRequest {
         CampaignRequest { candidate, terms }
+    }
+
+    fn held_by(status: &ElectionStatus, candidate: &str) -> Option<ResignRequest> {
+        match (&status.leader, status.term) {
+            (Some(leader), Some(term)) if leader == candidate => Some(ResignRequest {
+                candidate: candidate.to_owned(),
+                term,
+            }),
+            _ => None,
+        }
     }
 }
 

@@ -8,16 +8,15 @@
 use std::{marker::PhantomData, time::Duration};
 
 use lockbroker_api::{
-    CampaignRequest, Election, ElectionEvent, ElectionStatus, Leadership, LeaseKind, LeaseRequest,
-    Lock, LockHistory, Page, ResignRequest, ResignResponse, RwLock, Semaphore, ValidateRequest,
-    Validity, LIST_MAX_LIMIT,
+    CampaignRequest, Election, Leadership, LeaseKind, LeaseRequest, Lock, LockHistory, Page,
+    ResignRequest, ResignResponse, RwLock, Semaphore, ValidateRequest, Validity, LIST_MAX_LIMIT,
 };
 
 use crate::{
     client::{Client, Idempotent},
     error::Result,
     kinds::Recorded,
-    sse::{self, EventBody, LeaderEvents, RawEvent},
+    observe::LeaderEvents,
     transport::segment,
 };
 
@@ -228,23 +227,13 @@ impl Elections<'_> {
     }
 
     /// `GET /v1/elections/{name}/observe`: the leadership now, then one
-    /// event per change of leader, as a [`Stream`](futures_core::Stream).
-    /// The stream ends (after an error item if the connection broke) when
-    /// the broker closes it; it does not reconnect by itself: open it
-    /// again, the first event tells the leadership at that moment.
+    /// event per change of leader, as a [`Stream`](futures_core::Stream)
+    /// that reconnects when its connection ends or breaks (and yields a
+    /// change made meanwhile, never one it already yielded).
     ///
     /// # Errors
     /// When the stream cannot be opened (as any call).
     pub async fn observe(&self, name: &str) -> Result<LeaderEvents> {
-        let response = self
-            .client
-            .open_stream(&Self::path(name, "/observe"), None)
-            .await?;
-        Ok(EventBody::new(response.into_body(), leader_event))
+        LeaderEvents::open(self.client, Self::path(name, "/observe")).await
     }
-}
-
-/// A `leader` event of `observe`; other kinds are skipped.
-fn leader_event(raw: &RawEvent) -> Option<Result<ElectionEvent>> {
-    (raw.name == "leader").then(|| sse::data::<ElectionStatus>(raw).map(ElectionEvent::Leader))
 }

@@ -8,7 +8,7 @@
 //! # async fn main() -> Result<(), lockbroker_client::Error> {
 //! use std::time::Duration;
 //!
-//! let client = lockbroker_client::Client::from_env()?; // LOCKBROKER_URL, LOCKBROKER_API_KEY
+//! let client = lockbroker_client::Client::from_env()?; // LOCKBROKER_URL, LOCKBROKER_API_KEY, ...
 //! let guard = client.lock("nightly-report").ttl(Duration::from_secs(30)).acquire().await?;
 //! tokio::select! {
 //!     () = work(guard.token()) => guard.release().await?,
@@ -19,11 +19,23 @@
 //! ```
 //!
 //! The layout:
-//! - [`Client`] (`client.rs`): one broker, one key, a connection pool;
-//!   every call is bounded by its wait plus [`DEFAULT_SLACK`], and retried
-//!   on 503 and on connections that could not be made ([`RetryPolicy`],
-//!   `retry.rs`), never on a 4xx. `transport.rs` is the HTTP exchange
-//!   (hyper, rustls with the system's roots for `https://`).
+//! - [`Client`] (`client.rs`): one broker, one key, a connection pool, and
+//!   the one place where a call is timed, retried and decoded. Every call
+//!   has a deadline, its wait plus the client's [slack](ClientBuilder::slack)
+//!   ([`DEFAULT_SLACK`]), that its retries fit in: on 503 and on
+//!   connections that could not be made (a bounded number of times, with
+//!   growing, jittered delays or the broker's `retry_after_ms`), and on
+//!   429 `rate_limited` / `quota_exceeded` once the broker's
+//!   `retry_after_ms` (or `Retry-After`) has passed; never on another 4xx
+//!   ([`RetryPolicy`], `retry.rs`). When the next wait would pass the
+//!   deadline the call fails at once with the broker's last answer (a 429
+//!   with its [`retry_after`](Error::retry_after)). A request that must
+//!   not be sent twice (an acquire, a release) whose connection broke
+//!   after it went out is [`Error::OutcomeUnknown`], not retried.
+//!   `transport.rs` is the HTTP exchange (hyper, rustls for `https://`);
+//!   `tls.rs` its settings: a [CA file](ClientBuilder::ca_file) or the
+//!   system's roots, and a [client certificate](ClientBuilder::client_cert)
+//!   for mutual TLS.
 //! - One generic model for every lease kind, over the API's [`LeaseKind`]
 //!   ([`Lock`], [`Semaphore`], [`RwLock`], [`Election`]), as kube-rs serves
 //!   every Kubernetes kind through one `Api<K>`:
@@ -35,20 +47,45 @@
 //!   - [`LeaseBuilder<K>`](LeaseBuilder) (`builder.rs`): who holds, for how
 //!     long, how long to wait; [`Client::lock`], [`Client::semaphore`],
 //!     [`Client::read_lock`] / [`Client::write_lock`],
-//!     [`Client::election`], [`Client::multilock`] start one.
+//!     [`Client::election`], [`Client::multilock`] start one. An acquire
+//!     cancelled (its future dropped) or ending with an unknown outcome
+//!     gives back what it may have been granted (`pending.rs`).
 //!   - [`Guard<K>`](Guard) (`guard.rs`): the one guard: renewal every
 //!     third of the TTL, [`Guard::lost`], [`Guard::release`], release on
 //!     drop; [`Guarded`] is what it needs of a kind.
 //!   - `kinds.rs`: what each kind adds ([`Kind`]: its acquire body, its
-//!     "taken" refusal); `multilock.rs`: several locks as one lease
-//!     ([`MultiLock`], [`MultiLocks`]).
+//!     "taken" refusal, where its status shows a holder); `multilock.rs`:
+//!     several locks as one lease ([`MultiLock`], [`MultiLocks`]).
 //! - [`Client::events`] (`events.rs`): every change of the tenant's leases
 //!   under a prefix, resumed with `Last-Event-ID` when the connection
-//!   ends; `sse.rs` parses Server-Sent Events (also
-//!   [`Elections::observe`]'s). [`Admin`] for tenants, policies and
-//!   force-release.
+//!   ends; [`Elections::observe`] (`observe.rs`): the changes of leader,
+//!   reconnecting too; `sse.rs` parses Server-Sent Events for both.
+//!   [`Admin`] for tenants, policies and force-release.
 //! - [`Error`] (`error.rs`): every failure, with the API's [`ErrorCode`]
 //!   when the broker refused.
+//!
+//! The conformance scenarios every client implements
+//! (`clients/CONFORMANCE.md`) are `tests/rust_conformance.rs`; the
+//! crate's README lists which test covers which.
+//!
+//! # HTTPS and mutual TLS
+//!
+//! ```no_run
+//! # fn main() -> Result<(), lockbroker_client::Error> {
+//! // Or Client::from_env() with LOCKBROKER_URL, LOCKBROKER_API_KEY,
+//! // LOCKBROKER_CA_FILE, LOCKBROKER_CLIENT_CERT and LOCKBROKER_CLIENT_KEY.
+//! let client = lockbroker_client::Client::builder("https://broker.internal:7443")
+//!     .api_key("team-a-key")
+//!     .ca_file("/etc/lockbroker/tls/ca.pem") // trusted instead of the system's roots
+//!     .client_cert("/etc/lockbroker/tls/me.pem", "/etc/lockbroker/tls/me.key")
+//!     .build()?; // Error::TlsFile names a file it cannot read or use
+//! # drop(client);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A broker that refuses the certificate (or whose own is not trusted)
+//! fails the call with [`Error::Tls`], at once: it is not retried.
 //!
 //! Guards need a tokio runtime (they spawn their renewal task). A guard
 //! dropped without [`Guard::release`] is released by that task, in the
@@ -120,9 +157,12 @@ mod guard;
 mod kinds;
 mod leases;
 mod multilock;
+mod observe;
 mod owner;
+mod pending;
 mod retry;
 mod sse;
+mod tls;
 mod transport;
 
 pub use admin::Admin;
@@ -136,15 +176,20 @@ pub use guard::{Guard, Guarded};
 pub use kinds::{Kind, Recorded};
 pub use leases::{Elections, Leases, Locks, RwLocks, Semaphores};
 pub use multilock::{MultiLock, MultiLockBuilder, MultiLockGuard, MultiLocks};
+pub use observe::LeaderEvents;
 pub use owner::host_name;
 pub use retry::RetryPolicy;
-pub use sse::{EventBody, LeaderEvents};
 
 pub use futures_core::Stream;
 pub use lockbroker_api as api;
 pub use lockbroker_api::{Election, ElectionEvent, ErrorCode, LeaseKind, Lock, RwLock, Semaphore};
 /// The TLS library, for [`ClientBuilder::tls_config`].
 pub use rustls;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;
 
 /// A held lock.
 pub type LockGuard = Guard<Lock>;

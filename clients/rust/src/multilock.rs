@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lockbroker_api::{
-    ErrorCode, HeldKey, LeaseRequest, LeaseTerms, MultiLockAcquireRequest, MultiLockLease,
+    ErrorCode, HeldKey, LeaseRequest, LeaseTerms, Lock, MultiLockAcquireRequest, MultiLockLease,
     MultiLockReleaseRequest, MultiLockReleaseResponse, MultiLockRenewRequest,
 };
 
@@ -14,6 +14,7 @@ use crate::{
     client::{Client, Idempotent},
     error::Result,
     guard::{sealed::Sealed, Guard, Guarded},
+    kinds::Kind,
 };
 
 /// Several locks held as one lease: taken all or none, renewed and
@@ -170,5 +171,27 @@ impl Guarded for MultiLock {
             locks: held(lease),
         };
         client.multilocks().release(&request).await.map(drop)
+    }
+
+    /// Each key `owner` holds, released together.
+    async fn abandon(client: &Client, keys: &Vec<String>, owner: &str) -> Result<()> {
+        let mut locks = Vec::new();
+        for key in keys {
+            let status = client.locks().status(key).await?;
+            if let Some(held) = <Lock as Kind>::held_by(&status, owner) {
+                locks.push(HeldKey {
+                    key: key.clone(),
+                    token: held.token,
+                });
+            }
+        }
+        if !locks.is_empty() {
+            let request = MultiLockReleaseRequest {
+                owner: owner.to_owned(),
+                locks,
+            };
+            client.multilocks().release(&request).await?;
+        }
+        Ok(())
     }
 }

@@ -1,7 +1,10 @@
-//! When a call is tried again: on 503 `unavailable` (nothing was granted)
-//! and when no connection could be made, a bounded number of times with
-//! exponential backoff, or after the broker's own `retry_after_ms`. Never on
-//! any other answer: a 4xx is the broker's decision, not a hiccup.
+//! How long to wait before trying a call again: on 503 `unavailable`
+//! (nothing was granted) and when no connection could be made, a bounded
+//! number of times with exponential, jittered backoff, or after the
+//! broker's own `retry_after_ms`; on 429 `rate_limited` / `quota_exceeded`
+//! once the broker's `retry_after_ms` has passed. Never on any other
+//! answer: a 4xx is the broker's decision, not a hiccup. Every wait fits in
+//! the call's deadline (`client.rs`) or is not made.
 
 use std::{
     hash::{BuildHasher, Hasher},
@@ -54,6 +57,20 @@ impl RetryPolicy {
         });
         delay.min(self.max_delay)
     }
+
+    /// The wait before retry number `retry` of a call the broker throttled
+    /// (429 `rate_limited` / `quota_exceeded`): its `hint` and a little
+    /// more (a tenth to a fifth of it), so that calls throttled together do
+    /// not come back in the same instant, never less than the hint (the
+    /// broker would refuse again) and not capped by `max_delay` (the call's
+    /// deadline decides whether it is waited out). Without a hint, as
+    /// [`delay`](Self::delay).
+    pub fn throttled_delay(&self, retry: u32, hint: Option<Duration>) -> Duration {
+        match hint {
+            Some(hint) => hint + jitter(hint / 5),
+            None => self.delay(retry, None),
+        }
+    }
 }
 
 /// Somewhere between half of `d` and `d`, from the standard library's
@@ -84,6 +101,30 @@ mod tests {
         for retry in 1..=40 {
             assert!(policy.delay(retry, None) <= Duration::from_secs(1));
         }
+    }
+
+    #[test]
+    fn delays_are_jittered() {
+        let policy = RetryPolicy::default();
+        let delays: std::collections::HashSet<_> = (0..32).map(|_| policy.delay(2, None)).collect();
+        assert!(delays.len() > 1, "32 draws, one delay: {delays:?}");
+    }
+
+    #[test]
+    fn a_throttled_call_waits_at_least_the_hint_whatever_the_cap() {
+        let policy = RetryPolicy::default();
+        for hint in [
+            Duration::from_millis(1),
+            Duration::from_millis(480),
+            Duration::from_secs(5),
+        ] {
+            let wait = policy.throttled_delay(1, Some(hint));
+            assert!(
+                wait >= hint && wait <= hint + hint / 5,
+                "{hint:?}: {wait:?}"
+            );
+        }
+        assert!(policy.throttled_delay(1, None) <= policy.base_delay);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use std::{
 
 use futures_core::Stream;
 use hyper::body::{Body, Incoming};
-use lockbroker_api::ElectionEvent;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
@@ -123,12 +122,6 @@ pub(crate) fn data<T: DeserializeOwned>(raw: &RawEvent) -> Result<T> {
         detail: format!("a {} event that is not one ({e}): {}", raw.name, raw.data),
     })
 }
-
-/// The leader changes of one election, as they stream in (from
-/// [`Elections::observe`](crate::Elections::observe)): a [`Stream`] of
-/// [`ElectionEvent`]s (use `futures::StreamExt`, or [`EventBody::next`]
-/// without it).
-pub type LeaderEvents = EventBody<ElectionEvent>;
 
 /// Body frames read in one poll before yielding to other tasks.
 const FRAMES_PER_POLL: usize = 64;

@@ -2,7 +2,7 @@
 //! the request, send it, hand back the status and the body. Timeouts,
 //! retries and the meaning of statuses are the caller's ([`crate::Client`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -14,7 +14,7 @@ use hyper_util::{
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::error::Error;
+use crate::{error::Error, tls};
 
 /// Everything but RFC 3986's unreserved characters is encoded, so any key
 /// (slashes, spaces, unicode) stays one path segment.
@@ -37,14 +37,10 @@ pub(crate) enum Failure {
     NotSent(String),
     /// The connection broke after (part of) the request may have gone out.
     Broken(String),
-}
-
-impl From<Failure> for Error {
-    fn from(failure: Failure) -> Error {
-        match failure {
-            Failure::NotSent(why) | Failure::Broken(why) => Error::Connect(why),
-        }
-    }
+    /// TLS refused: the broker's certificate is not trusted, or the broker
+    /// refused ours (with TLS 1.3 that may come after the request went
+    /// out, but the broker never read it). Trying again would fail again.
+    Tls(String),
 }
 
 type Connector = HttpsConnector<HttpConnector>;
@@ -74,7 +70,7 @@ impl Transport {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.enforce_http(false);
-        let tls = tls.unwrap_or_else(|| system_tls().as_ref().clone());
+        let tls = tls.unwrap_or_else(|| tls::system().clone());
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -115,7 +111,9 @@ impl Transport {
             .map_err(|e| Failure::NotSent(format!("cannot build the request: {e}")))?;
         self.http.request(request).await.map_err(|e| {
             let why = error_chain(&e);
-            if e.is_connect() {
+            if is_tls(&e) {
+                Failure::Tls(why)
+            } else if e.is_connect() {
                 Failure::NotSent(why)
             } else {
                 Failure::Broken(why)
@@ -124,26 +122,27 @@ impl Transport {
     }
 }
 
-/// rustls with ring and the system's root certificates, built once per
-/// process (reading the roots takes a few milliseconds). A system without
-/// roots gets an empty store: http still works, https to a public CA fails
-/// with a certificate error rather than the client failing to build.
-fn system_tls() -> &'static Arc<rustls::ClientConfig> {
-    static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    TLS.get_or_init(|| {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
+/// True when rustls is among `err`'s sources: a handshake that failed, or
+/// an alert the broker sent (it refused our certificate).
+fn is_tls(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    // Bounded: error chains are short, but a cycle must not hang us.
+    for _ in 0..16 {
+        let Some(err) = next else { break };
+        if err.is::<rustls::Error>() {
+            return true;
         }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        Arc::new(config)
-    })
+        // An `io::Error` hides what it wraps from `source()` (it answers
+        // the wrapped error's own source): look at the wrapped one itself.
+        next = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    false
 }
 
 /// An error and its sources on one line (hyper's own `Display` says only

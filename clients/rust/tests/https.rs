@@ -1,7 +1,9 @@
 //! `https://` brokers: the client speaks TLS with rustls, trusts the roots
-//! it is given (and only those), and checks the server's name. The broker
-//! itself speaks plain HTTP (TLS is a proxy's job in front of it), so the
-//! server here is a TLS terminator answering one scripted request.
+//! it is given (a `rustls` config, or a CA file) and only those, and
+//! checks the server's name; a refused certificate is [`Error::Tls`]. The
+//! server here is a TLS terminator answering one scripted request (the
+//! broker's own TLS, mutual TLS included, is the conformance suite's C20,
+//! `tests/rust_conformance.rs`).
 
 use std::sync::Arc;
 
@@ -25,7 +27,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// A self-signed certificate for `localhost` and a TLS server on loopback
 /// that answers every request with `LEASE` (bounded: a few connections).
 async fn tls_server() -> (u16, CertificateDer<'static>) {
+    let (port, der, _pem) = tls_server_pem().await;
+    (port, der)
+}
+
+/// [`tls_server`], with its certificate as PEM too.
+async fn tls_server_pem() -> (u16, CertificateDer<'static>, String) {
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let pem = cert.cert.pem();
     let der = CertificateDer::from(cert.cert.der().to_vec());
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
     let config = rustls::ServerConfig::builder_with_provider(provider())
@@ -71,7 +80,7 @@ async fn tls_server() -> (u16, CertificateDer<'static>) {
             });
         }
     });
-    (port, der)
+    (port, der, pem)
 }
 
 fn trusting(root: CertificateDer<'static>) -> rustls::ClientConfig {
@@ -111,8 +120,8 @@ async fn an_untrusted_certificate_is_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Connect(_)),
-        "refused as a connection failure: {err}"
+        matches!(err, Error::Tls(_)),
+        "refused as a TLS failure: {err}"
     );
 }
 
@@ -123,7 +132,26 @@ async fn the_servers_name_is_checked() {
     let url = format!("https://127.0.0.1:{port}");
     let err = acquire_at(&url, Some(trusting(root))).await.unwrap_err();
     assert!(
-        matches!(err, Error::Connect(_)),
+        matches!(err, Error::Tls(_)),
         "a certificate for another name was accepted: {err}"
     );
+}
+
+#[tokio::test]
+async fn a_ca_file_is_trusted() {
+    let (port, _, pem) = tls_server_pem().await;
+    let ca = std::env::temp_dir().join(format!("lbc-https-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, pem).unwrap();
+    let client = Client::builder(&format!("https://localhost:{port}"))
+        .api_key("k")
+        .ca_file(&ca)
+        .build()
+        .unwrap();
+    let lease = client
+        .locks()
+        .acquire("k", &AcquireRequest::new("o"))
+        .await
+        .unwrap();
+    assert_eq!(lease.token, 7);
+    let _ = std::fs::remove_file(ca);
 }

@@ -89,7 +89,7 @@ pub async fn handle(
     if req.method() != Method::GET {
         return Err(ApiError::method_not_allowed("GET"));
     }
-    let tenant = authenticate(app, req.headers())?;
+    let tenant = authenticate(app, req.headers()).await?;
     seen.tenant = Some(tenant.name.clone());
     let mut prefix = Vec::new();
     let mut after = None;

@@ -44,7 +44,7 @@ pub async fn handle(
     if req.method() != Method::POST {
         return Err(ApiError::method_not_allowed("POST"));
     }
-    let tenant = authenticate(app, req.headers())?;
+    let tenant = authenticate(app, req.headers()).await?;
     seen.tenant = Some(tenant.name.clone());
     let body = read_body(req, lockbroker_api::MAX_BODY_BYTES).await?;
     Ok(match action {

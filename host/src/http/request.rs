@@ -29,7 +29,7 @@ pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// # Errors
 /// 401 when there is no bearer token or it is no tenant's key; 429
 /// `rate_limited`.
-pub fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
+pub async fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
     let token = bearer(headers)
         .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer <api key>"))?;
     let tenant = app
@@ -38,7 +38,7 @@ pub fn authenticate(app: &App, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiEr
         .authenticate(token)
         .ok_or_else(|| ApiError::unauthenticated("unknown API key"))?;
     if let Some(rate) = &tenant.rate {
-        rate.admit().map_err(ApiError::rate_limited)?;
+        rate.admit().await.map_err(ApiError::rate_limited)?;
     }
     Ok(tenant)
 }

@@ -253,7 +253,7 @@ pub async fn serve<R: Resource>(
     seen.key(key);
     let action = Action::of::<R>(req.method(), tail)?;
     seen.action = action.name::<R>();
-    let tenant = authenticate(app, req.headers())?;
+    let tenant = authenticate(app, req.headers()).await?;
     seen.tenant = Some(tenant.name.clone());
     let query = req.uri().query().map(str::to_owned);
     let body = if req.method() == Method::POST {
@@ -353,7 +353,7 @@ pub async fn serve_kind<R: Resource>(
         if req.method() != Method::GET {
             return Err(ApiError::method_not_allowed("GET"));
         }
-        let tenant = authenticate(app, req.headers())?;
+        let tenant = authenticate(app, req.headers()).await?;
         seen.tenant = Some(tenant.name.clone());
         return list::<R>(app, &tenant, req.uri().query()).await;
     };

@@ -8,27 +8,45 @@ A Python script guards its work with one ``with`` statement::
     with client.lock("nightly", ttl=30, wait=10) as lease:
         run_job(fencing_token=lease.token)
 
-Standard library only. The package, one module per concern:
+The async client is the same with ``async with`` (:class:`AsyncClient`,
+``lockbroker.aio``). Standard library only. The package, one module per
+concern:
 
-- ``client``: :class:`Client`: the kinds, guards by name, multi-locks, events;
+- ``client``: :class:`Client`: the kinds, multi-locks, events, admin;
+  ``guards``: the guards by name (``lock``, ``campaign``, ...), shared with
+  :class:`AsyncClient`;
 - ``kinds``: one lease model for every kind (``client.locks``,
   ``client.semaphores``, ``client.rwlocks``, ``client.elections``):
   acquire, renew, release, status, history, listing, guards;
 - ``handles``: :class:`Lease` (and :class:`Permit`, :class:`RwLease`,
   :class:`Leader`, :class:`MultiLease`): held leases that renew themselves
-  and release on ``with`` exit;
-- ``renewal``: the renewal thread and when a lease counts as lost;
+  and release on ``with`` exit; ``renewal``: their renewal thread;
 - ``events``: the event stream, resumed with ``Last-Event-ID``;
-- ``transport``: HTTP, key encoding, errors and retries;
+- ``transport``: HTTP with ``http.client``;
+- ``aio``: the async client (its own kinds, handles, renewal task, streams
+  and HTTP/1.1 over asyncio streams).
+
+Shared by both clients, without I/O:
+
+- ``options``: the arguments and environment variables (URL, key, TLS);
+- ``specs``: what each kind's calls are; ``wire``: a call, its headers and
+  the exception an error answer becomes;
+- ``retry``: what is retried and after how long; ``deadlines``: the
+  caller's deadline (:func:`deadline`); ``clock``: when a lease is renewed
+  and when it counts as lost;
 - ``models``: the typed answers; ``errors``: the exceptions; ``sse``: the
   Server-Sent Events format.
 """
 
+from ._version import __version__
+from .aio import AsyncClient
 from .client import MAX_WAIT, Client, default_owner
+from .deadlines import deadline
 from .events import EventStream
 from .errors import (
     BadRequest,
     Busy,
+    DeadlineExceeded,
     Forbidden,
     InvalidKey,
     LeaseLost,
@@ -36,9 +54,11 @@ from .errors import (
     LockHeld,
     NotFound,
     NotOwner,
+    OutcomeUnknown,
     PermitsMismatch,
     PolicyError,
     SemaphoreFull,
+    TlsError,
     TooLarge,
     TooManyStreams,
     QuotaExceeded,
@@ -71,15 +91,16 @@ from .models import (
     Term,
     Validity,
 )
-from .transport import quote_key
+from .wire import quote_key
 
-__version__ = "0.1.0"
 
 __all__ = [
     "MAX_WAIT",
+    "AsyncClient",
     "BadRequest",
     "Busy",
     "Client",
+    "DeadlineExceeded",
     "Elections",
     "Event",
     "EventStream",
@@ -105,6 +126,7 @@ __all__ = [
     "MultiLockReleased",
     "NotFound",
     "NotOwner",
+    "OutcomeUnknown",
     "Permit",
     "PermitsMismatch",
     "PolicyError",
@@ -120,6 +142,7 @@ __all__ = [
     "SemaphoreStatus",
     "Semaphores",
     "Term",
+    "TlsError",
     "TooLarge",
     "TooManyStreams",
     "QuotaExceeded",
@@ -129,6 +152,7 @@ __all__ = [
     "Unavailable",
     "Unreachable",
     "Validity",
+    "deadline",
     "default_owner",
     "quote_key",
 ]

@@ -118,11 +118,37 @@ class Unavailable(LockbrokerError):
     """
 
 
+class DeadlineExceeded(Unavailable):
+    """The caller's deadline (``lockbroker.deadline``) had passed before the call could be sent.
+
+    ``status`` is ``None``; nothing was sent.
+    """
+
+
 class Unreachable(Unavailable):
     """The broker could not be reached (connection refused, reset or timed out), after retries.
 
     ``status`` is ``None``. For a release, the broker may or may not have
     done it; the lease runs out by its TTL either way.
+    """
+
+
+class OutcomeUnknown(Unreachable):
+    """A call that is not safe to repeat (an acquire, a campaign) was sent, and the connection
+    broke or timed out before its answer: the broker may or may not have carried it out.
+
+    It is not sent again (the same owner would re-enter what it may hold).
+    A guard (``client.lock(...)`` with its own owner) has looked for the
+    lease and released it if it was granted before this is raised; after a
+    plain ``acquire``, look at ``status(key)`` for your owner.
+    """
+
+
+class TlsError(Unreachable):
+    """The TLS handshake failed: the broker's certificate is not trusted (``ca_file``), or the
+    broker refused this client's certificate (none, or one of a CA it does not trust).
+
+    Never retried: the same certificates would fail the same way. ``status`` is ``None``.
     """
 
 

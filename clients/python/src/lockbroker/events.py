@@ -9,10 +9,9 @@ sends what was missed meanwhile, as long as its history keeps it, else an
 """
 
 import time
-import urllib.parse
 from typing import Any, Iterator, Optional
 
-from . import sse
+from . import specs, sse
 from .errors import Unavailable
 from .models import Event
 from .transport import Transport
@@ -39,24 +38,14 @@ class EventStream:
         self.last_id = after
         self.reconnects = 0
         self._http = http
-        self._path = "/v1/events?" + urllib.parse.urlencode({"prefix": prefix}, quote_via=urllib.parse.quote, safe="")
+        self._prefix = prefix
         self._end = None if timeout is None else time.monotonic() + timeout
         self._idle_timeout = idle_timeout
         self._closed = False
         self._messages: Iterator[sse.Message] = self._connect()
 
     def _connect(self) -> Iterator[sse.Message]:
-        headers = {"Accept": "text/event-stream"}
-        if self.last_id is not None:
-            headers["Last-Event-ID"] = str(self.last_id)
-        self._response = self._http.open(
-            "GET",
-            self._path,
-            idempotent=True,
-            read_timeout=self._http.timeout,
-            deadline=self._end,
-            headers=headers,
-        )
+        self._response = self._http.open(specs.events(self._prefix, self.last_id, self._http.timeout, self._end))
         return sse.read(self._response, self._end, self._idle_timeout, "the event stream")
 
     def _over(self) -> bool:
@@ -83,7 +72,7 @@ class EventStream:
                     break
                 broke += 1
                 if broke > 1:
-                    time.sleep(self._http._delay(broke - 1, None))
+                    time.sleep(self._http.retry.backoff_delay(broke - 1))
                 self.reconnects += 1
                 self._response.close()
                 self._messages = self._connect()

@@ -1,8 +1,9 @@
 """What a guarded acquire returns: a held lease that renews itself and cleans up.
 
 :class:`Held` is the guard every held thing shares: a renewal thread
-(``renewal.py``), a ``lost`` event, and a release that runs once, when the
-``with`` block ends (also with an exception) or when called.
+(``renewal.py``, by the rules of ``clock.py``), a ``lost`` event, and a
+release that runs once, when the ``with`` block ends (also with an
+exception) or when called.
 :class:`Lease` is a held lease of any kind, bound to its kind
 (``kinds.py``) for renewing and releasing it; a kind's handle adds only
 what is its own: :class:`Permit` (a semaphore's ``slot``), :class:`RwLease`
@@ -17,6 +18,7 @@ import logging
 import threading
 from typing import Any, Callable, Optional, TypeVar
 
+from .clock import LeaseClock
 from .errors import LeaseLost, LockbrokerError
 from .models import Grant, MultiLockGrant
 from .renewal import Renewer
@@ -39,19 +41,22 @@ class Held:
     def __init__(
         self,
         what: str,
-        ttl: float,
-        confirmed_at: float,
-        renew: Callable[[float], Any],
+        clock: LeaseClock,
+        renew: Callable[[float, float], Any],
         release: Callable[[], Any],
-        timeout: float,
-        backoff: float,
     ) -> None:
         self.lost = threading.Event()
         self._what = what
         self._release = release
         self._released = False
         self._guard = threading.Lock()
-        self._renewer = Renewer(renew, ttl, confirmed_at, self.lost, timeout, backoff, what).start()
+        self._renewer = Renewer(renew, clock, self.lost, what).start()
+
+    @property
+    def held_until(self) -> float:
+        """The ``time.monotonic()`` instant until which the lease is surely held: when the request
+        of its last confirmed grant or renewal was sent, plus the TTL (``clock.py``)."""
+        return self._renewer.clock.held_until
 
     @property
     def renewals(self) -> int:
@@ -72,8 +77,13 @@ class Held:
         """Stops renewing and releases now (once; later calls return None). Returns the broker's
         answer (:class:`Released` for a lock, permit or rwlock lease).
 
+        A lease already known to be lost (``lost`` set) is still released if
+        the broker has it, and returns None if not: its key may be someone
+        else's now, and their lease is left alone (the release names this
+        lease's token).
+
         Raises:
-            LeaseLost: the lease had already ended (``lost`` is set too).
+            LeaseLost: the lease had ended unnoticed (``lost`` is set now).
             LockbrokerError: the broker could not be asked.
         """
         with self._guard:
@@ -84,6 +94,8 @@ class Held:
         try:
             return self._release()
         except LeaseLost:
+            if self.lost.is_set():  # known already: nothing of ours to give back
+                return None
             self.lost.set()
             raise
 
@@ -123,15 +135,13 @@ class Lease(Held):
         self.key: str = grant.key
         self.owner: str = grant.owner
         self.token: int = grant.token
-        ids = kind.lease_ids(grant)
+        ids = kind.spec.lease_ids(grant)
+        client = kind.client
         super().__init__(
-            f"{kind.noun} {grant.key!r} " + " ".join(f"{k}={v!r}" for k, v in ids.items()),
-            ttl,
-            confirmed_at,
-            lambda read_timeout: kind.renew_once(grant.key, ids, ttl, read_timeout),
+            kind.spec.describe(grant),
+            LeaseClock(ttl, confirmed_at, client.timeout, client.backoff),
+            lambda read_timeout, deadline: kind.renew_once(grant.key, ids, ttl, read_timeout, deadline),
             lambda: kind.release_ids(grant.key, ids),
-            kind.client.timeout,
-            kind.client.backoff,
         )
 
 
@@ -186,10 +196,7 @@ class MultiLease(Held):
         owner, held = grant.owner, [{"key": e.key, "token": e.token} for e in grant.locks]
         super().__init__(
             f"multi-lock {self.tokens!r} owner={owner!r}",
-            ttl,
-            confirmed_at,
-            lambda read_timeout: client._renew_multi_once(owner, held, ttl, read_timeout),
-            lambda: client.release_multi(owner, held),
-            client.timeout,
-            client.backoff,
+            LeaseClock(ttl, confirmed_at, client.timeout, client.backoff),
+            lambda read_timeout, deadline: client._renew_multi_once(owner, held, ttl, read_timeout, deadline),
+            lambda: client._release_multi_own(owner, held),
         )

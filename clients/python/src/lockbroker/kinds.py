@@ -1,8 +1,7 @@
-"""One lease model for every kind of resource the broker serves.
+"""The sync client's kinds: ``client.locks``, ``client.semaphores``, ``client.rwlocks``,
+``client.elections``, each sending the calls of its :class:`~lockbroker.specs.Spec`.
 
-A :class:`Kind` is every call the API has for one kind, on the client as
-``client.locks``, ``client.semaphores``, ``client.rwlocks`` and
-``client.elections``:
+A :class:`Kind` has:
 
 - plain calls, one request each, returning the typed answer
   (``models.py``): ``acquire``, ``renew``, ``release``, ``status``,
@@ -11,31 +10,27 @@ A :class:`Kind` is every call the API has for one kind, on the client as
   renews in the background and releases on ``with`` exit.
 
 Every acquire takes the same terms: ``ttl`` and ``wait`` (seconds) and
-``priority``. A kind adds only what is its own: the fields its acquire
-needs (a semaphore's ``permits``, a rwlock's ``mode``), the fields that
-name a lease besides owner and token (a semaphore's ``slot``), the names
-the API gives owner and token (an election's ``candidate`` and ``term``),
-and calls of its own (``validate``, ``observe``).
+``priority``; a kind adds the fields its acquire needs (a semaphore's
+``permits``, a rwlock's ``mode``) and the calls of its own (``validate``,
+``observe``).
 """
 
+import logging
 import os
 import socket
 import time
-import urllib.parse
 import uuid
-from typing import Any, Dict, Generic, Iterator, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, Generic, Iterator, List, Optional, Type, TypeVar
 
 from . import sse
-from .errors import Busy
+from .errors import Busy, DeadlineExceeded, LockbrokerError, OutcomeUnknown, Unavailable
 from .handles import Leader, Lease, Permit, RwLease
 from .models import (
-    Grant,
     Leadership,
     LockEvent,
     LockGrant,
     LockStatus,
     Model,
-    Released,
     RwGrant,
     RwLockStatus,
     SemaphoreGrant,
@@ -43,13 +38,10 @@ from .models import (
     Term,
     Validity,
 )
-from .transport import Transport, quote_key, shrinking_wait
+from .specs import ELECTIONS, LOCKS, MAX_WAIT, PAGE_SIZE, RWLOCKS, SEMAPHORES, LeaderChanges, Spec, own_deadline
+from .transport import Transport
 
-#: The broker's longest ``wait_ms`` (API.md), in seconds: the default wait of guards.
-MAX_WAIT = 300.0
-
-#: The listing's page size unless told otherwise (the broker's default).
-PAGE_SIZE = 100
+log = logging.getLogger("lockbroker")
 
 G = TypeVar("G", bound=Model)
 S = TypeVar("S", bound=Model)
@@ -61,37 +53,22 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
-def ms(seconds: float) -> int:
-    """Seconds as the API's whole milliseconds."""
-    return int(round(seconds * 1000))
-
-
 class Kind(Generic[G, S, L]):
     """The calls every kind shares. ``client.locks`` is one, ``client.semaphores`` another, ..."""
 
-    #: The API's path segment (``/v1/{path}/{key}/...``) and the kind's name in messages.
-    path = ""
-    noun = ""
-    #: What the API calls the lease's owner and token.
-    owner_field = "owner"
-    token_field = "token"
-    #: The actions of acquiring and releasing.
-    acquire_action = "acquire"
-    release_action = "release"
-    #: Fields every acquire must send besides the terms (``permits``, ``mode``).
-    acquire_fields: Tuple[str, ...] = ()
-    #: Fields that name a held lease besides owner and token (``slot``).
-    id_fields: Tuple[str, ...] = ()
-    grant_type: Type[Model] = Grant
-    status_type: Type[Model] = Model
+    spec: Spec = Spec()
     handle_type: Type[Lease] = Lease
 
     def __init__(self, client: Any, http: Transport) -> None:
         self.client = client
         self._http = http
 
+    @property
+    def noun(self) -> str:
+        return self.spec.noun
+
     def __repr__(self) -> str:
-        return f"<{self.path} of {self.client!r}>"
+        return f"<{self.spec.path} of {self.client!r}>"
 
     # -- plain calls -------------------------------------------------------
 
@@ -103,20 +80,11 @@ class Kind(Generic[G, S, L]):
 
         Raises:
             Busy (``LockHeld``, ``SemaphoreFull``): taken by others after ``wait``.
+            OutcomeUnknown: the connection broke after the acquire was sent; it
+                may have been granted (look at :meth:`status` for ``owner``).
             BadRequest, InvalidKey, Unauthenticated, Unavailable, ...: see ``errors``.
         """
-        self._check(fields)
-        body = {self.owner_field: owner, "ttl_ms": ms(ttl), "wait_ms": ms(wait), "priority": priority, **fields}
-        # Not idempotent: a repeat by the same owner would re-enter. A try
-        # after a 503 waits only for what is left of `wait`.
-        answer = self._post(
-            key,
-            self.acquire_action,
-            shrinking_wait(body, wait),
-            idempotent=False,
-            read_timeout=self.client.timeout + max(0.0, wait),
-        )
-        return self.grant_type.from_json(answer)  # type: ignore[return-value]
+        return self._http.call(self.spec.acquire(key, owner, ttl, wait, priority, fields, self.client.timeout))
 
     def renew(self, key: str, owner: str, token: int, ttl: float = 30.0, **ids: Any) -> G:
         """Extends a held lease to ``ttl`` seconds from now (``ids``: a semaphore's ``slot``).
@@ -124,8 +92,7 @@ class Kind(Generic[G, S, L]):
         Raises:
             LeaseLost: it expired, or is not ``owner``'s with ``token``.
         """
-        body = dict(self._ids(owner, token, ids), ttl_ms=ms(ttl))
-        return self.grant_type.from_json(self._post(key, "renew", body, idempotent=True))  # type: ignore[return-value]
+        return self._http.call(self.spec.renew(key, self.spec.ids(owner, token, ids), ttl))
 
     def release(self, key: str, owner: str, token: int, **ids: Any) -> Any:
         """Gives the lease (one hold of a re-entered lock) back; :class:`Released` but for an election.
@@ -133,12 +100,11 @@ class Kind(Generic[G, S, L]):
         Raises:
             LeaseLost: ``token`` is not ``owner``'s live lease.
         """
-        return self.release_ids(key, self._ids(owner, token, ids))
+        return self._http.call(self.spec.release(key, self.spec.ids(owner, token, ids)))
 
     def status(self, key: str) -> S:
         """Who holds ``key`` now, and how many wait."""
-        answer = self._http.request("GET", f"/v1/{self.path}/{quote_key(key)}", idempotent=True)
-        return self.status_type.from_json(answer)  # type: ignore[return-value]
+        return self._http.call(self.spec.status(key))
 
     def list(self, prefix: str = "", limit: Optional[int] = None, page_size: int = PAGE_SIZE) -> Iterator[S]:
         """Yields the live ones whose storage key starts with ``prefix`` (bytes, literally), in
@@ -148,17 +114,13 @@ class Kind(Generic[G, S, L]):
         """
         left, cursor = limit, None
         while left is None or left > 0:
-            query: Dict[str, Any] = {"prefix": prefix, "limit": page_size if left is None else min(page_size, left)}
-            if cursor is not None:
-                query["cursor"] = cursor
-            page = self._http.request("GET", f"/v1/{self.path}?{_query(query)}", idempotent=True)
-            for item in page.get("items") or []:
-                yield self.status_type.from_json(item)  # type: ignore[misc]
+            items, cursor = self._http.call(self.spec.page(prefix, page_size if left is None else min(page_size, left), cursor))
+            for item in items:
+                yield item
                 if left is not None:
                     left -= 1
                     if left == 0:
                         return
-            cursor = page.get("next")
             if cursor is None:
                 return
 
@@ -177,12 +139,33 @@ class Kind(Generic[G, S, L]):
         ``ttl`` until released; use it in a ``with`` block, which releases it at the end (also on
         an exception). ``owner`` defaults to a new ``host:pid:uuid``.
 
+        An acquire interrupted after it was sent (``KeyboardInterrupt``, an
+        exception raised by a signal handler, a broken connection) leaves no
+        lease behind: with its own owner, the guard looks the key up and
+        releases what was granted meanwhile, then lets the exception pass.
+
         Raises:
             Busy: still taken by others after ``wait``.
+            OutcomeUnknown: the connection broke after the acquire was sent.
         """
+        self.spec.check(fields)  # before anything is sent: a mistake is not an interrupted acquire
+        fresh = owner is None
+        owner = owner or default_owner()
         sent = time.monotonic()
-        grant = self.acquire(key, owner or default_owner(), ttl, wait, priority, **fields)
-        return self.handle_type(self, grant, ttl, sent)  # type: ignore[return-value]
+        grant = None
+        try:
+            grant = self.acquire(key, owner, ttl, wait, priority, **fields)
+            return self.handle_type(self, grant, ttl, sent)  # type: ignore[return-value]
+        except LockbrokerError as err:
+            if fresh and isinstance(err, OutcomeUnknown):
+                self._give_back(key, owner)
+            raise
+        except BaseException:
+            if grant is not None:
+                self._release_quietly(key, self.spec.lease_ids(grant))
+            elif fresh:
+                self._give_back(key, owner)
+            raise
 
     def try_hold(
         self, key: str, ttl: float = 30.0, owner: Optional[str] = None, priority: int = 0, **fields: Any
@@ -195,33 +178,41 @@ class Kind(Generic[G, S, L]):
 
     # -- what handles use ----------------------------------------------------
 
-    def lease_ids(self, grant: Any) -> Dict[str, Any]:
-        """What names the lease of ``grant`` in its renewals and release."""
-        return self._ids(grant.owner, grant.token, {f: getattr(grant, f) for f in self.id_fields})
-
-    def renew_once(self, key: str, ids: Dict[str, Any], ttl: float, read_timeout: float) -> Any:
-        """One renewal for a handle's renewal thread, which does its own retrying against the lease's deadline."""
-        body = dict(ids, ttl_ms=ms(ttl))
-        return self._post(key, "renew", body, idempotent=True, read_timeout=read_timeout, retries=0)
+    def renew_once(self, key: str, ids: Dict[str, Any], ttl: float, read_timeout: float, deadline: float) -> Any:
+        """One renewal for a handle's renewal thread, which does its own retrying (``clock.py``)."""
+        return self._http.call(self.spec.renew(key, ids, ttl, read_timeout=read_timeout, retries=0, deadline=deadline))
 
     def release_ids(self, key: str, ids: Dict[str, Any]) -> Any:
-        return Released.from_json(self._post(key, self.release_action, ids, idempotent=True))
+        """Releases the lease ``ids`` names, within a deadline of its own (not the caller's)."""
+        return self._http.call(self.spec.release(key, ids, deadline=own_deadline(self.client.timeout)))
 
-    # -- requests ------------------------------------------------------------
+    def _give_back(self, key: str, owner: str) -> None:
+        """After an acquire whose answer this process did not see: releases what ``owner`` holds
+        of ``key`` now, if anything (best effort; what is left ends by its TTL)."""
+        try:
+            status = self._http.call(self.spec.status(key, deadline=own_deadline(self.client.timeout)))
+            ids = self.spec.held_by(status, owner)
+        except LockbrokerError as err:
+            log.warning(
+                "lockbroker: could not find out whether %s %r was granted (if so it ends by its TTL): %s",
+                self.noun,
+                key,
+                err,
+            )
+            return
+        if ids is not None:
+            self._release_quietly(key, ids)
 
-    def _ids(self, owner: str, token: int, ids: Dict[str, Any]) -> Dict[str, Any]:
-        missing = [f for f in self.id_fields if ids.get(f) is None]
-        unknown = [f for f in ids if f not in self.id_fields]
-        if missing or unknown:
-            raise TypeError(f"a {self.noun} lease is named by {self.id_fields!r} besides owner and token")
-        return {self.owner_field: owner, self.token_field: token, **ids}
-
-    def _check(self, fields: Dict[str, Any]) -> None:
-        if sorted(fields) != sorted(self.acquire_fields):
-            raise TypeError(f"a {self.noun} acquire takes {self.acquire_fields!r} besides the terms, not {sorted(fields)!r}")
-
-    def _post(self, key: str, action: str, body: Any, **options: Any) -> Dict[str, Any]:
-        return self._http.request("POST", f"/v1/{self.path}/{quote_key(key)}/{action}", body, **options)
+    def _release_quietly(self, key: str, ids: Dict[str, Any]) -> None:
+        try:
+            self.release_ids(key, ids)
+        except LockbrokerError as err:
+            log.warning(
+                "lockbroker: releasing %s %r after an interrupted acquire failed (it ends by its TTL): %s",
+                self.noun,
+                key,
+                err,
+            )
 
 
 class _Audited(Kind[G, S, L]):
@@ -234,21 +225,18 @@ class _Audited(Kind[G, S, L]):
         Raises:
             BadRequest: ``limit`` out of range.
         """
-        query = "" if limit is None else f"?limit={int(limit)}"
-        answer = self._http.request("GET", f"/v1/{self.path}/{quote_key(key)}/history{query}", idempotent=True)
-        return [LockEvent.from_json(e) for e in answer["events"]]
+        return self._http.call(self.spec.history(key, limit))
 
 
 class Locks(_Audited[LockGrant, LockStatus, Lease]):
     """``client.locks``: exclusive locks. The same owner acquiring again re-enters (same token,
     ``hold_count`` + 1); ``release`` gives one hold back."""
 
-    path, noun = "locks", "lock"
-    grant_type, status_type, handle_type = LockGrant, LockStatus, Lease
+    spec, handle_type = LOCKS, Lease
 
     def validate(self, key: str, token: int) -> Validity:
         """Whether ``token`` is the live grant of ``key`` now (a sequencer check; may be stale on arrival)."""
-        return Validity.from_json(self._post(key, "validate", {"token": token}, idempotent=True))
+        return self._http.call(LOCKS.validate(key, token))
 
 
 class Semaphores(_Audited[SemaphoreGrant, SemaphoreStatus, Permit]):
@@ -259,9 +247,7 @@ class Semaphores(_Audited[SemaphoreGrant, SemaphoreStatus, Permit]):
     ``PermitsMismatch``; a full one ``SemaphoreFull``.
     """
 
-    path, noun = "semaphores", "semaphore"
-    acquire_fields, id_fields = ("permits",), ("slot",)
-    grant_type, status_type, handle_type = SemaphoreGrant, SemaphoreStatus, Permit
+    spec, handle_type = SEMAPHORES, Permit
 
 
 class RwLocks(_Audited[RwGrant, RwLockStatus, RwLease]):
@@ -271,14 +257,7 @@ class RwLocks(_Audited[RwGrant, RwLockStatus, RwLease]):
     mode it holds gets its lease back renewed (same token).
     """
 
-    path, noun = "rwlocks", "rwlock"
-    acquire_fields = ("mode",)
-    grant_type, status_type, handle_type = RwGrant, RwLockStatus, RwLease
-
-    def _check(self, fields: Dict[str, Any]) -> None:
-        super()._check(fields)
-        if fields["mode"] not in ("read", "write"):
-            raise ValueError(f"mode must be 'read' or 'write', not {fields['mode']!r}")
+    spec, handle_type = RWLOCKS, RwLease
 
 
 class Elections(Kind[Term, Leadership, Leader]):
@@ -286,13 +265,7 @@ class Elections(Kind[Term, Leadership, Leader]):
     candidate, the token the term), ``release`` resigns; a leader campaigning again stays leader
     of the same term."""
 
-    path, noun = "elections", "election"
-    owner_field, token_field = "candidate", "term"
-    acquire_action, release_action = "campaign", "resign"
-    grant_type, status_type, handle_type = Term, Leadership, Leader
-
-    def release_ids(self, key: str, ids: Dict[str, Any]) -> None:
-        self._post(key, self.release_action, ids, idempotent=True)
+    spec, handle_type = ELECTIONS, Leader
 
     def leader(self, name: str) -> Leadership:
         """Who leads ``name`` now (``leader`` None when nobody does): :meth:`status`."""
@@ -302,27 +275,41 @@ class Elections(Kind[Term, Leadership, Leader]):
         """Yields the leadership of ``name`` now, then once per change of leader.
 
         Every new term is seen, and a vacancy (``leader`` None) when the
-        leader resigns or expires. Stops (returns) after ``timeout`` seconds
-        (None: never); closing the generator or leaving a ``for`` loop closes
-        the stream.
+        leader resigns or expires. When the stream breaks, the broker ends
+        it, or nothing (not even the broker's keep-alive, every 15 s) arrives
+        for ``idle_timeout`` seconds, it connects again and goes on from the
+        leadership then (a change that came and went meanwhile is missed;
+        none is yielded twice). Stops (returns) after ``timeout`` seconds
+        (None: never); closing the generator or leaving a ``for`` loop
+        closes the stream.
 
         Raises:
-            Unreachable: nothing arrived for ``idle_timeout`` seconds (the
-                broker sends a keep-alive every 15 s), or the stream broke.
+            Unavailable: the broker could not be reached again (after the client's retries).
         """
         end = None if timeout is None else time.monotonic() + timeout
-        response = self._http.open(
-            "GET",
-            f"/v1/elections/{quote_key(name)}/observe",
-            idempotent=True,
-            read_timeout=idle_timeout if timeout is None else max(sse.MIN_WAIT, min(idle_timeout, timeout)),
-            headers={"Accept": "text/event-stream"},
-        )
-        for message in sse.read(response, end, idle_timeout, f"observing {name!r}"):
-            if message.event == "leader":
-                yield Leadership.from_json(message.data)
-
-
-def _query(params: Dict[str, Any]) -> str:
-    """A query string, every byte of a value but the unreserved ones percent-encoded."""
-    return urllib.parse.urlencode(params, quote_via=urllib.parse.quote, safe="")
+        changes, breaks = LeaderChanges(), 0
+        read_timeout = idle_timeout if timeout is None else max(sse.MIN_WAIT, min(idle_timeout, timeout))
+        while end is None or time.monotonic() < end:
+            try:
+                response = self._http.open(ELECTIONS.observe(name, read_timeout, end))
+            except DeadlineExceeded:
+                return
+            except Unavailable:
+                if end is not None and time.monotonic() >= end:
+                    return
+                raise
+            try:
+                for message in sse.read(response, end, idle_timeout, f"observing {name!r}"):
+                    if message.event == "leader":
+                        breaks = 0
+                        leadership = Leadership.from_json(message.data)
+                        if changes.is_new(leadership):
+                            yield leadership
+            except Unavailable:
+                pass  # broken or idle: connect again
+            finally:
+                response.close()
+            breaks += 1
+            if breaks > 1:  # a stream that keeps ending at once is given the client's backoff
+                delay = self._http.retry.backoff_delay(breaks - 1)
+                time.sleep(delay if end is None else max(0.0, min(delay, end - time.monotonic())))

@@ -3,8 +3,10 @@
 An event is ``id:``, ``event:`` and ``data:`` lines ended by a blank line;
 lines that start with ``:`` are comments (the broker's keep-alives). Data
 lines of one event are joined with newlines, as the SSE specification says,
-then read as JSON. :func:`read` reads one open stream with an idle timeout
-and an overall end; ``observe`` and ``events`` are both built on it.
+then read as JSON. :class:`Parser` reads lines as they come, whoever reads
+them; :func:`read` reads one open stream of the sync client with an idle
+timeout and an overall end (``observe`` and ``events`` are built on it; the
+async client has its own in ``aio/streams.py``).
 """
 
 import json
@@ -29,40 +31,63 @@ class Message(NamedTuple):
     id: Optional[str] = None
 
 
+class Parser:
+    """Reads a stream line by line, without I/O: :meth:`feed` each line as it arrives (both
+    clients read their streams with it).
+
+    Events without data are skipped, as the specification says; an ``id:``
+    holds for later events until another.
+    """
+
+    def __init__(self) -> None:
+        self._name = "message"
+        self._data: List[str] = []
+        self._lines = 0
+        self.last_id: Optional[str] = None
+
+    def feed(self, raw: bytes) -> Optional[Message]:
+        """Takes one line (with or without its end); returns the event it completes, if any.
+
+        Raises:
+            ValueError: an event of more than :data:`MAX_EVENT_LINES` lines, or data that is not JSON.
+        """
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if line == "":
+            message = None
+            if self._data:
+                message = Message(self._name, json.loads("\n".join(self._data)), self.last_id)
+            self._name, self._data, self._lines = "message", [], 0
+            return message
+        self._lines += 1
+        if self._lines > MAX_EVENT_LINES:
+            raise ValueError(f"an event of more than {MAX_EVENT_LINES} lines: not an event stream")
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            self._name = value
+        elif field == "data":
+            self._data.append(value)
+        elif field == "id" and "\0" not in value:
+            self.last_id = value
+        return None
+
+
 def events(readline: Callable[[], Optional[bytes]]) -> Iterator[Message]:
     """Yields a :class:`Message` for each complete event read through ``readline``.
 
     ``readline`` returns one line with its end, ``b""`` at the end of the
-    stream, or None to stop early. Events without data are skipped, as
-    the specification says; an ``id:`` holds for later events until another.
+    stream, or None to stop early.
     """
-    name: str = "message"
-    data: List[str] = []
-    last_id: Optional[str] = None
-    lines = 0
+    parser = Parser()
     while True:
         raw = readline()
         if not raw:  # None (stop) or b"" (the stream ended)
             return
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if line == "":
-            if data:
-                yield Message(name, json.loads("\n".join(data)), last_id)
-            name, data, lines = "message", [], 0
-            continue
-        lines += 1
-        if lines > MAX_EVENT_LINES:
-            raise ValueError(f"an event of more than {MAX_EVENT_LINES} lines: not an event stream")
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "event":
-            name = value
-        elif field == "data":
-            data.append(value)
-        elif field == "id" and "\0" not in value:
-            last_id = value
+        message = parser.feed(raw)
+        if message is not None:
+            yield message
 
 
 def read(response: Any, end: Optional[float], idle_timeout: float, what: str) -> Iterator[Message]:
@@ -79,9 +104,11 @@ def read(response: Any, end: Optional[float], idle_timeout: float, what: str) ->
         left = idle_timeout if end is None else min(idle_timeout, end - time.monotonic())
         if left <= 0:
             return None
-        if sock is not None:
-            sock.settimeout(max(MIN_WAIT, left))
+        if response.isclosed():  # its whole body was read (Python 3.13 closes the socket then)
+            return b""
         try:
+            if sock is not None:
+                sock.settimeout(max(MIN_WAIT, left))
             return response.readline()
         except socket.timeout:
             if end is not None and time.monotonic() >= end:

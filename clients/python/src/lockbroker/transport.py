@@ -1,208 +1,117 @@
-"""HTTP to the broker: one request, its JSON, its errors, and the retries.
+"""HTTP to the broker for the sync client (``http.client``): one call, its answer, its retries.
 
-Retries follow what the broker promises (README, "Failures and
-guarantees"): a ``503`` never hides a grant, so every call may be retried on
-it; a connection that could not be opened carried nothing, so every call
-may be retried then too. A connection that broke *after* the request was
-sent may have been carried out: only calls that are safe to repeat
-(``idempotent``: status reads, renewals, releases) are retried then, never
-an acquire, whose repetition by the same owner would be a second (re-entrant)
-hold. ``4xx`` answers are never retried: asking again gets the same answer.
+What is retried, and after how long, is ``retry.py``'s; what a call is and
+how its answer reads, ``wire.py``'s. Here: one connection per try (``https``
+with the client's TLS context), each wait bounded by the client's timeout
+and the caller's deadline, and each failure sorted into
 
-One connection per request: simple, nothing stale to reuse after a broker
-restart, and cheap next to a database transaction.
+- not sent (the connection could not be opened): retried;
+- refused by TLS (``TlsError``): final (a refusal that looks like a broken
+  connection, as TLS 1.3's can, is told apart by a probe: ``_tls_refusal``);
+- broken after it was sent (reset, timed out, closed): retried if the call
+  is idempotent, else ``OutcomeUnknown``;
+- an error answer: retried if ``retry.retryable_answer`` says so.
+
+Anything else that interrupts a call (``KeyboardInterrupt``, an exception
+raised by a signal handler) closes its connection and passes on.
 """
 
 import http.client
-import json
-import random
+import socket
+import ssl
 import time
-import urllib.parse
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Optional
 
-#: A request body, or a function that makes it afresh for each try (a
-#: waiting acquire asks each time for only what is left of its wait).
-Body = Union[None, Dict[str, Any], Callable[[], Dict[str, Any]]]
-
-from .errors import LockbrokerError, Unavailable, Unreachable, error_for
-
-USER_AGENT = "lockbroker-python/0.1.0"
-
-#: Longest wait honoured from a broker's ``retry_after_ms`` hint between two tries.
-MAX_RETRY_AFTER = 10.0
-
-
-def quote_key(key: str) -> str:
-    """``key`` as one path segment: every byte but the unreserved ``A-Za-z0-9-._~`` percent-encoded.
-
-    So ``a/b`` is the key ``a/b``, not a path, and keys compare byte for byte
-    as the broker stores them.
-    """
-    if not isinstance(key, str):
-        raise TypeError(f"a key is a str, not {type(key).__name__}")
-    return urllib.parse.quote(key, safe="")
-
-
-def shrinking_wait(body: Dict[str, Any], wait: float) -> Callable[[], Dict[str, Any]]:
-    """The body of a waiting acquire for each try: the first asks for all of ``wait``, a retry
-    (after a 503) only for what is left of it, as ``wait_ms``."""
-    ends = time.monotonic() + max(0.0, wait)
-    tries = [0]
-
-    def body_now() -> Dict[str, Any]:
-        tries[0] += 1
-        if tries[0] == 1:
-            return body
-        return dict(body, wait_ms=int(round(max(0.0, ends - time.monotonic()) * 1000)))
-
-    return body_now
+from .errors import DeadlineExceeded, TlsError, Unreachable
+from .options import Options
+from .retry import TLS_PROBE_WAIT, Retryable, broken_after_send, retryable_answer, tls_broke
+from .wire import Call, error_from, parse_answer, request_headers
 
 
 class Transport:
-    """Sends requests to one broker with one API key; retries as described above.
+    """Sends calls to one broker with one API key (:class:`~lockbroker.options.Options`)."""
 
-    Args:
-        url: the broker's base URL (``http://host:port``, ``https://...``, a path prefix allowed).
-        api_key: the tenant's bearer token (None sends no ``Authorization``).
-        timeout: seconds for connecting and for each read of an answer.
-        retries: how many times a retryable failure is tried again (0: never).
-        backoff: the first delay between tries, in seconds; doubled each time.
-        max_backoff: the largest delay between tries, before jitter.
-    """
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.url = options.url
+        self.timeout = options.timeout
+        self.retry = options.retry
 
-    def __init__(
-        self,
-        url: str,
-        api_key: Optional[str],
-        timeout: float,
-        retries: int,
-        backoff: float,
-        max_backoff: float,
-    ) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        self.url = url
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
-        self._api_key = api_key
-        self.timeout = timeout
-        self.retries = max(0, int(retries))
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-
-    def request(self, method: str, path: str, body: Body = None, **options: Any) -> Dict[str, Any]:
-        """One call, retried as the module says; its JSON body on 2xx.
-
-        Takes the options of :meth:`open`.
+    def call(self, call: Call) -> Any:
+        """Sends ``call`` (retried as the module says) and returns its parsed answer.
 
         Raises:
             LockbrokerError: the broker's error, by its code; ``Unavailable``
-                or ``Unreachable`` when the retries ran out.
+                (``Unreachable``, ``OutcomeUnknown``, ``TlsError``,
+                ``DeadlineExceeded``) when it could not get an answer.
         """
-        response = self.open(method, path, body, **options)
+        response = self.open(call)
         try:
             raw = response.read()
         except (OSError, http.client.HTTPException) as err:
-            raise Unreachable(None, "unreachable", f"reading the answer failed: {err}") from err
+            raise _unanswered(call, f"reading the answer failed: {err}") from err
         finally:
             response.close()
-        return json.loads(raw) if raw else {}
+        return call.parse(parse_answer(raw))
 
-    def open(
-        self,
-        method: str,
-        path: str,
-        body: Body = None,
-        *,
-        idempotent: bool,
-        read_timeout: Optional[float] = None,
-        retries: Optional[int] = None,
-        deadline: Optional[float] = None,
-        headers: Optional[Dict[str, str]] = None,
-    ) -> http.client.HTTPResponse:
-        """Sends one call, retried as the module says, and returns its open 2xx response (the caller
-        reads and closes it; streams read it line by line).
-
-        Args:
-            idempotent: whether repeating the call after a connection broke
-                mid-request is harmless.
-            read_timeout: seconds to wait for the answer (a waiting acquire
-                needs its ``wait`` on top of the usual timeout).
-            retries: overrides the client's retry count for this call.
-            deadline: a ``time.monotonic()`` instant after which no new try starts.
-            headers: more request headers (an event stream's ``Last-Event-ID``).
-        """
-        budget = self.retries if retries is None else retries
+    def open(self, call: Call) -> http.client.HTTPResponse:
+        """Sends ``call`` (retried as the module says) and returns its open 2xx response: the caller
+        reads and closes it (streams read it line by line; ``lockbroker_socket`` is its socket)."""
+        deadline = call.effective_deadline()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceeded(None, "deadline_exceeded", f"{call.method} {call.path}: the deadline had passed")
         attempt = 0
         while True:
             try:
-                return self._once(method, path, body, idempotent, read_timeout, headers or {})
-            except _Retryable as retry:
+                return self._once(call, deadline)
+            except Retryable as retry:
                 error = retry.error
             attempt += 1
-            if attempt > budget:
-                raise error
-            delay = self._delay(attempt, error.retry_after_ms)
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                raise error
-            time.sleep(delay)
-
-    def _delay(self, attempt: int, retry_after_ms: Optional[int]) -> float:
-        """Exponential backoff with jitter, at least the broker's hint (within reason)."""
-        delay = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
-        delay *= random.uniform(0.5, 1.0)
-        if retry_after_ms is not None:
-            delay = max(delay, min(retry_after_ms / 1000.0, MAX_RETRY_AFTER))
-        return delay
+            time.sleep(self.retry.delay(error, attempt, time.monotonic(), deadline, call.retries))
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        o = self.options
+        if o.ssl is not None:
+            return http.client.HTTPSConnection(o.host, o.port, timeout=timeout, context=o.ssl)
+        return http.client.HTTPConnection(o.host, o.port, timeout=timeout)
 
-    def _once(
-        self,
-        method: str,
-        path: str,
-        body: Body,
-        idempotent: bool,
-        read_timeout: Optional[float],
-        extra_headers: Dict[str, str],
-    ) -> http.client.HTTPResponse:
-        conn = self._connection(self.timeout)
+    def _once(self, call: Call, deadline: Optional[float]) -> http.client.HTTPResponse:
+        now = time.monotonic()
+        connect_timeout = self.timeout if deadline is None else max(0.01, min(self.timeout, deadline - now))
+        conn = self._connection(connect_timeout)
+        try:
+            return self._exchange(conn, call, deadline)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _exchange(self, conn: http.client.HTTPConnection, call: Call, deadline: Optional[float]) -> http.client.HTTPResponse:
         try:
             conn.connect()
+        except ssl.SSLError as err:
+            if not tls_broke(err):
+                raise TlsError(None, "tls", f"TLS with {self.url} failed: {err}") from err
+            raise Retryable(Unreachable(None, "unreachable", f"cannot connect to {self.url}: {err}"))
         except OSError as err:
-            conn.close()
-            raise _Retryable(Unreachable(None, "unreachable", f"cannot connect to {self.url}: {err}"))
-        # `Connection: close` hands the socket to the response, which closes it.
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", "Connection": "close", **extra_headers}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        data = None
-        payload = body() if callable(body) else body
-        if payload is not None:
-            data = json.dumps(payload).encode()
-            headers["Content-Type"] = "application/json"
+            raise Retryable(Unreachable(None, "unreachable", f"cannot connect to {self.url}: {err}"))
+        data = call.payload()
+        headers = request_headers(self.options.api_key, self.options.host_header, data is not None, call.headers)
         sock = conn.sock
         try:
-            if sock is not None and read_timeout is not None:
-                sock.settimeout(read_timeout)
-            conn.request(method, self._prefix + path, body=data, headers=headers)
+            if sock is not None:
+                sock.settimeout(call.answer_timeout(self.timeout, time.monotonic(), deadline))
+            conn.request(call.method, self.options.prefix + call.path, body=data, headers=headers)
             response = conn.getresponse()
+        except ssl.SSLError as err:
+            if not tls_broke(err):  # the broker refused our certificate (TLS 1.3 tells after the handshake)
+                raise TlsError(None, "tls", f"TLS with {self.url} failed: {err}") from err
+            raise self._broken(call, err) from err
         except (OSError, http.client.HTTPException) as err:
-            conn.close()
-            error = Unreachable(None, "unreachable", f"{method} {path} failed: {err}")
-            if idempotent:
-                raise _Retryable(error)
-            raise error from err
+            raise self._broken(call, err) from err
         if response.status < 300:
-            # For streams (observe, events), whose reads need their own timeouts.
+            # `Connection: close` hands the socket to the response, which closes it.
             response.lockbroker_socket = sock  # type: ignore[attr-defined]
-            conn.close()  # a no-op but for the reference: the response owns the socket
+            conn.close()  # a no-op but for the reference
             return response
         try:
             raw = response.read()
@@ -210,33 +119,56 @@ class Transport:
             raw = b""
         finally:
             conn.close()
-        error = _error_from(response.status, raw, response.getheader("Retry-After"))
-        if response.status == 503:
-            raise _Retryable(error)
+        error = error_from(response.status, raw, response.getheader("Retry-After"))
+        if retryable_answer(error):
+            raise Retryable(error)
         raise error
 
+    def _broken(self, call: Call, err: Exception) -> Exception:
+        """What a call whose connection broke after it was sent raises (``retry.broken_after_send``),
+        unless the broker refuses this client's TLS handshake (``TlsError``)."""
+        # A refusal comes at once: a call that timed out was not refused.
+        probe = self.options.ssl is not None and not isinstance(err, socket.timeout)
+        refusal = self._tls_refusal() if probe else None
+        if refusal is not None:
+            return TlsError(None, "tls", f"TLS with {self.url} failed: {refusal}")
+        return broken_after_send(call.idempotent, f"{call.method} {call.path} failed: {err}")
 
-class _Retryable(Exception):
-    """Internal: a failure that may be tried again, carrying what to raise if not."""
+    def _tls_refusal(self) -> Optional[str]:
+        """Whether the broker refuses this client's TLS handshakes, and how; None if it accepts
+        them (or nothing can be told).
 
-    def __init__(self, error: LockbrokerError) -> None:
-        super().__init__(str(error))
-        self.error = error
+        TLS 1.3 tells a client its certificate was refused (or missing) only
+        after the handshake, with an alert that a reset may overtake while
+        the request is written: a refusal can look like a broken connection.
+        A fresh handshake, with nothing sent, tells them apart: a refusal
+        comes at once (an alert, or the connection closed), an acceptance is
+        silence. Asked only after a connection broke, so it costs nothing
+        otherwise.
+        """
+        o = self.options
+        assert o.ssl is not None
+        try:
+            raw = socket.create_connection((o.host, o.port), timeout=self.timeout)
+        except OSError:
+            return None
+        try:
+            with o.ssl.wrap_socket(raw, server_hostname=o.host) as tls:
+                tls.settimeout(TLS_PROBE_WAIT)
+                closed = tls.recv(1) == b""
+            return "the broker closed the connection after the handshake" if closed else None
+        except socket.timeout:
+            return None  # silence: accepted
+        except ssl.SSLError as err:
+            return str(err) if not tls_broke(err) else "the broker closed the connection after the handshake"
+        except OSError as err:
+            return f"the broker dropped the connection after the handshake ({err})"
+        finally:
+            raw.close()
 
 
-def _error_from(status: int, raw: bytes, retry_after: Optional[str]) -> LockbrokerError:
-    """The exception for an error answer, from its JSON body (or what there is of one)."""
-    code, message, retry_after_ms = f"http_{status}", raw[:200].decode("utf-8", "replace"), None
-    try:
-        error = json.loads(raw)["error"]
-        code = str(error.get("code", code))
-        message = str(error.get("message", ""))
-        if error.get("retry_after_ms") is not None:
-            retry_after_ms = int(error["retry_after_ms"])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        pass
-    if retry_after_ms is None and retry_after is not None and retry_after.strip().isdigit():
-        retry_after_ms = int(retry_after.strip()) * 1000
-    if status == 503 and code == f"http_{status}":
-        return Unavailable(status, "unavailable", message, retry_after_ms)
-    return error_for(status, code, message, retry_after_ms)
+def _unanswered(call: Call, message: str) -> Exception:
+    """A call whose answer broke off while it was read: final (``Unreachable``, or
+    ``OutcomeUnknown`` if it is not safe to repeat)."""
+    error = broken_after_send(call.idempotent, message)
+    return error.error if isinstance(error, Retryable) else error

@@ -1,0 +1,478 @@
+"""The conformance scenarios of clients/CONFORMANCE.md (C01–C21), for the async client
+(``lockbroker.AsyncClient``), against the conformance brokers. One test per scenario, named
+after its id, as in ``test_conformance_sync.py``.
+
+Where a scenario needs a second actor (the holder that releases, the
+observer), it is another task of the test's event loop; the stand-ins
+(``helpers``) are threads, as for the sync suite.
+"""
+
+import asyncio
+import os
+import time
+import unittest
+from unittest import mock
+
+import lockbroker
+from conformance import (
+    TENANT,
+    UNAVAILABLE,
+    async_client,
+    client,
+    eventually_async,
+    forwarder,
+    key,
+    tls_files,
+    tls_url,
+    url,
+)
+from helpers import AsyncCase, FakeBroker, Proxy, closed_port, env, eventually, unique
+from lockbroker.retry import RetryPolicy
+
+#: How late past a deadline a call may fail ("by the deadline, within a small slack").
+SLACK = 0.25
+
+
+def setUpModule():
+    url()
+    key()
+
+
+async def later(delay: float, call) -> None:
+    """Runs the coroutine function ``call`` after ``delay`` seconds (another actor's move)."""
+    await asyncio.sleep(delay)
+    await call()
+
+
+class Locks(AsyncCase):
+    async def test_c01_acquire_and_release(self):
+        c, k = async_client(), unique("c01")
+        grant = await c.locks.acquire(k, "c01-owner", ttl=30)
+        self.assertIsInstance(grant.token, int)
+        self.assertGreater(grant.token, 0)
+        status = await c.locks.status(k)
+        self.assertEqual((status.held, status.owner, status.token), (True, "c01-owner", grant.token))
+        released = await c.locks.release(k, "c01-owner", grant.token)
+        self.assertEqual(released, lockbroker.Released(released=True, hold_count=0))
+        status = await c.locks.status(k)
+        self.assertEqual((status.held, status.owner, status.token), (False, None, None))
+        lease = await c.lock(k, ttl=30, wait=5)  # awaited, not entered: released by hand
+        self.assertEqual((await c.locks.status(k)).token, lease.token)
+        await lease.release()
+        self.assertFalse((await c.locks.status(k)).held)
+
+    async def test_c02_try_returns_at_once_while_held(self):
+        c, k = async_client(), unique("c02")
+        async with c.lock(k, ttl=30, wait=5):
+            started = time.monotonic()
+            self.assertIsNone(await c.try_lock(k, ttl=30), "not acquired: None, no exception")
+            with self.assertRaises(lockbroker.LockHeld):
+                await c.locks.acquire(k, "someone-else", ttl=30, wait=0)
+            self.assertLess(time.monotonic() - started, 1.0, "no waiting")
+
+    async def test_c03_wait_is_granted_on_release_and_times_out_typed(self):
+        c, k = async_client(), unique("c03")
+        holder = await c.locks.acquire(k, "holder", ttl=30)
+        releasing = asyncio.ensure_future(later(0.3, lambda: c.locks.release(k, "holder", holder.token)))
+        started = time.monotonic()
+        async with c.lock(k, ttl=30, wait=10) as lease:
+            self.assertGreaterEqual(time.monotonic() - started, 0.25, "granted after the release, not before")
+            self.assertGreater(lease.token, holder.token)
+        await releasing
+
+        holder = await c.locks.acquire(k, "holder", ttl=30)
+        self.addAsyncCleanup(c.locks.release, k, "holder", holder.token)
+        started = time.monotonic()
+        with self.assertRaises(lockbroker.LockHeld) as caught:
+            async with c.lock(k, ttl=30, wait=0.3):
+                self.fail("granted while held")
+        elapsed = time.monotonic() - started
+        self.assertGreaterEqual(elapsed, 0.25, "it waited")
+        self.assertLess(elapsed, 3.0, "for about 300 ms")
+        self.assertIsNotNone(caught.exception.retry_after_ms)
+
+    async def test_c04_renews_past_several_ttls(self):
+        c, k = async_client(), unique("c04")
+        async with c.lock(k, ttl=1.0, wait=5) as lease:
+            await asyncio.sleep(3.5)  # time is what is tested: 3.5 TTLs
+            status = await c.locks.status(k)
+            self.assertEqual((status.held, status.owner, status.token), (True, lease.owner, lease.token))
+            self.assertFalse(lease.lost.is_set())
+            self.assertGreaterEqual(lease.renewals, 7, "renewed at about a third of the TTL")
+
+    async def test_c05_lost_when_force_released_and_retaken(self):
+        c, k = async_client(), unique("c05")
+        admin = lockbroker.AsyncClient(url(), env("LOCKBROKER_ADMIN_TOKEN"))
+        ttl = 1.5
+        async with c.lock(k, ttl=ttl, wait=5) as lease:
+            forced = await admin.force_release(TENANT, k)
+            self.assertEqual((forced.owner, forced.token), (lease.owner, lease.token))
+            new = await c.locks.acquire(k, "c05-new-holder", ttl=30)
+            self.addAsyncCleanup(c.locks.release, k, "c05-new-holder", new.token)
+            await asyncio.wait_for(lease.lost.wait(), ttl)  # lost within one TTL
+            self.assertIsInstance(lease.lost_reason, lockbroker.LeaseLost)
+            self.assertIsNone(await lease.release(), "releasing the lost lease does not raise")
+        status = await c.locks.status(k)
+        self.assertEqual((status.held, status.owner, status.token), (True, "c05-new-holder", new.token))
+
+    async def test_c06_lost_before_the_ttl_when_renewals_go_unanswered(self):
+        k, ttl = unique("c06"), 1.5
+        proxy = Proxy(url())
+        self.addCleanup(proxy.cut)
+        lease = await lockbroker.AsyncClient(proxy.url, key(), timeout=2.0).lock(k, ttl=ttl, wait=5)
+        await eventually_async("a renewal is confirmed", 5, lambda: lease.renewals >= 1)
+        proxy.freeze()
+        await asyncio.wait_for(lease.lost.wait(), 3 * ttl)
+        lost_at = time.monotonic()
+        self.assertLess(lost_at, lease.held_until, "before the TTL passed since the last confirmed renewal was sent")
+        self.assertIsInstance(lease.lost_reason, lockbroker.Unavailable)
+
+    async def test_c07_released_when_the_scope_ends(self):
+        c, k = async_client(), unique("c07")
+        async with c.lock(k, ttl=30, wait=5):
+            self.assertTrue((await c.locks.status(k)).held)
+        self.assertFalse((await c.locks.status(k)).held, "released at the normal end")
+        with self.assertRaises(RuntimeError):
+            async with c.lock(k, ttl=30, wait=5):
+                raise RuntimeError("the job failed")
+        self.assertFalse((await c.locks.status(k)).held, "released when an exception ends it")
+
+        entered = asyncio.Event()
+
+        async def job():
+            async with c.lock(k, ttl=30, wait=5):
+                entered.set()
+                await asyncio.sleep(60)
+
+        task = asyncio.ensure_future(job())
+        await asyncio.wait_for(entered.wait(), 10)
+        self.assertTrue((await c.locks.status(k)).held)
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        self.assertFalse((await c.locks.status(k)).held, "released when the task is cancelled")
+
+    async def test_c08_tokens_increase_and_validate_fences(self):
+        c, k = async_client(), unique("c08")
+        tokens = []
+        for _ in range(3):
+            async with c.lock(k, ttl=30, wait=5) as lease:
+                tokens.append(lease.token)
+        self.assertEqual(tokens, sorted(set(tokens)), "strictly increasing")
+        async with c.lock(k, ttl=30, wait=5) as lease:
+            self.assertGreater(lease.token, tokens[-1])
+            self.assertEqual(await c.locks.validate(k, lease.token), lockbroker.Validity(valid=True, token=lease.token))
+            self.assertEqual(await c.locks.validate(k, tokens[-1]), lockbroker.Validity(valid=False, token=lease.token))
+
+
+class Failures(AsyncCase):
+    def stand_in(self, answers, upstream=True):
+        fake = FakeBroker(answers, upstream=url() if upstream else None)
+        self.addCleanup(fake.close)
+        return fake
+
+    async def test_c09_retries_503_and_connection_failures_with_growing_jittered_delays(self):
+        backoff = 0.1
+        fake = self.stand_in([UNAVAILABLE, UNAVAILABLE, "forward"])
+        c = lockbroker.AsyncClient(fake.url, key(), backoff=backoff, max_backoff=2.0)
+        k = unique("c09")
+        self.assertFalse((await c.locks.status(k)).held, "the third try got the broker's answer")
+        self.assertEqual([a[0] for a in fake.answered], [503, 503, 200])
+        sent = [at for _, _, at in fake.requests]
+        self.assertGreaterEqual(sent[1] - sent[0], backoff / 2, "half to all of the backoff")
+        self.assertGreaterEqual(sent[2] - sent[1], backoff, "then half to all of twice as much")
+        self.assertGreater(len({RetryPolicy(4, backoff, 2.0).backoff_delay(1) for _ in range(20)}), 1, "jittered")
+
+        always = self.stand_in([UNAVAILABLE], upstream=False)
+        c = lockbroker.AsyncClient(always.url, key(), retries=50, backoff=0.1, max_backoff=0.4)
+        started = time.monotonic()
+        with self.assertRaises(lockbroker.Unavailable) as caught:
+            with lockbroker.deadline(1.0):
+                await c.locks.status(k)
+        self.assertLess(time.monotonic() - started, 1.0 + SLACK, "by the deadline, not after")
+        self.assertEqual((caught.exception.status, caught.exception.code), (503, "unavailable"))
+        self.assertGreater(len(always.requests), 2, "retried until then")
+
+        nobody = lockbroker.AsyncClient(f"http://127.0.0.1:{closed_port()}", key(), retries=50, backoff=0.1, max_backoff=0.4)
+        started = time.monotonic()
+        with self.assertRaises(lockbroker.Unreachable):
+            with lockbroker.deadline(1.0):
+                await nobody.locks.acquire(k, "me", ttl=30)
+        elapsed = time.monotonic() - started
+        self.assertGreaterEqual(elapsed, 0.5, "connection failures are retried too")
+        self.assertLess(elapsed, 1.0 + SLACK, "by the deadline, not after")
+
+    async def test_c10_4xx_answers_are_not_retried(self):
+        fake = forwarder()
+        self.addCleanup(fake.close)
+        c = lockbroker.AsyncClient(fake.url, key(), backoff=0.01)
+        held = unique("c10")
+        holder = await async_client().locks.acquire(held, "holder", ttl=30)
+        self.addAsyncCleanup(async_client().locks.release, held, "holder", holder.token)
+        admin = lockbroker.AsyncClient(fake.url, env("LOCKBROKER_ADMIN_TOKEN"))
+        cases = [
+            (400, lockbroker.BadRequest, lambda: c.locks.acquire(unique("c10"), "me", ttl=0.001)),
+            (401, lockbroker.Unauthenticated, lambda: lockbroker.AsyncClient(fake.url, "not-a-key").locks.status(held)),
+            (404, lockbroker.NotFound, lambda: admin.force_release(TENANT, unique("c10"))),
+            (409, lockbroker.LockHeld, lambda: c.locks.acquire(held, "me", ttl=30)),
+            (422, lockbroker.InvalidKey, lambda: c.locks.status("bad\x01key")),
+        ]
+        for status, error, call in cases:
+            with self.subTest(status=status):
+                before = len(fake.requests)
+                with self.assertRaises(error) as caught:
+                    await call()
+                self.assertEqual(caught.exception.status, status)
+                self.assertEqual(len(fake.requests), before + 1, "exactly one request")
+
+    async def test_c11_an_acquire_whose_answer_was_lost_is_not_sent_again(self):
+        c, k = async_client(), unique("c11")
+        fake = self.stand_in(["forward-then-hang-up", "forward"])
+        with self.assertRaises(lockbroker.OutcomeUnknown):
+            await lockbroker.AsyncClient(fake.url, key(), backoff=0.01).locks.acquire(k, "c11-owner", ttl=30)
+        self.assertEqual(fake.count("POST", "/acquire"), 1, "exactly one acquire reached the server")
+        status = await c.locks.status(k)
+        self.assertEqual((status.held, status.owner), (True, "c11-owner"), "it was granted: the outcome was unknown")
+        await c.locks.release(k, "c11-owner", status.token)
+
+        fake = self.stand_in(["forward-then-hang-up", "forward"])
+        with self.assertRaises(lockbroker.OutcomeUnknown):
+            async with lockbroker.AsyncClient(fake.url, key(), backoff=0.01).lock(k, ttl=30, wait=5):
+                self.fail("entered without a grant seen")
+        self.assertEqual(fake.count("POST", "/acquire"), 1, "exactly one acquire reached the server")
+        self.assertGreaterEqual(fake.count("GET", f"/v1/locks/{k}"), 1, "it looked the key up")
+        self.assertFalse((await c.locks.status(k)).held, "and released what it had been granted")
+
+    async def test_c12_429_is_waited_out_within_the_deadline(self):
+        fake = forwarder()
+        self.addCleanup(fake.close)
+        limited = lockbroker.AsyncClient(fake.url, env("LOCKBROKER_LIMITED_API_KEY"), retries=8)
+        k = unique("c12")
+        for _ in range(6):  # 2 a second, burst 2
+            self.assertFalse((await limited.locks.status(k)).held)
+        refused = [i for i, a in enumerate(fake.answered) if a is not None and a[0] == 429]
+        self.assertTrue(refused, "the burst met 429")
+        for i in refused:
+            _, code, retry_after_ms = fake.answered[i]
+            self.assertEqual(code, "rate_limited")
+            waited = fake.requests[i + 1][2] - fake.requests[i][2]
+            self.assertGreaterEqual(waited, retry_after_ms / 1000.0 - 0.01, "retry_after_ms waited out before trying again")
+
+        started = time.monotonic()
+        with self.assertRaises(lockbroker.RateLimited) as caught:
+            with lockbroker.deadline(0.1):
+                for _ in range(10):
+                    await limited.locks.status(k)
+        self.assertLess(time.monotonic() - started, 0.1 + SLACK, "failed at once, not after the hint")
+        self.assertEqual((caught.exception.status, caught.exception.code), (429, "rate_limited"))
+        self.assertGreater(caught.exception.retry_after_ms, 0, "carrying the broker's hint")
+
+
+class OtherKinds(AsyncCase):
+    async def test_c13_semaphore_of_two(self):
+        c, k = async_client(), unique("c13")
+        a = await c.semaphore(k, permits=2, ttl=30, wait=5)
+        b = await c.semaphore(k, permits=2, ttl=30, wait=5)
+        self.addAsyncCleanup(b.close)
+        self.assertEqual({a.slot, b.slot}, {0, 1})
+        self.assertTrue(a.token > 0 and b.token > 0, "each permit has its fencing token")
+        self.assertIsNone(await c.try_semaphore(k, permits=2), "a third is refused")
+        await a.release()
+        third = await c.try_semaphore(k, permits=2, ttl=30)
+        self.assertIsNotNone(third, "granted after a release")
+        self.addAsyncCleanup(third.close)
+        self.assertEqual(third.slot, a.slot)
+        holders = (await c.semaphores.status(k)).holders
+        self.assertEqual(sorted(h.owner for h in holders), sorted([b.owner, third.owner]))
+
+    async def test_c14_readers_share_a_writer_waits(self):
+        c, k = async_client(), unique("c14")
+        r1 = await c.read_lock(k, ttl=30, wait=5)
+        r2 = await c.read_lock(k, ttl=30, wait=5)
+        self.assertEqual(len((await c.rwlocks.status(k)).readers), 2, "two readers at once")
+        self.assertIsNone(await c.try_write_lock(k, ttl=30), "a writer is refused while they hold")
+        await r1.release()
+        self.assertIsNone(await c.try_write_lock(k, ttl=30), "and while one still does")
+        await r2.release()
+        async with c.write_lock(k, ttl=30, wait=5) as writer:
+            self.assertEqual((await c.rwlocks.status(k)).writer.owner, writer.owner)
+            self.assertGreater(writer.token, max(r1.token, r2.token))
+
+    async def test_c15_multilock_all_or_none(self):
+        c, base = async_client(), unique("c15")
+        keys = [f"{base}/a", f"{base}/b", f"{base}/c"]
+        other = await c.locks.acquire(keys[1], "other-owner", ttl=30)
+        self.assertIsNone(await c.try_multilock(keys, ttl=30), "refused while one is held by another")
+        self.assertEqual([(await c.locks.status(k)).held for k in (keys[0], keys[2])], [False, False])
+        await c.locks.release(keys[1], "other-owner", other.token)
+        async with c.multilock(keys, ttl=30, wait=5) as held:
+            self.assertEqual(sorted(held.tokens), keys)
+            self.assertTrue(all([(await c.locks.status(k)).owner == held.owner for k in keys]))
+        self.assertFalse(any([(await c.locks.status(k)).held for k in keys]))
+
+    async def test_c16_election_handover_and_observe_across_a_broken_connection(self):
+        c, name = async_client(), unique("c16")
+        proxy = Proxy(url())
+        self.addCleanup(proxy.cut)
+        seen = []
+
+        async def observe():
+            async for change in lockbroker.AsyncClient(proxy.url, key()).elections.observe(name, timeout=30):
+                seen.append(change)
+                if change.leader == "c16-b":
+                    return
+
+        watcher = asyncio.ensure_future(observe())
+        await eventually_async("observe yields the vacancy now", 10, lambda: seen)
+        a = await c.campaign(name, ttl=10, wait=5, candidate="c16-a")
+        self.addAsyncCleanup(a.close)
+        self.assertGreater(a.term, 0)
+        await eventually_async("observe yields the leader", 10, lambda: any(s.leader == "c16-a" for s in seen))
+        counted = forwarder()  # to see the second campaign reach the broker
+        self.addCleanup(counted.close)
+        second = asyncio.ensure_future(lockbroker.AsyncClient(counted.url, key()).campaign(name, ttl=10, wait=20, candidate="c16-b"))
+        await eventually_async("the second candidate campaigns", 10, lambda: counted.count("POST", "/campaign") == 1)
+        self.assertIsNone(await c.try_campaign(name, candidate="c16-c"), "one leader at a time")
+        self.assertFalse(second.done(), "the second candidate waits")
+        self.assertEqual((await c.elections.leader(name)).leader, "c16-a")
+        proxy.drop()  # the observer's stream breaks
+        await a.resign()
+        b = await asyncio.wait_for(second, 20)
+        self.addAsyncCleanup(b.close)
+        self.assertGreater(b.term, a.term)
+        await asyncio.wait_for(watcher, 20)
+        self.assertEqual(seen[-1].leader, "c16-b", "observe went on after its connection broke")
+        self.assertEqual(seen[-1].term, b.term)
+        self.assertEqual(seen[0].leader, None)
+
+    async def test_c17_history_newest_first(self):
+        c, k = async_client(), unique("c17")
+        async with c.lock(k, ttl=30, wait=5) as lease:
+            pass
+        events = await c.locks.history(k)
+        self.assertEqual(
+            [(e.event, e.owner, e.token) for e in events[:2]],
+            [("released", lease.owner, lease.token), ("granted", lease.owner, lease.token)],
+        )
+        self.assertGreaterEqual(events[0].at, events[1].at)
+
+    async def test_c18_listing_pages_and_tenants(self):
+        c, prefix = async_client(), unique("c18") + "/"
+        keys = [prefix + n for n in ("a", "b", "c")]
+        for k in keys:
+            self.addAsyncCleanup((await c.lock(k, ttl=30, wait=5)).close)
+        self.addAsyncCleanup((await c.lock(unique("c18"), ttl=30, wait=5)).close)  # not under the prefix
+        fake = forwarder()
+        self.addCleanup(fake.close)
+        listed = [s async for s in lockbroker.AsyncClient(fake.url, key()).locks.list(prefix=prefix, page_size=1)]
+        self.assertEqual([s.storage_key for s in listed], keys)
+        self.assertGreaterEqual(len(fake.requests), 3, "a page of one per request")
+        self.assertGreaterEqual(sum("cursor=" in path for _, path, _ in fake.requests), 2, "each next page by its cursor")
+        other = lockbroker.AsyncClient(url(), env("LOCKBROKER_OTHER_API_KEY"))
+        self.assertEqual([s async for s in other.locks.list(prefix=prefix)], [], "another tenant lists none of them")
+
+    async def test_c19_events_with_ids_and_resumed_after_the_last(self):
+        c, prefix = async_client(), unique("c19") + "/"
+
+        async def next_two(stream):
+            got = []
+            async for event in stream:
+                got.append(event)
+                if len(got) == 2:
+                    return got
+            self.fail(f"two events expected, the stream ended after {got!r}")
+
+        async with c.events(prefix=prefix, timeout=30) as stream:
+            async with c.lock(prefix + "one", ttl=30, wait=5) as first:
+                pass
+            events = await next_two(stream)
+        self.assertEqual(
+            [(e.event, e.kind, e.storage_key, e.token) for e in events],
+            [("granted", "lock", prefix + "one", first.token), ("released", "lock", prefix + "one", first.token)],
+        )
+        self.assertTrue(all(e.id is not None for e in events) and events[0].id < events[1].id)
+        self.assertEqual(stream.last_id, events[1].id)
+        async with c.events(prefix=prefix, after=stream.last_id, timeout=30) as again:
+            async with c.lock(prefix + "two", ttl=30, wait=5) as second:
+                pass
+            resumed = await next_two(again)
+        self.assertEqual([(e.event, e.storage_key, e.token) for e in resumed], [
+            ("granted", prefix + "two", second.token), ("released", prefix + "two", second.token)
+        ], "nothing already seen")
+        self.assertGreater(resumed[0].id, events[1].id)
+
+
+class Transport(AsyncCase):
+    async def test_c20_mutual_tls(self):
+        k = unique("c20")
+        c = lockbroker.AsyncClient(tls_url(), key(), **tls_files())
+        async with c.lock(k, ttl=30, wait=5) as lease:
+            self.assertEqual((await c.locks.status(k)).owner, lease.owner)
+        self.assertFalse((await c.locks.status(k)).held)
+        files = tls_files()
+        from_env = {
+            "LOCKBROKER_URL": tls_url(),
+            "LOCKBROKER_API_KEY": key(),
+            "LOCKBROKER_CA_FILE": files["ca_file"],
+            "LOCKBROKER_CLIENT_CERT": files["client_cert"],
+            "LOCKBROKER_CLIENT_KEY": files["client_key"],
+        }
+        with mock.patch.dict(os.environ, from_env):
+            from_environment = lockbroker.AsyncClient()
+        self.assertFalse((await from_environment.locks.status(k)).held, "the TLS files from the environment")
+        refused = {
+            "no client certificate": {"ca_file": files["ca_file"]},
+            "the stranger's certificate": tls_files("STRANGER"),
+            "no CA file": {"client_cert": files["client_cert"], "client_key": files["client_key"]},
+        }
+        for case, options in refused.items():
+            with self.subTest(case):
+                started = time.monotonic()
+                with self.assertRaises(lockbroker.TlsError):
+                    await lockbroker.AsyncClient(tls_url(), key(), **options).locks.acquire(k, "me", ttl=30)
+                self.assertLess(time.monotonic() - started, 5.0, "not a hang")
+        self.assertFalse((await c.locks.status(k)).held)
+
+    async def test_c21_a_cancelled_acquire_leaves_no_lease(self):
+        c, k = async_client(), unique("c21")
+
+        async def hold():
+            async with c.lock(k, ttl=30, wait=10):
+                await asyncio.sleep(60)
+
+        # Cancelled while it waits in the queue.
+        holder = await c.locks.acquire(k, "holder", ttl=30)
+        task = asyncio.ensure_future(hold())
+        await eventually_async("the acquire waits", 10, lambda: self.waiters(c, k, 1))
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        await c.locks.release(k, "holder", holder.token)
+        await eventually_async("the key is free (not left to the cancelled waiter)", 10, lambda: self.free(c, k))
+
+        # Cancelled after the broker granted it, before this task read the
+        # answer: the loop is held up (the calls below block it) until the
+        # grant is made, then the task is cancelled before it runs again.
+        holder = await c.locks.acquire(k, "holder", ttl=30)
+        task = asyncio.ensure_future(hold())
+        await eventually_async("the acquire waits", 10, lambda: self.waiters(c, k, 1))
+        blocking = client()
+        blocking.locks.release(k, "holder", holder.token)
+        eventually("the broker grants it", 10, lambda: blocking.locks.status(k).owner not in (None, "holder"))
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        await eventually_async("the grant is given back", 10, lambda: self.free(c, k))
+        self.assertEqual((await c.locks.history(k, limit=1))[0].event, "released", "released, not left to expire")
+
+    @staticmethod
+    async def waiters(c, k, n):
+        return (await c.locks.status(k)).waiters == n
+
+    @staticmethod
+    async def free(c, k):
+        return not (await c.locks.status(k)).held
+
+
+if __name__ == "__main__":
+    unittest.main()
