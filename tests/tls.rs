@@ -1,10 +1,17 @@
 //! The HTTPS listener (`[tls]`) against real TLS clients (`curl`,
 //! `openssl s_client`): the API over https with the broker's CA; mutual
 //! TLS refusing a client without a certificate of the client CA in the
-//! handshake; new certificate files taken without a restart, a broken one
-//! logged and the old one kept.
+//! handshake; new certificate files taken without a restart (also under
+//! a load of the Rust client, with no failed request), a broken one logged
+//! and the old one kept; push wake-ups between brokers over mutual TLS.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
 
 use tokio::process::Command;
 
@@ -13,7 +20,11 @@ use lockbroker_tests::{config, eventually, fresh_db_name, Broker, Certs, KEY};
 
 /// A broker serving https with `certs`' `server` certificate.
 async fn https_broker(certs: &Certs, client_ca: Option<&str>) -> Broker {
-    let db = fresh_db_name();
+    https_broker_on(fresh_db_name(), certs, client_ca).await
+}
+
+/// [`https_broker`] on database `db` (another broker's, for two).
+async fn https_broker_on(db: String, certs: &Certs, client_ca: Option<&str>) -> Broker {
     let mut config: Config = config(&db);
     config.tls = Some(TlsConfig {
         cert_file: certs.path("server.pem"),
@@ -150,4 +161,171 @@ async fn new_certificate_files_are_taken_without_a_restart_and_broken_ones_are_n
             curl(&["--cacert", &certs.file("ca.pem"), &format!("{url}/healthz")]).await;
         assert_eq!(code, 0, "{out}");
     }
+}
+
+/// A Rust client of `url` trusting `certs`' CA, presenting `server`'s
+/// certificate (the test brokers' client CA is their own CA).
+fn rust_client(certs: &Certs, url: &str) -> lockbroker_client::Client {
+    lockbroker_client::Client::builder(url)
+        .api_key(KEY)
+        .ca_file(certs.path("ca.pem"))
+        .client_cert(certs.path("server.pem"), certs.path("server.key"))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_under_load_with_no_failed_request() {
+    let (certs, broker, url) = serving("first").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    // Half the clients keep their connections, half shake hands anew for
+    // every pair (a fresh client each time): rotation meets both.
+    let load: Vec<_> = (0..8)
+        .map(|i| {
+            let (stop, failures, certs_dir) =
+                (stop.clone(), failures.clone(), certs.dir().to_owned());
+            let url = url.clone();
+            tokio::spawn(async move {
+                let kept = lockbroker_client::Client::builder(&url)
+                    .api_key(KEY)
+                    .ca_file(certs_dir.join("ca.pem"))
+                    .build()
+                    .unwrap();
+                let mut pairs = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let client = if i % 2 == 0 {
+                        kept.clone()
+                    } else {
+                        lockbroker_client::Client::builder(&url)
+                            .api_key(KEY)
+                            .ca_file(certs_dir.join("ca.pem"))
+                            .build()
+                            .unwrap()
+                    };
+                    let pair = async {
+                        let guard = client
+                            .lock(format!("rotating-{i}"))
+                            .ttl(Duration::from_secs(30))
+                            .acquire()
+                            .await?;
+                        guard.release().await
+                    };
+                    match pair.await {
+                        Ok(()) => pairs += 1,
+                        Err(err) => failures.lock().unwrap().push(err.to_string()),
+                    }
+                }
+                pairs
+            })
+        })
+        .collect();
+
+    // Three renewals of the certificate, each taken (new handshakes see
+    // it) while the load runs.
+    for (n, cn) in ["second", "third", "fourth"].into_iter().enumerate() {
+        let name = format!("renewed-{n}");
+        certs.signed(&name, cn, "ca");
+        // Each file replaced whole (a rename), the key first: the watcher
+        // may meet the new key with the old certificate, which does not
+        // load and is not taken; the certificate comes next.
+        for ext in ["key", "pem"] {
+            let staged = certs.path(&format!("{name}.staged.{ext}"));
+            std::fs::copy(certs.path(&format!("{name}.{ext}")), &staged).unwrap();
+            std::fs::rename(&staged, certs.path(&format!("server.{ext}"))).unwrap();
+        }
+        eventually(
+            "the renewed certificate is presented",
+            Duration::from_secs(10),
+            || async { presented_cn(&certs, &url).await.contains(cn) },
+        )
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut pairs = 0;
+    for task in load {
+        pairs += task.await.unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} failed pairs during rotation, e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert!(pairs >= 16, "the load ran ({pairs} pairs)");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn push_wake_ups_travel_between_brokers_over_mutual_tls() {
+    let certs = Certs::new();
+    certs.ca("ca").signed("server", "broker", "ca");
+    let db = fresh_db_name();
+    let a = https_broker_on(db.clone(), &certs, Some("ca.pem")).await;
+    let b = https_broker_on(db.clone(), &certs, Some("ca.pem")).await;
+    let (ca, cb) = (
+        rust_client(&certs, &https(&a)),
+        rust_client(&certs, &https(&b)),
+    );
+    for round in 0..5 {
+        let held = ca
+            .lock("pushed")
+            .ttl(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let waiter = {
+            let cb = cb.clone();
+            tokio::spawn(async move {
+                cb.lock("pushed")
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+            })
+        };
+        eventually("the waiter is queued", Duration::from_secs(10), || async {
+            ca.locks()
+                .status("pushed")
+                .await
+                .is_ok_and(|s| s.waiters == 1)
+        })
+        .await;
+        let token = held.token();
+        held.release().await.unwrap();
+        let next = waiter.await.unwrap().unwrap();
+        assert!(next.token() > token, "round {round}: handed on");
+        next.release().await.unwrap();
+    }
+    // Pushed over https by a, presenting its certificate; taken by b.
+    let metric = |url: String, series: &'static str| {
+        let certs = &certs;
+        async move {
+            let (code, text) = curl(&[
+                "--cacert",
+                &certs.file("ca.pem"),
+                "--cert",
+                &certs.file("server.pem"),
+                "--key",
+                &certs.file("server.key"),
+                &format!("{url}/metrics"),
+            ])
+            .await;
+            assert_eq!(code, 0, "{text}");
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    };
+    let sent = metric(https(&a), "lockbroker_wake_pushes_total{result=\"ok\"}").await;
+    let failed = metric(https(&a), "lockbroker_wake_pushes_total{result=\"failed\"}").await;
+    let pushed = metric(https(&b), "lockbroker_wakeups_total{via=\"push\"}").await;
+    assert_eq!(failed, 0.0, "no push failed");
+    assert!(
+        sent >= 1.0 && pushed >= 1.0,
+        "pushes sent {sent}, taken {pushed}"
+    );
+    b.shutdown().await;
+    a.stop().await;
 }

@@ -72,8 +72,11 @@ pub struct SemaphoreLease {
     /// Size of the semaphore: how many holders it admits at once.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub permits: u32,
-    /// Fencing token: strictly increases with every new grant on this
-    /// semaphore and never repeats.
+    /// Fencing token of the slot: strictly increases with every new grant
+    /// of this slot and never repeats. Each slot counts on its own (slots
+    /// are granted without a shared counter, so that holders never wait
+    /// for each other), so two holders of one semaphore may carry equal
+    /// tokens: fence with the pair (`slot`, `token`).
     pub token: u64,
     /// Lease length granted, in milliseconds.
     pub ttl_ms: u64,

@@ -229,7 +229,8 @@ impl Peer {
         let url = std::str::from_utf8(row.url.as_deref()?).ok()?;
         let url = url.trim_end_matches('/');
         let secret = std::str::from_utf8(row.secret.as_deref()?).ok()?;
-        if !url.starts_with("http://") {
+        // The push client speaks both (https with `peer_ca_file`).
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
             return None;
         }
         Some(Peer {
@@ -384,12 +385,14 @@ mod tests {
     }
 
     #[test]
-    fn peers_are_http_base_urls() {
+    fn peers_are_http_or_https_base_urls() {
         let peer = Peer::of(&row("http://10.0.0.5:7420/")).unwrap();
         assert_eq!(peer.uri, "http://10.0.0.5:7420/internal/v1/wake");
         assert_eq!(peer.bearer, "Bearer s3cret");
         assert!(Peer::of(&row("http://[::1]:7420")).is_some());
-        assert!(Peer::of(&row("https://10.0.0.5:7420")).is_none());
+        let tls = Peer::of(&row("https://b.example:7420")).unwrap();
+        assert_eq!(tls.uri, "https://b.example:7420/internal/v1/wake");
+        assert!(Peer::of(&row("ftp://10.0.0.5:7420")).is_none());
         assert!(Peer::of(&row("not a url")).is_none());
         let no_push = PeerRow {
             url: None,

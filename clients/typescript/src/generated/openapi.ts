@@ -1864,8 +1864,11 @@ export interface components {
             permits: number;
             /**
              * Format: int64
-             * @description Fencing token: strictly increases with every new grant on this
-             *     semaphore and never repeats.
+             * @description Fencing token of the slot: strictly increases with every new grant
+             *     of this slot and never repeats. Each slot counts on its own (slots
+             *     are granted without a shared counter, so that holders never wait
+             *     for each other), so two holders of one semaphore may carry equal
+             *     tokens: fence with the pair (`slot`, `token`).
              */
             token: number;
             /**
