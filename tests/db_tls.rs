@@ -2,8 +2,9 @@
 //! and `require_secure_transport=ON` (a plain TCP session is refused), and
 //! brokers whose `database_url` asks for `ssl-mode` as the MySQL clients
 //! spell it. With `VERIFY_IDENTITY` and the right CA the broker works end
-//! to end; `DISABLED` and a wrong CA under `VERIFY_CA` are startup errors
-//! that say why.
+//! to end, and so it does under `PREFERRED`, `REQUIRED` (encrypted, the
+//! certificate not checked) and `VERIFY_CA`; `DISABLED` and a wrong CA
+//! under `VERIFY_CA` are startup errors that say why.
 
 use lockbroker::{Config, Server};
 use lockbroker_tests::{config, fresh_db_name, Broker, Certs, PrivateMariaDb};
@@ -62,6 +63,20 @@ async fn a_broker_reaches_a_tls_only_server_by_its_ca_and_never_in_plain_text() 
         .unwrap();
     assert_eq!(reply.status, 200, "{reply:?}");
     broker.stop().await;
+
+    // The other modes that encrypt work too (the server takes nothing
+    // else): without checking the certificate, or checking its CA only.
+    for params in [
+        "ssl-mode=PREFERRED".to_owned(),
+        "ssl-mode=REQUIRED".to_owned(),
+        format!("ssl-mode=VERIFY_CA&ssl-ca={ca}"),
+    ] {
+        let db = fresh_db_name();
+        let broker = Broker::start_with(db.clone(), config_with(&server, &db, &params)).await;
+        let lease = broker.client().acquire("k", "w", 10_000, 0).await.unwrap();
+        assert_eq!(lease.status, 200, "{params}: {lease:?}");
+        broker.stop().await;
+    }
 
     // The server refuses a plain session (MariaDB answers it as access
     // denied; MySQL names the insecure transport): a startup error that

@@ -181,6 +181,24 @@ async fn reload_applies_tenants_keys_and_limits_and_refuses_a_bad_config() {
         .await
         .unwrap();
     assert_eq!(status.json()["owner"], "o", "{}", status.text());
+    // An admin ending it is audited too.
+    let forced = admin
+        .send(
+            hyper::Method::POST,
+            "/v1/admin/tenants/other/locks/kept/release",
+            &[],
+            bytes::Bytes::new(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.status, 200, "{}", forced.text());
+    assert_eq!(
+        admin
+            .counter("lockbroker_admin_actions_total{action=\"force_release\",result=\"ok\"}")
+            .await,
+        1
+    );
 
     // An invalid config is refused whole: the one in force stays.
     file.write(&config_text(

@@ -63,7 +63,7 @@ impl App {
     pub async fn build(config: Config, stop: watch::Receiver<bool>) -> anyhow::Result<App> {
         if config.dev_defaults {
             tracing::warn!(
-                "no --config given: using the development defaults (tenant \"default\" with API key \"dev-key\", admin token \"dev-admin\"); do not use them in production"
+                "no --config given: using the development defaults (tenant \"default\" with the API key and admin token docs/02-quickstart.md gives); do not use them in production"
             );
         }
         let tls = match &config.tls {

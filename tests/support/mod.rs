@@ -271,6 +271,7 @@ impl BrokerProcess {
             "listen = \"127.0.0.1:0\"\ndatabase_url = {database_url}\nadmin_token = \"{ADMIN}\"\n{extra_toml}\n[[tenant]]\nname = \"default\"\napi_key = \"{KEY}\"\n"
         );
         let config = tempfile_like::TempFile::new("toml", text.as_bytes());
+        let kept = kept_log();
         let mut command = tokio::process::Command::new(bin("lockbroker"));
         command
             .arg("serve")
@@ -280,20 +281,38 @@ impl BrokerProcess {
             .env(
                 "LOCKBROKER_LOG",
                 // `LBT_BROKER_LOG` lets a run that chases a failure see more.
-                std::env::var("LBT_BROKER_LOG")
-                    .unwrap_or_else(|_| if log.is_some() { "info" } else { "warn" }.to_owned()),
+                std::env::var("LBT_BROKER_LOG").unwrap_or_else(|_| {
+                    if log.is_some() || kept.is_some() {
+                        "info"
+                    } else {
+                        "warn"
+                    }
+                    .to_owned()
+                }),
             )
             .stdout(Stdio::piped())
             .kill_on_drop(true);
-        if log.is_some() {
+        if log.is_some() || kept.is_some() {
             command.stderr(Stdio::piped());
         }
         let mut child = command.spawn().expect("spawn lockbroker");
-        if let (Some(log), Some(stderr)) = (log, child.stderr.take()) {
+        if let Some(stderr) = child.stderr.take() {
             let mut lines = BufReader::new(stderr).lines();
             tokio::spawn(async move {
+                let mut kept = kept;
                 while let Ok(Some(line)) = lines.next_line().await {
-                    log.0.lock().expect("log lines").push(line);
+                    if let Some(file) = &mut kept {
+                        use std::io::Write as _;
+                        let _ = writeln!(file, "{line}");
+                    }
+                    match &log {
+                        Some(log) => log.0.lock().expect("log lines").push(line),
+                        // What the test would have shown at the warn level.
+                        None if line.contains("WARN") || line.contains("ERROR") => {
+                            eprintln!("{line}");
+                        }
+                        None => {}
+                    }
                 }
             });
         }
@@ -364,6 +383,21 @@ impl BrokerProcess {
             .expect("broker exits after SIGTERM")
             .expect("wait for broker")
     }
+}
+
+/// With `LBT_LOG_DIR` set (`scripts/test` sets it), a new file there for
+/// a broker process's log (at info level), so that the logs of a whole
+/// test run can be searched afterwards (for secrets: `scripts/test`).
+fn kept_log() -> Option<std::fs::File> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = PathBuf::from(std::env::var_os("LBT_LOG_DIR")?);
+    std::fs::create_dir_all(&dir).ok()?;
+    let name = format!(
+        "broker-{}-{}.log",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    std::fs::File::create(dir.join(name)).ok()
 }
 
 /// What a [`BrokerProcess::start_logged`] broker wrote to stderr, line by
