@@ -60,42 +60,27 @@ pub struct Attempt {
     pub result: Result<Outcome, String>,
 }
 
-/// Settings of `new` that differ from the `running` config's but are only
-/// read at start. Every field of [`Config`] is named here, so a field added
-/// later must be classed as live or not before the code compiles.
-pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
-    let Config {
-        listen,
-        advertise_url,
-        database_url,
-        db_timeout_ms,
-        group_commit,
-        admin_token: _,
-        policy_dir,
-        max_connections,
-        policy_deadline_ms,
-        policy_memory_bytes,
-        max_policy_bytes,
-        reaper_interval_ms,
-        history_retention_hours,
-        cache_dir,
-        header_read_timeout_ms,
-        metrics_token: _,
-        log_format,
-        tls,
-        tenants: _,
-        dev_defaults: _,
-        source: _,
-    } = new;
-    let mut out = Vec::new();
-    macro_rules! differs {
-        ($($field:ident),*) => {$(
-            if *$field != running.$field {
-                out.push(stringify!($field).to_owned());
+/// Pushes to `$out` the name of each field of `$new` (a `$ty`) compared
+/// that differs from `$old`'s. Every field of `$ty` is named, compared or
+/// ignored, so a field added later must be classed before the code
+/// compiles.
+macro_rules! differing {
+    ($out:ident: $new:ident vs $old:ident, $ty:ident { $($field:ident),* $(,)? }
+        ignoring { $($skip:ident),* $(,)? }) => {{
+        let $ty { $($field,)* $($skip: _,)* } = $new;
+        $(
+            if *$field != $old.$field {
+                $out.push(stringify!($field).into());
             }
-        )*};
-    }
-    differs!(
+        )*
+    }};
+}
+
+/// Settings of `new` that differ from the `running` config's but are only
+/// read at start.
+pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    differing!(out: new vs running, Config {
         listen,
         database_url,
         db_timeout_ms,
@@ -109,14 +94,23 @@ pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
         history_retention_hours,
         cache_dir,
         header_read_timeout_ms,
-        log_format
-    );
+        log_format,
+    } ignoring {
+        // Live, or compared below.
+        admin_token,
+        metrics_token,
+        tenants,
+        advertise_url,
+        tls,
+        dev_defaults,
+        source,
+    });
     // A broker without one advertises the address it bound, which is what
     // the running config holds then.
-    if advertise_url.is_some() && *advertise_url != running.advertise_url {
+    if new.advertise_url.is_some() && new.advertise_url != running.advertise_url {
         out.push("advertise_url".into());
     }
-    match (tls, &running.tls) {
+    match (&new.tls, &running.tls) {
         (Some(new), Some(old)) if new.peer_ca_file != old.peer_ca_file => {
             out.push("tls.peer_ca_file".into());
         }
@@ -127,12 +121,13 @@ pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
 }
 
 /// The settings of a tenant that differ between `old` and `new` (the same
-/// tenant), by their config names. Every field is named, as above.
+/// tenant), by their config names.
 pub fn tenant_changes(old: &TenantConfig, new: &TenantConfig) -> Vec<&'static str> {
-    let TenantConfig {
-        name: _,
-        api_key: _,
-        api_keys: _,
+    let mut out: Vec<&'static str> = Vec::new();
+    if !old.keys().eq(new.keys()) {
+        out.push("api_keys");
+    }
+    differing!(out: new vs old, TenantConfig {
         policy,
         max_ttl_ms,
         max_waiters,
@@ -145,32 +140,11 @@ pub fn tenant_changes(old: &TenantConfig, new: &TenantConfig) -> Vec<&'static st
         policy_memory_bytes,
         lock_delay_ms,
         min_hold_ms,
-    } = new;
-    let mut out = Vec::new();
-    if !old.keys().eq(new.keys()) {
-        out.push("api_keys");
-    }
-    macro_rules! differs {
-        ($($field:ident),*) => {$(
-            if *$field != old.$field {
-                out.push(stringify!($field));
-            }
-        )*};
-    }
-    differs!(
-        policy,
-        max_ttl_ms,
-        max_waiters,
-        max_held,
-        max_requests_per_s,
-        max_requests_burst,
-        max_streams,
-        database_url,
-        policy_deadline_ms,
-        policy_memory_bytes,
-        lock_delay_ms,
-        min_hold_ms
-    );
+    } ignoring {
+        name,
+        api_key,
+        api_keys,
+    });
     out
 }
 
