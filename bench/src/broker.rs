@@ -1,6 +1,6 @@
-//! Scenarios against a running broker, over HTTP, one connection per client
-//! task (each task has its own `Client`, whose pool keeps one connection
-//! for sequential requests).
+//! Scenarios against a running broker, over HTTP (or HTTPS), one connection
+//! per client task (each task has its own `Client`, whose pool keeps one
+//! connection for sequential requests), except `new connection per pair`.
 
 use std::{
     sync::{
@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::http::{encode_key, Client, Reply};
+use crate::http::{encode_key, Client, Reply, Tls};
 use lockbroker_api as api;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tokio::sync::{watch, Notify};
@@ -41,6 +41,9 @@ const FILL_CHUNK: usize = 64;
 pub struct Broker {
     pub url: String,
     pub run: String,
+    /// What an `https://` broker's certificate is checked against (`None`
+    /// for `http://`).
+    pub tls: Option<Tls>,
 }
 
 /// What a refused or failed answer was, for the log.
@@ -54,8 +57,29 @@ async fn pause() {
 }
 
 impl Broker {
+    /// A plain-HTTP broker.
+    pub fn http(url: &str, run: &str) -> Broker {
+        Broker {
+            url: url.to_owned(),
+            run: run.to_owned(),
+            tls: None,
+        }
+    }
+
+    /// A client of this broker (http or https as its URL says).
+    ///
+    /// # Errors
+    /// The URL does not fit the broker's scheme.
+    pub fn try_client(&self, api_key: Option<&str>) -> Result<Client, crate::http::Error> {
+        match &self.tls {
+            Some(tls) => Client::https(&self.url, api_key, tls),
+            None => Client::new(&self.url, api_key),
+        }
+    }
+
     fn client(&self, api_key: &str) -> Client {
-        Client::new(&self.url, Some(api_key)).expect("broker URL checked at start")
+        self.try_client(Some(api_key))
+            .expect("broker URL checked at start")
     }
 }
 
@@ -68,6 +92,16 @@ pub enum LockMode {
     Contended,
     /// One key, `wait_ms` 0, retried at once.
     Storm,
+    /// As `Uncontended`, but each pair on a new connection (over https, a
+    /// full handshake): what a short-lived client such as a cron job pays.
+    NewConnection,
+}
+
+impl LockMode {
+    /// Each client on keys of its own (no handoffs).
+    fn own_keys(self) -> bool {
+        matches!(self, LockMode::Uncontended | LockMode::NewConnection)
+    }
 }
 
 /// Lock scenarios: the raw tallies (so runs can be pooled).
@@ -110,7 +144,7 @@ async fn lock_tallies_on(
     };
     let run = run_clients(clients, duration, |c, gate| {
         let side = c % brokers.len();
-        let client = brokers[side].client(api_key);
+        let mut client = brokers[side].client(api_key);
         let (run, prefix, one_key) = (b.run.clone(), prefix.to_owned(), one_key.clone());
         let side = several.then(|| u8::try_from(side).unwrap_or(u8::MAX));
         let lineup = lineup.as_ref().map(Lineup::handle);
@@ -140,10 +174,15 @@ async fn lock_tallies_on(
             };
             let mut n = 0u64;
             while Instant::now() < deadline {
-                let key = match mode {
-                    LockMode::Uncontended => format!("{prefix}{run}-{c}-{}", n % 16),
-                    _ => one_key.clone(),
+                let key = if mode.own_keys() {
+                    format!("{prefix}{run}-{c}-{}", n % 16)
+                } else {
+                    one_key.clone()
                 };
+                if mode == LockMode::NewConnection {
+                    // The previous pair's connection closes with its pool.
+                    client = client.fresh();
+                }
                 n += 1;
                 let t0 = Instant::now();
                 let reply = client.acquire(&key, &owner, TTL_MS, wait_ms).await;
@@ -315,6 +354,21 @@ pub async fn lock_scenario(
     lock_row(&[b], api_key, mode, name, prefix, clients, duration).await
 }
 
+/// [`lock_scenario`] on a broker that serves https (`[tls]`) on the same
+/// database, as rows `uncontended (https)` and `new connection per pair
+/// (https)`: the cost of TLS next to the same rows over http.
+pub async fn https_scenario(
+    b: &Broker,
+    api_key: &str,
+    mode: LockMode,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    let (name, prefix) = mode_names(mode);
+    let (name, prefix) = (format!("{name} (https)"), format!("t{prefix}"));
+    lock_row(&[b], api_key, mode, &name, &prefix, clients, duration).await
+}
+
 /// [`lock_scenario`] on a broker whose database is a Galera cluster, as
 /// rows `uncontended (galera)` and `contended (galera)`.
 pub async fn galera_scenario(
@@ -335,6 +389,7 @@ fn mode_names(mode: LockMode) -> (&'static str, &'static str) {
         LockMode::Uncontended => ("uncontended", "u"),
         LockMode::Contended => ("contended", "c"),
         LockMode::Storm => ("nowait-storm", "s"),
+        LockMode::NewConnection => ("new connection per pair", "n"),
     }
 }
 
@@ -381,7 +436,7 @@ async fn lock_row(
 ) -> Row {
     let m = merge(lock_tallies_on(brokers, api_key, prefix, mode, clients, duration).await);
     let mut row = Row::new(name, clients, duration, &m);
-    if mode == LockMode::Uncontended {
+    if mode.own_keys() {
         // Handoffs mean nothing on private keys.
         row.handoff = None;
         row.note.clear();

@@ -1,19 +1,27 @@
 //! The bench's HTTP client: the API's request types serialized, one
 //! request per call, no retries, every answer returned as a [`Reply`] so a
 //! scenario counts refusals and failures itself. (The client crate retries
-//! and adds guards; the bench measures single requests.)
+//! and adds guards; the bench measures single requests.) It speaks plain
+//! HTTP, or HTTPS to a broker with `[tls]` ([`Client::https`]) for the cost
+//! of TLS.
 
-use std::{borrow::Cow, time::Duration};
+use std::{borrow::Cow, path::Path, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{header, Method, Request};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client as HyperClient},
     rt::TokioExecutor,
 };
 use lockbroker_api as api;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use rustls::{
+    client::Resumption,
+    pki_types::{pem::PemObject, CertificateDer},
+    ClientConfig, RootCertStore,
+};
 use serde::{de::DeserializeOwned, Serialize};
 
 /// Everything but RFC 3986's unreserved characters is encoded, so any key
@@ -26,6 +34,15 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 
 /// How long an answer may take beyond the request's own `wait_ms`.
 const SLACK: Duration = Duration::from_secs(15);
+
+/// `url` without its trailing slashes, if it is `scheme` + `host[:port]`.
+fn checked(url: &str, scheme: &str) -> Result<String, Error> {
+    let base = url.trim_end_matches('/');
+    if !base.starts_with(scheme) || base.parse::<hyper::Uri>().is_err() {
+        return Err(Error::Url(url.to_owned()));
+    }
+    Ok(base.to_owned())
+}
 
 /// Percent-encodes a key as one path segment.
 pub fn encode_key(key: &str) -> String {
@@ -41,6 +58,80 @@ pub enum Error {
     Connect(String),
     #[error("the broker did not answer within {0:?}")]
     Timeout(Duration),
+    #[error("CA file {path}: {why}")]
+    CaFile { path: String, why: String },
+}
+
+/// What an https client trusts: the certificates of one CA file (the
+/// broker's own CA), through rustls with ring as the rest of the workspace.
+///
+/// Sessions are never resumed: every new connection pays a full handshake,
+/// as a new process (a cron job, a CLI call) does. A client that keeps its
+/// connection pays it once, before a scenario's timed part.
+#[derive(Clone)]
+pub struct Tls(Arc<ClientConfig>);
+
+impl Tls {
+    /// Trusts the CA certificates of the PEM file at `path`.
+    ///
+    /// # Errors
+    /// The file cannot be read, holds no certificate, or one is not a CA
+    /// certificate rustls can use.
+    pub fn from_ca_file(path: &Path) -> Result<Tls, Error> {
+        let fail = |why: String| Error::CaFile {
+            path: path.display().to_string(),
+            why,
+        };
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(path).map_err(|e| fail(e.to_string()))? {
+            let cert = cert.map_err(|e| fail(e.to_string()))?;
+            roots.add(cert).map_err(|e| fail(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(fail("no certificate".into()));
+        }
+        let mut config =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| fail(e.to_string()))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        config.resumption = Resumption::disabled();
+        Ok(Tls(Arc::new(config)))
+    }
+}
+
+/// How a [`Client`] connects; kept so that [`Client::fresh`] can build a
+/// new pool on the same settings.
+#[derive(Clone)]
+enum Connector {
+    Plain(HttpConnector),
+    Tls(HttpsConnector<HttpConnector>),
+}
+
+/// A hyper client over one of the [`Connector`]s: its pool keeps one
+/// connection for sequential requests.
+#[derive(Clone)]
+enum Transport {
+    Plain(HyperClient<HttpConnector, Full<Bytes>>),
+    Tls(HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+impl Connector {
+    fn transport(&self) -> Transport {
+        let builder = HyperClient::builder(TokioExecutor::new());
+        match self {
+            Connector::Plain(c) => Transport::Plain(builder.build(c.clone())),
+            Connector::Tls(c) => Transport::Tls(builder.build(c.clone())),
+        }
+    }
+}
+
+/// A TCP connector with Nagle off (requests are small and sequential).
+fn tcp() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector
 }
 
 /// A broker's answer, as received.
@@ -68,12 +159,13 @@ impl Reply {
 }
 
 /// A client for one broker and one API key; its pool keeps one connection
-/// for sequential requests.
+/// for sequential requests (clones share it).
 #[derive(Clone)]
 pub struct Client {
     base: String,
     bearer: Option<String>,
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    connector: Connector,
+    http: Transport,
 }
 
 impl Client {
@@ -82,17 +174,45 @@ impl Client {
     /// # Errors
     /// The URL is not `http://host[:port]`.
     pub fn new(base_url: &str, bearer: Option<&str>) -> Result<Client, Error> {
-        let base = base_url.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") || base.parse::<hyper::Uri>().is_err() {
-            return Err(Error::Url(base_url.to_owned()));
-        }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        Ok(Client {
+        let base = checked(base_url, "http://")?;
+        Ok(Client::on(base, bearer, Connector::Plain(tcp())))
+    }
+
+    /// A client for `base_url` (`https://host:port`) that trusts `tls`.
+    ///
+    /// # Errors
+    /// The URL is not `https://host[:port]`.
+    pub fn https(base_url: &str, bearer: Option<&str>, tls: &Tls) -> Result<Client, Error> {
+        let base = checked(base_url, "https://")?;
+        let mut tcp = tcp();
+        tcp.enforce_http(false);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(ClientConfig::clone(&tls.0))
+            .https_only()
+            .enable_http1()
+            .wrap_connector(tcp);
+        Ok(Client::on(base, bearer, Connector::Tls(connector)))
+    }
+
+    fn on(base: String, bearer: Option<&str>, connector: Connector) -> Client {
+        Client {
             base,
             bearer: bearer.map(str::to_owned),
-            http: HyperClient::builder(TokioExecutor::new()).build(connector),
-        })
+            http: connector.transport(),
+            connector,
+        }
+    }
+
+    /// The same client with a pool of its own: its first request opens a
+    /// new connection (and, over https, pays a full handshake). The old
+    /// connection closes when the last clone of the old client is dropped.
+    pub fn fresh(&self) -> Client {
+        Client {
+            base: self.base.clone(),
+            bearer: self.bearer.clone(),
+            connector: self.connector.clone(),
+            http: self.connector.transport(),
+        }
     }
 
     async fn send(
@@ -116,11 +236,12 @@ impl Client {
             .map_err(|e| Error::Url(e.to_string()))?;
         let limit = Duration::from_millis(wait_ms) + SLACK;
         let exchange = async {
-            let response = self
-                .http
-                .request(request)
-                .await
-                .map_err(|e| Error::Connect(format!("{e:#}")))?;
+            let response = match &self.http {
+                Transport::Plain(http) => http.request(request),
+                Transport::Tls(http) => http.request(request),
+            }
+            .await
+            .map_err(|e| Error::Connect(format!("{e:#}")))?;
             let (parts, body) = response.into_parts();
             let body = body
                 .collect()
@@ -225,6 +346,31 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_constructor_takes_its_own_scheme() {
+        assert!(Client::new("http://127.0.0.1:7420/", None).is_ok());
+        assert!(Client::new("https://127.0.0.1:7420", None).is_err());
+        let tls = Tls(Arc::new(
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(RootCertStore::empty())
+                .with_no_client_auth(),
+        ));
+        assert!(Client::https("https://127.0.0.1:7421", None, &tls).is_ok());
+        assert!(Client::https("http://127.0.0.1:7421", None, &tls).is_err());
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let path = std::env::temp_dir().join(format!("lockbench-empty-ca-{}", std::process::id()));
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let err = Tls::from_ca_file(&path).err().expect("refused");
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.to_string().contains("no certificate"), "{err}");
+        assert!(Tls::from_ca_file(Path::new("/nonexistent/ca.pem")).is_err());
+    }
 
     #[test]
     fn keys_are_one_segment() {

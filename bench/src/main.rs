@@ -3,7 +3,9 @@
 //! SKIP LOCKED claim, one connection's commit rate), on Redis and on etcd,
 //! in one run. It starts nothing itself:
 //! `scripts/bench` starts the broker, MariaDB and Redis, and passes the
-//! commands that start and stop the second broker of `contended-cross`.
+//! commands that start and stop the second broker of `contended-cross`,
+//! and the URL and CA of a broker serving https on the same database (the
+//! cost of TLS).
 //!
 //! Progress goes to stderr; the results go to stdout as a markdown table
 //! with the ratio targets below it, or as one JSON document (`--json`).
@@ -30,7 +32,7 @@ use serde_json::json;
 use crate::{
     baseline::Baseline,
     broker::{Broker, Footprint, LockMode, QueueKind},
-    http::Client,
+    http::Tls,
     report::{Ratio, Row},
     second::SecondBroker,
 };
@@ -71,6 +73,19 @@ struct Args {
     /// as rows `... (galera)`.
     #[arg(long, value_name = "URL")]
     galera_broker_url: Option<String>,
+    /// A broker serving https (`[tls]`) on the same database with the same
+    /// tenants: `uncontended-https` runs on it, and `new-connection` also
+    /// runs on it (both skipped without it). Needs --tls-ca.
+    #[arg(long, value_name = "URL", requires = "tls_ca")]
+    tls_url: Option<String>,
+    /// The CA certificate (PEM) that signed the https broker's certificate.
+    /// lockbench's https connections never resume a TLS session: each new
+    /// connection is a full handshake.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The https broker's process id (its CPU in the https rows).
+    #[arg(long)]
+    tls_broker_pid: Option<u32>,
     /// API key of a tenant on the built-in (native) policy.
     #[arg(long, default_value = "dev-key")]
     api_key: String,
@@ -106,7 +121,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "10000,100000,1000000")]
     held_counts: Vec<usize>,
     /// `all`, `broker`, `baselines`, or a comma-separated list of:
-    /// uncontended, contended, contended-cross, nowait-storm, semaphore,
+    /// uncontended, uncontended-https (the same on the --tls-url broker),
+    /// new-connection (uncontended pairs each on a new connection, over
+    /// http and over https), contended, contended-cross, nowait-storm, semaphore,
     /// election, held, wasm-vs-native, multilock-8, rwlock (read pairs of
     /// all clients on one key, write pairs on own keys), mysql-get-lock,
     /// lease-row-tx, skip-locked-claim, mysql-commit, redis, etcd;
@@ -144,8 +161,10 @@ struct Args {
     policy_calls: Option<PathBuf>,
 }
 
-const BROKER_SCENARIOS: [&str; 10] = [
+const BROKER_SCENARIOS: [&str; 12] = [
     "uncontended",
+    "uncontended-https",
+    "new-connection",
     "multilock-8",
     "rwlock",
     "contended",
@@ -168,8 +187,11 @@ const BASELINE_SCENARIOS: [&str; 6] = [
 const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
 
 /// How rows are grouped in the table.
-const ROW_ORDER: [&str; 22] = [
+const ROW_ORDER: [&str; 25] = [
     "uncontended",
+    "uncontended (https)",
+    "new connection per pair",
+    "new connection per pair (https)",
     "multilock-8",
     "rwlock-write",
     "rwlock-read",
@@ -333,19 +355,26 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     // One prefix per run keeps keys, lock names and rows of runs apart.
     let run = format!("{:x}", rand::random::<u32>());
-    let broker = Broker {
-        url: args.broker_url.clone(),
-        run: run.clone(),
-    };
+    let broker = Broker::http(&args.broker_url, &run);
     let base = Baseline {
         url: args.database_url.clone(),
         run: run.clone(),
     };
-    let galera = args.galera_broker_url.as_ref().map(|url| Broker {
-        url: url.clone(),
-        run: run.clone(),
-    });
+    let galera = args
+        .galera_broker_url
+        .as_ref()
+        .map(|url| Broker::http(url, &run));
     let needs_broker = wanted.iter().any(|s| BROKER_SCENARIOS.contains(s));
+    let https = match (&args.tls_url, &args.tls_ca) {
+        (Some(url), Some(ca)) => Some(Broker {
+            tls: Some(Tls::from_ca_file(ca)?),
+            ..Broker::http(url, &run)
+        }),
+        _ => None,
+    };
+    if https.is_none() && (want("uncontended-https") || want("new-connection")) {
+        eprintln!("lockbench: no --tls-url: skipping the https rows (uncontended-https, new-connection's https side)");
+    }
     let second = args.second_broker_url.as_ref().map(|url| SecondBroker {
         url: url.clone(),
         start: args.second_broker_start.clone(),
@@ -365,19 +394,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     let mut second_counters: Vec<String> = Vec::new();
     if needs_broker {
-        let probe = Client::new(&args.broker_url, Some(&args.api_key))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let ready = probe
-            .get("/readyz")
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        if ready.status != 200 {
-            bail!(
-                "the broker is not ready: HTTP {} {}",
-                ready.status,
-                ready.text()
-            );
-        }
+        ready(&broker).await?;
+    }
+    let https_wanted = want("uncontended-https") || want("new-connection");
+    if let (Some(https), true) = (&https, https_wanted) {
+        ready(https).await?;
     }
     let watched = cpu::watch(args.broker_pid);
     if watched.db.is_none() {
@@ -508,6 +529,28 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 );
             }
         }
+        // Each https row right after its http twin (the ratio's two sides a
+        // few seconds apart).
+        if let (true, Some(https)) = (want("uncontended-https"), &https) {
+            let mode = LockMode::Uncontended;
+            push(
+                https_row(https, &args, key, mode, c, duration).await,
+                &mut rows,
+            );
+        }
+        if want("new-connection") {
+            let mode = LockMode::NewConnection;
+            push(
+                broker::lock_scenario(&broker, key, mode, c, duration).await,
+                &mut rows,
+            );
+            if let Some(https) = &https {
+                push(
+                    https_row(https, &args, key, mode, c, duration).await,
+                    &mut rows,
+                );
+            }
+        }
         if want("multilock-8") {
             push(
                 multilock::scenario(&broker, key, c, duration).await,
@@ -631,10 +674,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
 
     let mut counters = if needs_broker {
-        broker_counters(&args.broker_url).await
+        broker_counters(&broker).await
     } else {
         Vec::new()
     };
+    if let (Some(https), true) = (&https, https_wanted) {
+        let lines = broker_counters(https).await;
+        if !lines.is_empty() {
+            counters.push("# https broker:".to_owned());
+            counters.extend(lines);
+        }
+    }
     counters.extend(second_counters);
     for line in &counters {
         eprintln!("lockbench: broker counter: {line}");
@@ -691,12 +741,9 @@ async fn cross_run(
         second.down().await;
         return Err(e);
     }
-    let other = Broker {
-        url: second.url.clone(),
-        run: broker.run.clone(),
-    };
+    let other = Broker::http(&second.url, &broker.run);
     let row = broker::contended_cross(broker, &other, api_key, clients, duration).await;
-    let lines = broker_counters(&second.url).await;
+    let lines = broker_counters(&other).await;
     if !lines.is_empty() {
         counters.push(format!(
             "# second broker, after contended-cross at {clients} clients:"
@@ -707,10 +754,44 @@ async fn cross_run(
     Ok(row)
 }
 
+/// Fails unless the broker answers `/readyz` with 200.
+async fn ready(b: &Broker) -> anyhow::Result<()> {
+    let probe = b.try_client(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ready = probe
+        .get("/readyz")
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", b.url))?;
+    if ready.status != 200 {
+        bail!(
+            "the broker at {} is not ready: HTTP {} {}",
+            b.url,
+            ready.status,
+            ready.text()
+        );
+    }
+    Ok(())
+}
+
+/// A row on the https broker, its CPU counted as the broker's (the http
+/// broker, idle meanwhile, still counts too).
+async fn https_row(
+    https: &Broker,
+    args: &Args,
+    api_key: &str,
+    mode: LockMode,
+    clients: usize,
+    duration: Duration,
+) -> Row {
+    cpu::watch_second_broker(args.tls_broker_pid);
+    let row = broker::https_scenario(https, api_key, mode, clients, duration).await;
+    cpu::watch_second_broker(None);
+    row
+}
+
 /// The broker's counters worth a look after a run: failures, 5xx answers,
 /// handoffs, departed waiters.
-async fn broker_counters(url: &str) -> Vec<String> {
-    let Ok(client) = Client::new(url, None) else {
+async fn broker_counters(b: &Broker) -> Vec<String> {
+    let Ok(client) = b.try_client(None) else {
         return Vec::new();
     };
     let Ok(reply) = client.get("/metrics").await else {
@@ -768,6 +849,63 @@ fn ratio(
     }
 }
 
+/// The cost of TLS, reported without a target, at each client count:
+/// https / http pairs/s on kept connections, the same with a new connection
+/// per pair, and what a new connection per pair costs over https.
+fn tls_ratios(rows: &[Row], args: &Args) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    let cpu = |r: &Row| r.per_op(r.cpu.and_then(|c| c.broker_s));
+    let compare = |name: String, a: Option<&Row>, b: Option<&Row>| {
+        let detail = a.zip(b).map_or_else(String::new, |(a, b)| {
+            let mut detail = format!("{:.0} / {:.0}", a.ops_per_s, b.ops_per_s);
+            if let (Some(pa), Some(pb)) = (a.p50_ms, b.p50_ms) {
+                detail.push_str(&format!("; pair p50 {pa:.2} / {pb:.2} ms"));
+            }
+            if let (Some(ca), Some(cb)) = (cpu(a), cpu(b)) {
+                detail.push_str(&format!("; broker CPU {ca:.0} / {cb:.0} µs per pair"));
+            }
+            detail
+        });
+        Ratio {
+            met: None,
+            ..ratio(
+                name,
+                a.zip(b).map(|(a, b)| a.ops_per_s / b.ops_per_s),
+                |v| format!("{v:.2}x"),
+                "(reported)",
+                |_| true,
+                detail,
+            )
+        }
+    };
+    let (kept, kept_tls) = ("uncontended", "uncontended (https)");
+    let (new, new_tls) = ("new connection per pair", "new connection per pair (https)");
+    for &c in &args.clients {
+        for (name, a, b) in [
+            ("uncontended pairs/s, https / http", kept_tls, kept),
+            (
+                "pairs/s, new connection per pair, https / http",
+                new_tls,
+                new,
+            ),
+            (
+                "https pairs/s, new connection per pair / one connection",
+                new_tls,
+                kept_tls,
+            ),
+        ] {
+            if find(rows, a, c).is_some() || find(rows, b, c).is_some() {
+                out.push(compare(
+                    format!("{name}, {c} clients"),
+                    find(rows, a, c),
+                    find(rows, b, c),
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn ratios(rows: &[Row], args: &Args, wasm: &[(String, usize, f64)]) -> Vec<Ratio> {
     let mut out = Vec::new();
     let times = |v: f64| format!("{v:.2}x");
@@ -795,6 +933,10 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(String, usize, f64)]) -> Vec<Ratio
                 });
             }
         }
+    }
+
+    if args.tls_url.is_some() {
+        out.extend(tls_ratios(rows, args));
     }
 
     let c = at_count(args, 32);
@@ -1039,6 +1181,33 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(String, usize, f64)]) -> Vec<Ratio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_https_scenarios_are_broker_scenarios() {
+        let all = selected("all").unwrap();
+        assert!(all.contains(&"uncontended-https") && all.contains(&"new-connection"));
+        assert_eq!(
+            selected("uncontended,uncontended-https").unwrap(),
+            ["uncontended", "uncontended-https"]
+        );
+    }
+
+    #[test]
+    fn a_tls_url_needs_its_ca() {
+        assert!(Args::try_parse_from(["lockbench", "--tls-url", "https://127.0.0.1:1"]).is_err());
+        let args = Args::try_parse_from([
+            "lockbench",
+            "--tls-url",
+            "https://127.0.0.1:1",
+            "--tls-ca",
+            "/tmp/ca.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.tls_ca.as_deref(),
+            Some(std::path::Path::new("/tmp/ca.pem"))
+        );
+    }
 
     #[test]
     fn contended_cross_is_a_broker_scenario() {

@@ -14,8 +14,9 @@
 //! - `multilock`: several lock keys granted, renewed and released all or
 //!   none, in storage-key order.
 //! - `force`: an operator ending a stuck lease.
-//! - `gate`: turns per key, so that requests waiting on a hot key's row
-//!   hold one database connection, not the whole pool.
+//! - `gate`: bounds on the connections that requests waiting on a key's
+//!   row may hold (a few per key, half the pool in all), so hot keys never
+//!   starve the others.
 //! - `rwlock`: reader-writer locks (a header row and one row per reader),
 //!   sharing the wait queue and its delivery with the other kinds.
 //! - `history`: each lock's events, appended by the transactions that
@@ -418,6 +419,7 @@ impl Engine {
         settings: Settings,
         broker: String,
     ) -> Engine {
+        let gates = gate::Gates::new(db.max_connections());
         Engine(Arc::new(Inner {
             db,
             metrics,
@@ -431,7 +433,7 @@ impl Engine {
             batcher: batch::Batcher::default(),
             feed: events::Feed::default(),
             delayed: Mutex::new(std::collections::HashSet::new()),
-            gates: gate::Gates::default(),
+            gates,
             scopes: std::sync::RwLock::default(),
         }))
     }

@@ -56,6 +56,11 @@ impl Db {
         })
     }
 
+    /// The most connections the broker opens to the server in use.
+    pub fn max_connections(&self) -> usize {
+        self.servers.first().map_or(1, Pool::max)
+    }
+
     /// Whether any of the servers was found to be a Galera node (known
     /// once a connection to it opened: `prepare` opens one).
     pub fn galera(&self) -> bool {

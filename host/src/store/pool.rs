@@ -142,6 +142,11 @@ impl Pool {
     }
 
     /// Connections handed out now (or being opened for a user).
+    /// The most connections it opens.
+    pub fn max(&self) -> usize {
+        self.0.max
+    }
+
     pub fn in_use(&self) -> usize {
         self.0.max.saturating_sub(self.0.slots.available_permits())
     }
