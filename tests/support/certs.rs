@@ -38,8 +38,22 @@ impl Certs {
         let (key, cert) = (format!("{name}.key"), format!("{name}.pem"));
         self.openssl(&["genrsa", "-out", &key, "2048"]);
         let subject = format!("/CN={name}");
+        // Key usage and key identifiers as strict verifiers (Python 3.13's
+        // default, VERIFY_X509_STRICT) want them.
         self.openssl(&[
-            "req", "-x509", "-new", "-key", &key, "-days", "2", "-subj", &subject, "-out", &cert,
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            &key,
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-out",
+            &cert,
         ]);
         self
     }
@@ -57,7 +71,7 @@ impl Certs {
         self.openssl(&["req", "-new", "-key", &key, "-subj", &subject, "-out", &csr]);
         std::fs::write(
             self.path("san.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nauthorityKeyIdentifier=keyid,issuer\n",
         )
         .unwrap();
         let (ca_cert, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
