@@ -409,7 +409,13 @@ async fn c09_unavailable_and_refused_connections_are_retried_within_the_deadline
     let c = retrying(&env, down.url(), 10, Duration::from_millis(200), deadline);
     let started = Instant::now();
     let err = c.lock(&key).try_acquire().await.unwrap_err();
-    assert_eq!(err.code(), Some(ErrorCode::Unavailable), "{err}");
+    // Typed "unavailable"; or, when a retry was still in flight at the
+    // deadline (a loaded machine answers late), the deadline's own typed
+    // error: an acquire sent and not answered is never taken for refused.
+    assert!(
+        err.code() == Some(ErrorCode::Unavailable) || matches!(err, Error::Timeout(_)),
+        "{err}"
+    );
     assert!(
         started.elapsed() <= deadline + Duration::from_millis(200),
         "failed {:?} after the start",
