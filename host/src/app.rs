@@ -150,11 +150,11 @@ impl App {
         );
     }
 
-    /// The engine on the database that holds the locks of the tenant
-    /// named `tenant` (the top-level database for a name not configured).
-    pub fn engine(&self, tenant: &str) -> &Engine {
-        let database = self.live().tenants.get(tenant).map_or(0, |t| t.database);
-        &self.engines[database]
+    /// The engine on the database that holds `tenant`'s locks: from the
+    /// tenant the request holds, so a reload meanwhile cannot send it to
+    /// another database.
+    pub fn engine(&self, tenant: &Tenant) -> &Engine {
+        &self.engines[tenant.database]
     }
 
     /// A push wake-up for waiters `ids` from another broker: each engine

@@ -187,8 +187,9 @@ async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseR
         .get(name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
-    let lock = name_lock(tenant, Kind::Lock, key).await?;
-    let forced = app.engine(&lock.tenant).force_release(&lock).await;
+    let engine = app.engine(&tenant);
+    let lock = name_lock(tenant.clone(), Kind::Lock, key).await?;
+    let forced = engine.force_release(&lock).await;
     app.audit("force_release", forced.is_ok());
     let forced = forced?;
     tracing::info!(

@@ -103,7 +103,7 @@ pub async fn handle(
     if let Some(last) = req.headers().get("last-event-id") {
         after = Some(event_id(last.to_str().unwrap_or_default())?);
     }
-    let engine = app.engine(&tenant.name).clone();
+    let engine = app.engine(&tenant).clone();
     let subscription = engine.subscribe_events(&tenant.name, tenant.max_streams)?;
     // Fail now (503) rather than inside the stream if the database is down.
     let reset = match after {

@@ -277,8 +277,8 @@ pub async fn serve<R: Resource>(
         },
         Action::Extra(name) => Parsed::Extra(R::parse_extra(name, &body, query.as_deref())?),
     };
+    let engine = app.engine(&tenant);
     let lock = name_lock(tenant.clone(), R::KIND, key).await?;
-    let engine = app.engine(&lock.tenant);
     Ok(match parsed {
         Parsed::Acquire(request, ask) => {
             let grant = R::acquire(engine, &lock, request, ask);
@@ -371,7 +371,7 @@ pub async fn list<R: Resource>(
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
     let span = listing::span(query)?;
-    let page = R::list(app.engine(&tenant.name), &tenant.name, span).await?;
+    let page = R::list(app.engine(tenant), &tenant.name, span).await?;
     Ok(ok(&page))
 }
 
