@@ -139,7 +139,7 @@ pub async fn acquire(
     check_count("keys", request.keys.len())?;
     let ask = ask(&request, tenant)?;
     let set = name_all(tenant, request.keys).await?;
-    let engine = app.engine(&tenant);
+    let engine = app.engine(tenant);
     let n = set.len() as u64;
     let grant = async { Ok(engine.multi_acquire(set, &ask).await?) };
     let grants = within_quota(engine, tenant, n, grant).await?;
@@ -177,7 +177,7 @@ pub async fn renew(
     let ask = ask(&request, tenant)?;
     let held = name_held(tenant, request.locks).await?;
     let grants = app
-        .engine(&tenant)
+        .engine(tenant)
         .multi_renew(held, &ask.owner, ask.ttl_ms)
         .await?;
     Ok(lease(ask, grants))
@@ -215,7 +215,7 @@ pub async fn release(
     check_count("locks", request.locks.len())?;
     let ask = ask(&request, tenant)?;
     let held = name_held(tenant, request.locks).await?;
-    let results = app.engine(&tenant).multi_release(held, &ask.owner).await?;
+    let results = app.engine(tenant).multi_release(held, &ask.owner).await?;
     let freed = results.iter().filter(|(_, r)| r.is_some()).count();
     tenant.held.released(freed as u64).await;
     Ok(MultiLockReleaseResponse {
