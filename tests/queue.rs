@@ -306,3 +306,162 @@ async fn a_waiter_that_times_out_leaves_the_queue() {
     assert!(!lock_status(&c, "to").await.unwrap().held);
     broker.stop().await;
 }
+
+/// Rows in the database's wait queue (any key, granted or not).
+async fn queue_rows(db: &str) -> i64 {
+    use sqlx::Row;
+    let mut conn = lockbroker_tests::db_conn(db).await;
+    sqlx::query("SELECT COUNT(*) FROM waiters")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Waiters of the broker that granted the lease wait in its memory: the
+/// database queue stays empty while `GET` counts them, and each release
+/// hands on to the next in arrival order with the next token.
+#[tokio::test]
+async fn waiters_of_the_granting_broker_wait_in_memory() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let local_before = c.counter("lockbroker_wakeups_total{via=\"local\"}").await;
+    let base = token(&c.acquire("mem", "holder", 60_000, 0).await.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        tasks.push(waiter(&c, "mem", &format!("m{i}"), 0));
+        until_waiters(&c, "mem", i + 1).await;
+    }
+    assert_eq!(
+        queue_rows(&broker.db).await,
+        0,
+        "nobody in the database queue"
+    );
+    c.release("mem", "holder", base).await.unwrap();
+    let mut granted = Vec::new();
+    for t in tasks {
+        granted.push(t.await.unwrap());
+    }
+    let expected: Vec<(String, u64)> = (0..4).map(|i| (format!("m{i}"), base + 1 + i)).collect();
+    assert_eq!(granted, expected, "arrival order, one token each");
+    let local = c.counter("lockbroker_wakeups_total{via=\"local\"}").await - local_before;
+    assert_eq!(local, 4, "all four handed on in process");
+    assert_eq!(queue_rows(&broker.db).await, 0);
+    broker.stop().await;
+}
+
+/// Two brokers on one database, waiters of both on one key: whoever holds
+/// it, grants follow arrival order across the brokers (waiters in memory
+/// arrived before any queued in the database; later ones queue there).
+#[tokio::test]
+async fn arrival_order_holds_across_memory_and_the_database_queue() {
+    let db = fresh_db_name();
+    let a = Broker::start_with(db.clone(), config(&db)).await;
+    let b = Broker::start_with(db.clone(), config(&db)).await;
+    let (ca, cb) = (a.client(), b.client());
+    let owners: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    // Two waiters at the holder's broker first (in memory), then the two
+    // brokers take turns (the database queue).
+    let clients = [
+        ca.clone(),
+        ca.clone(),
+        cb.clone(),
+        ca.clone(),
+        cb.clone(),
+        ca.clone(),
+        cb.clone(),
+        ca.clone(),
+    ];
+    let base = token(&ca.acquire("mixed", "holder", 60_000, 0).await.unwrap());
+    let mut tasks = Vec::new();
+    for (i, owner) in owners.iter().enumerate() {
+        tasks.push(waiter(&clients[i], "mixed", owner, 0));
+        until_waiters(&ca, "mixed", i as u64 + 1).await;
+    }
+    ca.release("mixed", "holder", base).await.unwrap();
+    let mut granted = Vec::new();
+    for t in tasks {
+        granted.push(
+            tokio::time::timeout(Duration::from_secs(20), t)
+                .await
+                .expect("every waiter served well within its wait")
+                .unwrap(),
+        );
+    }
+    granted.sort_by_key(|(_, t)| *t);
+    let order: Vec<&str> = granted.iter().map(|(o, _)| o.as_str()).collect();
+    let expected: Vec<&str> = owners.iter().map(String::as_str).collect();
+    assert_eq!(order, expected);
+    let tokens: Vec<u64> = granted.iter().map(|(_, t)| *t).collect();
+    assert_eq!(tokens, (1..=8).map(|i| base + i).collect::<Vec<_>>());
+    a.shutdown().await;
+    b.stop().await;
+}
+
+/// A lease granted through one broker and released through another: the
+/// waiters in the first broker's memory learn it from its wake loop and
+/// are handed the key in order at once (not at the end of their wait); so
+/// after an expiry.
+#[tokio::test]
+async fn waiters_in_memory_follow_a_release_elsewhere_and_an_expiry() {
+    let db = fresh_db_name();
+    let a = Broker::start_with(db.clone(), config(&db)).await;
+    let b = Broker::start_with(db.clone(), config(&db)).await;
+    let (ca, cb) = (a.client(), b.client());
+    let base = token(&ca.acquire("elsewhere", "holder", 60_000, 0).await.unwrap());
+    let first = waiter(&ca, "elsewhere", "first", 0);
+    until_waiters(&ca, "elsewhere", 1).await;
+    let second = waiter(&ca, "elsewhere", "second", 0);
+    until_waiters(&ca, "elsewhere", 2).await;
+    assert_eq!(queue_rows(&db).await, 0, "both wait in memory");
+    let r = cb.release("elsewhere", "holder", base).await.unwrap();
+    assert_eq!(r.status, 200);
+    let served = tokio::time::timeout(Duration::from_secs(10), async {
+        (first.await.unwrap(), second.await.unwrap())
+    })
+    .await
+    .expect("served within 10 s of a 60 s wait");
+    // Handed on in arrival order by the broker that granted the lease,
+    // which found it freed (the database queue stayed empty).
+    assert_eq!((served.0 .1, served.1 .1), (base + 1, base + 2));
+    assert_eq!(queue_rows(&db).await, 0);
+
+    // A lease left to run out: its waiter in memory gets it right after.
+    let short = token(&ca.acquire("elsewhere", "short", 300, 0).await.unwrap());
+    let started = Instant::now();
+    let next = ca
+        .acquire("elsewhere", "next", 30_000, 20_000)
+        .await
+        .unwrap();
+    assert_eq!(next.status, 200, "{next:?}");
+    assert_eq!(token(&next), short + 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    a.shutdown().await;
+    b.stop().await;
+}
+
+/// A waiter in memory whose wait runs out leaves without a trace, and one
+/// whose client hangs up never holds the lock; the next one is served.
+#[tokio::test]
+async fn waiters_in_memory_time_out_and_leave_cleanly() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let base = token(&c.acquire("leave", "holder", 60_000, 0).await.unwrap());
+    let timed_out = c.acquire("leave", "impatient", 30_000, 200).await.unwrap();
+    assert_eq!(timed_out.status, 409, "{timed_out:?}");
+    assert_eq!(timed_out.code(), Some(ErrorCode::LockHeld));
+    until_waiters(&c, "leave", 0).await;
+    let next = waiter(&c, "leave", "next", 0);
+    until_waiters(&c, "leave", 1).await;
+    c.release("leave", "holder", base).await.unwrap();
+    let (owner, t) = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("served")
+        .unwrap();
+    assert_eq!((owner.as_str(), t), ("next", base + 1));
+    broker.stop().await;
+}

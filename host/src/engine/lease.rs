@@ -262,7 +262,7 @@ impl Engine {
 
     /// [`Engine::hand_on`] for the release marked `released_by` (see
     /// [`Engine::release_seat`]).
-    async fn hand_on_marked(
+    pub(super) async fn hand_on_marked(
         &self,
         conn: &mut Conn,
         lock: &LockRef,
@@ -409,12 +409,10 @@ impl Engine {
                 return Err(EngineError::LeaseLost);
             };
             if row.hold_count > 1 {
-                let lease = row.less_one_hold(owner);
-                seat::write_marked(&mut tx, lock, &lease, Some(mark)).await?;
-                self.commit(tx, lock, Expect::lease(&lease)).await?;
+                let hold_count = self.release_one_hold(tx, lock, &row, owner, mark).await?;
                 return Ok(Released {
                     released: false,
-                    hold_count: lease.hold_count,
+                    hold_count,
                 });
             }
             history::note(&mut tx, lock, EventKind::Released, owner, token, row.now);
@@ -426,6 +424,23 @@ impl Engine {
             Ok(freed)
         })
         .await
+    }
+
+    /// Releases one of `owner`'s several holds of `row` (the caller holds
+    /// the row; its `hold_count` is over 1), marked `mark`, and commits:
+    /// the holds left.
+    pub(super) async fn release_one_hold(
+        &self,
+        mut tx: Conn,
+        lock: &LockRef,
+        row: &LeaseRow,
+        owner: &str,
+        mark: u64,
+    ) -> Result<u32, EngineError> {
+        let lease = row.less_one_hold(owner);
+        seat::write_marked(&mut tx, lock, &lease, Some(mark)).await?;
+        self.commit(tx, lock, Expect::lease(&lease)).await?;
+        Ok(lease.hold_count)
     }
 
     /// The common case of a release, a sole hold and nobody waiting, in one
@@ -561,14 +576,33 @@ impl Engine {
     /// Releases (hands on) a lease granted to a request that is gone,
     /// trying again a few times if the database is away: otherwise the
     /// lease would only end with its TTL.
-    pub(super) async fn give_back(&self, lock: &LockRef, seat: Seat, owner: &str, token: u64) {
+    ///
+    /// Boxed: a release may hand the lease to a waiter whose request ended
+    /// meanwhile, which gives it back in turn (`held_here`), and a future
+    /// that contains itself needs a name with its `Send` bound.
+    pub(super) fn give_back<'a>(
+        &'a self,
+        lock: &'a LockRef,
+        seat: Seat,
+        owner: &'a str,
+        token: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.give_back_now(lock, seat, owner, token))
+    }
+
+    async fn give_back_now(&self, lock: &LockRef, seat: Seat, owner: &str, token: u64) {
         if lock.kind == Kind::RwLock {
             return self.give_back_rw(lock, owner, token).await;
         }
         // One mark for every try: a try whose answer was lost is found out.
         let mark = mark();
         for _ in 0..GIVE_BACK_TRIES {
-            match self.release_seat(lock, seat, owner, token, mark).await {
+            let released = if lock.kind == Kind::Lock {
+                self.release_lock(lock, owner, token, mark).await
+            } else {
+                self.release_seat(lock, seat, owner, token, mark).await
+            };
+            match released {
                 Ok(_) | Err(EngineError::LeaseLost) => return,
                 Err(err) => {
                     tracing::debug!(error = %err, "could not give back a departed client's lease yet");
@@ -650,7 +684,7 @@ pub(super) fn mark() -> u64 {
 pub(super) const GIVE_BACK_TRIES: u32 = 5;
 
 /// The lease a handoff granted to the waiter `wish`.
-fn handed(wish: Wish<'_>, handoff: Handoff) -> Lease {
+pub(super) fn handed(wish: Wish<'_>, handoff: Handoff) -> Lease {
     Lease {
         seat: handoff.seat,
         owner: wish.owner.to_owned(),

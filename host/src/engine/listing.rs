@@ -74,7 +74,13 @@ impl Engine {
             let (entries, next) = engine.page::<LockEntry>(&tenant, &span, sql).await?;
             let items = entries
                 .into_iter()
-                .map(|e| (text(&e.entry_key), LockState::of(e.live, &e.row)))
+                .map(|e| {
+                    let key = text(&e.entry_key);
+                    let mut state = LockState::of(e.live, &e.row);
+                    // Waiters in memory here count too (`held_here`).
+                    state.waiters += engine.held_here.waiting_for(&tenant, kind, &key);
+                    (key, state)
+                })
                 .collect();
             Ok(Listing { items, next })
         })

@@ -16,6 +16,7 @@ use super::{
     batch::Batched,
     delay,
     detach::{finish, Departure},
+    held_here::InMemory,
     history,
     lease::{Attempt, Wish},
     plus_ms,
@@ -149,22 +150,44 @@ impl Engine {
         mut departure: Departure,
     ) -> Result<Grant, EngineError> {
         let started = tokio::time::Instant::now();
-        let attempt = match self.batch_acquire(lock, wish).await {
-            Batched::Done(attempt) => attempt?,
-            Batched::Alone(budget) => self.attempt(lock, wish, budget).await?,
+        let mut wish = wish;
+        // A lease granted through this broker: wait here, in memory.
+        let here = match self.wait_here(lock, wish, started, &mut departure).await? {
+            InMemory::NotHere => None,
+            InMemory::Granted(lease) => Some(Attempt::Granted(lease)),
+            InMemory::TimedOut => {
+                let hint = self.retry_after(lock, 0, 0, wish.wait_ms).await;
+                return Err(lock_held(hint));
+            }
+            InMemory::Refused(waiting) => {
+                let hint = self.retry_after(lock, waiting, 0, 0).await;
+                return Err(lock_held(hint));
+            }
+            InMemory::Spilled => {
+                let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                wish.wait_ms = wish.wait_ms.saturating_sub(waited).max(1);
+                None
+            }
+        };
+        let attempt = match here {
+            Some(attempt) => attempt,
+            None => match self.batch_acquire(lock, wish).await {
+                Batched::Done(attempt) => attempt?,
+                Batched::Alone(budget) => self.attempt(lock, wish, budget).await?,
+            },
         };
         let lease = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
             .await?;
+        self.held_here.record(lock, &lease);
         self.time_grant(lock, started);
         Ok(lease)
     }
 
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
     /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
-    /// lock, and a busy key is joined in the same transaction; on the
-    /// built-in FIFO policy, by one stored procedure, `routine`), within
-    /// `budget` (the routine's call takes a budget of its own).
+    /// lock, and a busy key is joined in the same transaction), within
+    /// `budget`.
     async fn attempt(
         &self,
         lock: &LockRef,
@@ -183,11 +206,6 @@ impl Engine {
         } else {
             None
         };
-        if wish.wait_ms > 0 && self.on_routine_path(lock) {
-            if let Some(attempt) = self.attempt_routine(lock, wish).await? {
-                return Ok(attempt);
-            }
-        }
         self.retry(budget, || async {
             let mut inserted = false;
             // Twice at most: `create_row` fails the second time.
@@ -279,21 +297,35 @@ impl Engine {
         mark: u64,
     ) -> Op<Released> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
-        finish(move |_| async move {
-            match engine.batch_release(&lock, &owner, token, mark).await {
-                Batched::Done(released) => released,
-                Batched::Alone(budget) if engine.on_routine_path(&lock) => {
-                    engine
-                        .release_routine(&lock, &owner, token, mark, budget)
-                        .await
-                }
-                Batched::Alone(budget) => {
-                    engine
-                        .release_seat_by(&lock, Seat::Whole, &owner, token, mark, budget)
-                        .await
-                }
+        finish(move |_| async move { engine.release_lock(&lock, &owner, token, mark).await })
+    }
+
+    /// [`Engine::release_marked`], in the caller's task: handed to the next
+    /// waiter here if there is one (`held_here`), else in a batch or alone.
+    pub(super) async fn release_lock(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+    ) -> Result<Released, EngineError> {
+        if let Some(waiter) = self.held_here.take_next(lock, owner, token).await {
+            return self.release_here(lock, owner, token, mark, waiter).await;
+        }
+        let released = match self.batch_release(lock, owner, token, mark).await {
+            Batched::Done(released) => released,
+            Batched::Alone(budget) => {
+                self.release_seat_by(lock, Seat::Whole, owner, token, mark, budget)
+                    .await
             }
-        })
+        };
+        if let Ok(r) = &released {
+            if !r.released {
+                self.held_here
+                    .released_one(lock, owner, token, r.hold_count);
+            }
+        }
+        released
     }
 
     /// Extends `owner`'s live lease with `token` to `ttl_ms` from now.
@@ -307,6 +339,7 @@ impl Engine {
             let lease = engine
                 .renew_seat(&lock, Seat::Whole, &owner, token, ttl_ms)
                 .await?;
+            engine.held_here.renewed(&lock, &lease);
             Ok(lease)
         })
     }
@@ -332,8 +365,15 @@ impl Engine {
         let sql = listing::locks(lock.kind, &stretch);
         let entries: Vec<Entry<LockEntry>> = self.stretch(&sql, stretch).await?;
         let key = lock.storage_key.as_bytes();
+        let here = self
+            .held_here
+            .waiting_for(&lock.tenant, lock.kind, &lock.storage_key);
         Ok(match entries.iter().find(|e| e.entry_key == key) {
-            Some(entry) => LockState::of(entry.live, &entry.row),
+            Some(entry) => {
+                let mut state = LockState::of(entry.live, &entry.row);
+                state.waiters += here;
+                state
+            }
             None => LockState {
                 held: false,
                 owner: None,
@@ -341,7 +381,7 @@ impl Engine {
                 hold_count: None,
                 acquired_at: None,
                 expires_at: None,
-                waiters: 0,
+                waiters: here,
             },
         })
     }
@@ -366,7 +406,10 @@ impl Engine {
     }
 
     /// A plain read of the key's row.
-    async fn read_row(&self, lock: &LockRef) -> Result<Option<locks::LockRow>, EngineError> {
+    pub(super) async fn read_row(
+        &self,
+        lock: &LockRef,
+    ) -> Result<Option<locks::LockRow>, EngineError> {
         let budget = self.budget();
         self.retry(budget, || async {
             let mut conn = self.conn(budget).await?;

@@ -24,8 +24,8 @@
 //! - `delay`: lock-delay and minimum hold, when a key may be granted again.
 //! - `semaphore`: tries at semaphores (N slot rows per key, `SKIP LOCKED`).
 //! - `queue`: the durable wait queue, choosing the next waiter, waking.
-//! - `routine`: the built-in FIFO policy's lock path in stored procedures,
-//!   one `CALL` per acquire or release (fewer round trips per handoff).
+//! - `held_here`: in-process handoffs, waiters of this broker for a lease
+//!   it granted waiting in memory, handed the lease by one write.
 //! - `pacing`: the narrow handle on a tenant's fairness and backoff.
 //! - `reaper`: finds keys whose leases expired with waiters, or whose queue
 //!   holds stale waiters or undelivered grants, and reaps them.
@@ -50,6 +50,7 @@ mod events;
 mod fixtures;
 mod force;
 mod gate;
+mod held_here;
 mod history;
 mod lease;
 mod listing;
@@ -58,7 +59,6 @@ mod multilock;
 pub mod pacing;
 mod queue;
 mod reaper;
-mod routine;
 mod rwlock;
 mod seat;
 mod semaphore;
@@ -396,6 +396,9 @@ pub struct Inner {
     delayed: Mutex<std::collections::HashSet<(String, String)>>,
     /// Turns per key for operations that wait on a key's row (`gate`).
     gates: gate::Gates,
+    /// Leases granted through this broker, with the waiters here for them
+    /// (`held_here`).
+    held_here: held_here::HeldHere,
     /// The tenants whose keys the reaper tends, by name: replaced whole
     /// when a config reload adds, removes or changes tenants.
     scopes: std::sync::RwLock<Arc<Scopes>>,
@@ -434,6 +437,7 @@ impl Engine {
             feed: events::Feed::default(),
             delayed: Mutex::new(std::collections::HashSet::new()),
             gates,
+            held_here: held_here::HeldHere::default(),
             scopes: std::sync::RwLock::default(),
         }))
     }
@@ -467,9 +471,11 @@ impl Engine {
         &self.broker
     }
 
-    /// Waiters of this broker queued now (for metrics).
+    /// Waiters of this broker queued now, in the database queue or in
+    /// memory (for metrics).
     pub fn local_waiters(&self) -> usize {
-        self.local.lock().expect("local waiters").len()
+        let here = usize::try_from(self.held_here.waiting_total()).unwrap_or(usize::MAX);
+        self.local.lock().expect("local waiters").len() + here
     }
 
     /// A fresh budget for one step of database work.

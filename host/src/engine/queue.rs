@@ -149,6 +149,9 @@ impl Engine {
         lock: &LockRef,
     ) -> Result<(), EngineError> {
         let pending = waiters::pending_for_tenant(conn, &lock.tenant, self.stale()).await?;
+        self.held_here.note_db_count(&lock.tenant, pending);
+        // Waiters in memory here count too (`held_here`).
+        let pending = pending.saturating_add(self.held_here.waiting_in(&lock.tenant));
         if pending >= lock.max_waiters {
             return Err(EngineError::TooManyWaiters);
         }
@@ -413,12 +416,17 @@ impl Engine {
     /// broker pushes, while it has waiters, claim and deliver the grants
     /// other brokers made to them.
     pub async fn run_waker(self, mut stop: watch::Receiver<bool>) {
+        let mut tick = 0u32;
         loop {
             let via = tokio::select! {
                 () = tokio::time::sleep(WAKE_TICK) => Via::Poll,
                 () = self.wake.nudge.notified() => Via::Push,
                 () = crate::shutdown::stopped(&mut stop) => return,
             };
+            tick = tick.wrapping_add(1);
+            if let Err(err) = self.check_held_here(tick).await {
+                tracing::debug!(error = %err, "check of waiters in memory failed");
+            }
             if self.local.lock().expect("local waiters").is_empty() {
                 continue;
             }

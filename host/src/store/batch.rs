@@ -31,6 +31,21 @@ impl KeyedLockRow {
 /// batch cannot deadlock with anyone), each with `NOW(6)` read in this
 /// statement. A key whose row is missing or busy is simply not returned.
 pub async fn lock_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec<KeyedLockRow>> {
+    rows(conn, keys, "FOR UPDATE SKIP LOCKED").await
+}
+
+/// The rows of `keys` as they are (a plain read: no row locks), each with
+/// `NOW(6)`; a missing row is not returned.
+pub async fn read_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec<KeyedLockRow>> {
+    rows(conn, keys, "").await
+}
+
+/// The rows of `keys`, read with `locking` (an SQL suffix).
+async fn rows(
+    conn: &mut Conn,
+    keys: &[RowKey<'_>],
+    locking: &str,
+) -> sqlx::Result<Vec<KeyedLockRow>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -40,7 +55,7 @@ pub async fn lock_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec
 SELECT tenant, kind, lock_key, owner, token, hold_count, expires_at, queued, released_by,
   not_before, NOW(6) AS now
 FROM locks WHERE (tenant, kind, lock_key) IN ({tuples})
-FOR UPDATE SKIP LOCKED
+{locking}
 "#
     );
     let params: Vec<_> = keys

@@ -2,8 +2,7 @@
 //! of one database with failover; [`keepalive`] on their sockets),
 //! migrations, and one small function per
 //! query (`locks`, `semaphores`, `waiters`, `elections`, `brokers`, `history`; `batch`
-//! for statements over many lock rows at once), and the stored procedures
-//! of the built-in policy's lock path (`routines`).
+//! for statements over many lock rows at once).
 //!
 //! Nothing here decides who gets a lock, which waiter goes next or what to
 //! clean up; the engine does, and passes its thresholds in. Rows come back
@@ -22,7 +21,6 @@ pub mod listing;
 pub mod locks;
 pub mod pool;
 pub mod query;
-pub mod routines;
 pub mod rwlocks;
 pub mod semaphores;
 pub mod waiters;

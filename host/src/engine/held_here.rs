@@ -1,0 +1,885 @@
+//! In-process handoffs: while a lock's lease granted through this broker is
+//! held, this broker's waiters for that key wait here, in memory, instead of
+//! in the database queue, and a release through this broker hands the lease
+//! to the next of them, in the tenant's fairness order, with one write of
+//! the key's row and its history events in one short transaction
+//! (`Engine::release_here`). A contended handoff then costs one commit, not
+//! the two (enqueue, hand on) and the dozen statements of the queue.
+//!
+//! What keeps it exact:
+//! - The database still decides every grant. The handoff's transaction
+//!   locks the key's row and writes the next holder only if the row still
+//!   holds the releasing owner's live lease, with its last hold.
+//! - Arrival order across brokers: a waiter joins here only after a plain
+//!   read of the key's row shows nobody queued in the database (`queued` =
+//!   0) and the lease granted here still live; otherwise it takes the
+//!   database path. So every waiter here arrived before every waiter queued
+//!   in the database now, and a release through this broker serves the
+//!   waiters here first; once one waits in the database, newcomers queue
+//!   behind it there, and the waiters here drain first.
+//! - A waiter taken from the queue for a handoff is always answered: granted
+//!   (after the commit) or spilled. A waiter that times out or whose client
+//!   leaves takes itself out, unless a handoff took it first; then it waits
+//!   for that answer (bounded by the releaser's database budget) and gives
+//!   back a grant it no longer wants.
+//! - Memory holds only this broker's own open requests: a crash loses no
+//!   grant (every grant is answered after its commit) and leaves nothing in
+//!   the database to clean up.
+//! - A lease that changes without this broker (released or force-released
+//!   through another broker, expired) is found by the waker's tick, which
+//!   reads every key with waiters here in one statement
+//!   (`Engine::check_held_here`): their waiters *spill*, taking the
+//!   database path (grant or enqueue) from there. That other release has
+//!   already served the database queue, if any, first.
+//! - Waiters here count against the tenant's `max_waiters` with those in
+//!   the database (`Engine::check_room` adds them; a waiter joining here
+//!   adds the database's count read at most [`DB_COUNT_FOR`] before).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Mutex,
+    time::Duration,
+};
+
+use tokio::{sync::oneshot, time::Instant};
+
+use super::{
+    detach::Departure,
+    history,
+    lease::{handed, Wish},
+    plus_ms,
+    seat::{self, Lease, LeaseRow, Seat},
+    settle::Expect,
+    wake::Via,
+    Engine, EngineError, Handoff, LockRef, Released,
+};
+use crate::{
+    policy::Waiter,
+    store::{self, history::EventKind, waiters, Kind},
+};
+
+/// How long a tenant's count of database waiters is reused by waiters
+/// joining here before it is read again.
+pub(super) const DB_COUNT_FOR: Duration = Duration::from_millis(250);
+
+/// (tenant, storage key) of a lock.
+type KeyId = (String, String);
+
+/// Keys whose lease this broker granted, with the waiters here for each.
+#[derive(Default)]
+pub(super) struct HeldHere {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    keys: HashMap<KeyId, Held>,
+    /// Waiters here, by tenant.
+    waiting: HashMap<String, u64>,
+    /// Each tenant's count of database waiters, as last read.
+    db_counts: HashMap<String, (u64, Instant)>,
+    next_id: u64,
+}
+
+/// A lease granted through this broker, as it was granted.
+struct Held {
+    lock: LockRef,
+    owner: String,
+    token: u64,
+    /// Its holds, as counted through this broker: a release of one of
+    /// several hands nothing on.
+    holds: u32,
+    /// When the lease ends by this broker's estimate (renewals through it
+    /// push it on): an entry without waiters is forgotten after it.
+    until: Instant,
+    /// A release is handing the lease on: its outcome is not known yet.
+    handing: bool,
+    waiters: VecDeque<Waiting>,
+}
+
+/// A waiter here: an open acquire of this broker.
+pub(super) struct Waiting {
+    id: u64,
+    pub(super) owner: String,
+    pub(super) ttl_ms: u64,
+    priority: i32,
+    /// When it joined, in ms since the Unix epoch (for the policy).
+    enqueued_ms: u64,
+    /// Times a later waiter was chosen before it.
+    attempts: u32,
+    reply: oneshot::Sender<Turn>,
+}
+
+/// What a waiter here is told.
+pub(super) enum Turn {
+    /// The lease is its own: committed.
+    Granted(Handoff),
+    /// Take the database path (grant or enqueue) from here.
+    Spill,
+}
+
+/// A waiter that joined here, awaiting its [`Turn`].
+pub(super) struct Joined {
+    pub(super) id: u64,
+    pub(super) turn: oneshot::Receiver<Turn>,
+}
+
+/// A lease granted here, as a newcomer finds it.
+pub(super) struct Seen {
+    pub(super) holder: String,
+    pub(super) token: u64,
+    /// Waiters here now.
+    pub(super) waiting: u32,
+}
+
+/// A key with waiters here, as the tick checks it.
+pub(super) struct Watched {
+    pub(super) lock: LockRef,
+    pub(super) owner: String,
+    pub(super) token: u64,
+}
+
+fn key_of(lock: &LockRef) -> KeyId {
+    (lock.tenant.clone(), lock.storage_key.clone())
+}
+
+/// Whether `lock`'s waiters may wait here: locks without lock-delay or
+/// minimum hold (whose handoff waits for a timer: the database path).
+pub(super) fn applies(lock: &LockRef) -> bool {
+    lock.kind == Kind::Lock && lock.delays.is_none()
+}
+
+impl HeldHere {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("held here")
+    }
+
+    /// Records `lease` of `lock`, just granted (or handed on, or renewed)
+    /// through this broker.
+    pub(super) fn record(&self, lock: &LockRef, lease: &Lease) {
+        if !applies(lock) {
+            return;
+        }
+        let until = Instant::now() + Duration::from_millis(lease.ttl_ms);
+        let mut state = self.state();
+        let held = state.keys.entry(key_of(lock)).or_insert_with(|| Held {
+            lock: lock.clone(),
+            owner: String::new(),
+            token: 0,
+            holds: 0,
+            until,
+            handing: false,
+            waiters: VecDeque::new(),
+        });
+        if held.token <= lease.token {
+            held.owner.clone_from(&lease.owner);
+            held.token = lease.token;
+            held.holds = lease.hold_count;
+            held.until = until;
+        }
+    }
+
+    /// A release through this broker of one of several holds of the lease
+    /// `owner` holds with `token`: `holds` remain.
+    pub(super) fn released_one(&self, lock: &LockRef, owner: &str, token: u64, holds: u32) {
+        if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
+            if held.owner == owner && held.token == token {
+                held.holds = holds;
+            }
+        }
+    }
+
+    /// The lease of `lock` granted through this broker, if it is another
+    /// owner's than `owner` and either still runs by this broker's estimate
+    /// or has waiters here (whom its end is handed to): a request of
+    /// `owner` then waits here, or is refused if it may not wait.
+    pub(super) fn seen(&self, lock: &LockRef, owner: &str) -> Option<Seen> {
+        if !applies(lock) {
+            return None;
+        }
+        self.state()
+            .keys
+            .get(&key_of(lock))
+            .filter(|h| h.owner != owner && (h.until > Instant::now() || !h.waiters.is_empty()))
+            .map(|h| Seen {
+                holder: h.owner.clone(),
+                token: h.token,
+                waiting: h.waiters.len() as u32,
+            })
+    }
+
+    /// A renewal through this broker of `lease`: pushes its estimated end
+    /// on, if it is the lease recorded.
+    pub(super) fn renewed(&self, lock: &LockRef, lease: &Lease) {
+        if !applies(lock) {
+            return;
+        }
+        if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
+            if held.owner == lease.owner && held.token == lease.token {
+                held.until = Instant::now() + Duration::from_millis(lease.ttl_ms);
+            }
+        }
+    }
+
+    /// Joins the waiters here for `lock`, if its lease was granted through
+    /// this broker to another owner and still runs; `None`: take the
+    /// database path. `db_waiting` is the tenant's count of database
+    /// waiters.
+    ///
+    /// # Errors
+    /// [`EngineError::TooManyWaiters`] past the tenant's `max_waiters`.
+    pub(super) fn join(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        db_waiting: u64,
+    ) -> Result<Option<Joined>, EngineError> {
+        let mut state = self.state();
+        let here = state.waiting.get(&lock.tenant).copied().unwrap_or(0);
+        let now = Instant::now();
+        let State { keys, next_id, .. } = &mut *state;
+        let Some(held) = keys.get_mut(&key_of(lock)) else {
+            return Ok(None);
+        };
+        if held.owner == wish.owner || (held.until <= now && held.waiters.is_empty()) {
+            return Ok(None);
+        }
+        if here.saturating_add(db_waiting) >= lock.max_waiters {
+            return Err(EngineError::TooManyWaiters);
+        }
+        *next_id += 1;
+        let id = *next_id;
+        let (reply, turn) = oneshot::channel();
+        held.waiters.push_back(Waiting {
+            id,
+            owner: wish.owner.to_owned(),
+            ttl_ms: wish.ttl_ms,
+            priority: wish.priority,
+            enqueued_ms: unix_ms(),
+            attempts: 0,
+            reply,
+        });
+        *state.waiting.entry(lock.tenant.clone()).or_default() += 1;
+        Ok(Some(Joined { id, turn }))
+    }
+
+    /// Takes waiter `id` out of the queue here; false when a handoff took
+    /// it first (its answer is on the way).
+    pub(super) fn leave(&self, lock: &LockRef, id: u64) -> bool {
+        let mut state = self.state();
+        let key = key_of(lock);
+        let Some(held) = state.keys.get_mut(&key) else {
+            return false;
+        };
+        let Some(at) = held.waiters.iter().position(|w| w.id == id) else {
+            return false;
+        };
+        held.waiters.remove(at);
+        state.less_waiting(&lock.tenant, 1);
+        true
+    }
+
+    /// The next waiter for the lease `owner` holds with `token`, in the
+    /// tenant's fairness order, taken out of the queue: the caller hands it
+    /// the lease or spills it. `None` when nobody waits here (the key is
+    /// forgotten then: later waiters take the database path) or the lease
+    /// is not the one recorded.
+    pub(super) async fn take_next(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+    ) -> Option<Waiting> {
+        self.take(lock, owner, token, false).await
+    }
+
+    /// The next waiter for the lease `owner` held with `token`, which has
+    /// ended without this broker (expired, or released elsewhere): as
+    /// [`HeldHere::take_next`], whatever its holds were.
+    pub(super) async fn take_after_end(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+    ) -> Option<Waiting> {
+        self.take(lock, owner, token, true).await
+    }
+
+    async fn take(&self, lock: &LockRef, owner: &str, token: u64, ended: bool) -> Option<Waiting> {
+        if !applies(lock) {
+            return None;
+        }
+        let key = key_of(lock);
+        let candidates = {
+            let mut state = self.state();
+            let held = state.keys.get_mut(&key)?;
+            if held.owner != owner || held.token != token || held.handing {
+                return None;
+            }
+            if held.holds > 1 && !ended {
+                return None;
+            }
+            if held.waiters.is_empty() {
+                state.keys.remove(&key);
+                return None;
+            }
+            if lock.pacing.always_oldest() {
+                return state.take(lock, &key, 0);
+            }
+            held.waiters
+                .iter()
+                .map(|w| Waiter {
+                    id: w.id,
+                    owner: w.owner.clone(),
+                    priority: w.priority,
+                    enqueued_at_ms: w.enqueued_ms,
+                    attempts: w.attempts,
+                })
+                .collect::<Vec<_>>()
+        };
+        let ids: Vec<u64> = candidates.iter().map(|c| c.id).collect();
+        let index = lock.pacing.pick_next(&lock.key, candidates).await;
+        let chosen = ids.get(index).copied().unwrap_or(ids[0]);
+        let mut state = self.state();
+        let held = state.keys.get_mut(&key)?;
+        if held.owner != owner || held.token != token || held.handing {
+            return None;
+        }
+        let at = held
+            .waiters
+            .iter()
+            .position(|w| w.id == chosen)
+            .unwrap_or(0);
+        // Older waiters passed over count it (as in the database queue).
+        for skipped in held.waiters.iter_mut().take(at) {
+            skipped.attempts = skipped.attempts.saturating_add(1);
+        }
+        state.take(lock, &key, at)
+    }
+
+    /// A handoff to `waiter` committed `lease`: it is the key's lease now,
+    /// and the waiter is told. Gives the lease back to the caller when the
+    /// waiter is gone (it must be released).
+    pub(super) fn handed(&self, lock: &LockRef, waiter: Waiting, lease: &Lease) -> Result<(), ()> {
+        {
+            let mut state = self.state();
+            if let Some(held) = state.keys.get_mut(&key_of(lock)) {
+                held.owner.clone_from(&lease.owner);
+                held.token = lease.token;
+                held.holds = 1;
+                held.until = Instant::now() + Duration::from_millis(lease.ttl_ms);
+                held.handing = false;
+            }
+        }
+        let handoff = Handoff {
+            token: lease.token,
+            seat: lease.seat,
+            expires_at: lease.expires_at,
+        };
+        waiter.reply.send(Turn::Granted(handoff)).map_err(|_| ())
+    }
+
+    /// The handoff to `waiter` did not happen (the lease stays where it
+    /// was, or went to the database queue): the waiter takes the database
+    /// path; with `all`, so do the key's other waiters here and the key is
+    /// forgotten.
+    pub(super) fn spill(&self, lock: &LockRef, waiter: Waiting, all: bool) {
+        let _ = waiter.reply.send(Turn::Spill);
+        let key = key_of(lock);
+        let mut state = self.state();
+        if all {
+            state.forget(&key);
+        } else if let Some(held) = state.keys.get_mut(&key) {
+            held.handing = false;
+        }
+    }
+
+    /// The lease `owner` held with `token` changed without this broker:
+    /// the key's waiters here take the database path, unless a handoff
+    /// through this broker is under way or already recorded a newer lease.
+    pub(super) fn lost(&self, lock: &LockRef, owner: &str, token: u64) {
+        let key = key_of(lock);
+        let mut state = self.state();
+        let Some(held) = state.keys.get(&key) else {
+            return;
+        };
+        if held.handing || held.owner != owner || held.token != token {
+            return;
+        }
+        state.forget(&key);
+    }
+
+    /// The tick found the lease `owner` holds with `token` still live,
+    /// `remaining` more (renewed, perhaps through another broker).
+    pub(super) fn still(&self, lock: &LockRef, owner: &str, token: u64, remaining: Duration) {
+        if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
+            if held.owner == owner && held.token == token {
+                held.until = Instant::now() + remaining;
+            }
+        }
+    }
+
+    /// The keys with waiters here and no handoff under way.
+    pub(super) fn watched(&self) -> Vec<Watched> {
+        self.state()
+            .keys
+            .values()
+            .filter(|h| !h.waiters.is_empty() && !h.handing)
+            .map(|h| Watched {
+                lock: h.lock.clone(),
+                owner: h.owner.clone(),
+                token: h.token,
+            })
+            .collect()
+    }
+
+    /// Forgets keys without waiters whose lease has ended by this broker's
+    /// estimate (released elsewhere, or expired).
+    pub(super) fn prune(&self) {
+        let now = Instant::now();
+        self.state()
+            .keys
+            .retain(|_, h| !h.waiters.is_empty() || h.handing || h.until > now);
+    }
+
+    /// Waiters here for `tenant`'s key of `kind` stored as `storage_key`.
+    pub(super) fn waiting_for(&self, tenant: &str, kind: Kind, storage_key: &str) -> u64 {
+        if kind != Kind::Lock {
+            return 0;
+        }
+        self.state()
+            .keys
+            .get(&(tenant.to_owned(), storage_key.to_owned()))
+            .map_or(0, |h| h.waiters.len() as u64)
+    }
+
+    /// Waiters here for keys of `tenant`.
+    pub(super) fn waiting_in(&self, tenant: &str) -> u64 {
+        self.state().waiting.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// Waiters here, all tenants.
+    pub(super) fn waiting_total(&self) -> u64 {
+        self.state().waiting.values().sum()
+    }
+
+    /// The tenant's count of database waiters, if read within
+    /// [`DB_COUNT_FOR`].
+    pub(super) fn db_count(&self, tenant: &str) -> Option<u64> {
+        let state = self.state();
+        let (n, at) = state.db_counts.get(tenant)?;
+        (at.elapsed() < DB_COUNT_FOR).then_some(*n)
+    }
+
+    /// Remembers the tenant's count of database waiters, just read.
+    pub(super) fn note_db_count(&self, tenant: &str, n: u64) {
+        self.state()
+            .db_counts
+            .insert(tenant.to_owned(), (n, Instant::now()));
+    }
+}
+
+impl State {
+    fn less_waiting(&mut self, tenant: &str, n: u64) {
+        if let Some(count) = self.waiting.get_mut(tenant) {
+            *count = count.saturating_sub(n);
+            if *count == 0 {
+                self.waiting.remove(tenant);
+            }
+        }
+    }
+
+    /// Takes the waiter at `at` of `key` for a handoff.
+    fn take(&mut self, lock: &LockRef, key: &KeyId, at: usize) -> Option<Waiting> {
+        let held = self.keys.get_mut(key)?;
+        let waiter = held.waiters.remove(at)?;
+        held.handing = true;
+        self.less_waiting(&lock.tenant, 1);
+        Some(waiter)
+    }
+
+    /// Forgets `key`, spilling its waiters (oldest first).
+    fn forget(&mut self, key: &KeyId) {
+        let Some(held) = self.keys.remove(key) else {
+            return;
+        };
+        self.less_waiting(&key.0, held.waiters.len() as u64);
+        for waiter in held.waiters {
+            let _ = waiter.reply.send(Turn::Spill);
+        }
+    }
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How an acquire that may wait here ended there.
+pub(super) enum InMemory {
+    /// The key's lease was not granted through this broker (or the
+    /// acquire may not wait): the database path.
+    NotHere,
+    /// Handed the lease (committed).
+    Granted(Lease),
+    /// A try (`wait_ms` 0) while waiters wait here: they go first. With
+    /// how many wait.
+    Refused(u32),
+    /// `wait_ms` ran out.
+    TimedOut,
+    /// The database path, with what is left of `wait_ms`.
+    Spilled,
+}
+
+/// What a handoff's transaction did.
+enum Handing {
+    /// Handed to the waiter here.
+    Handed(Lease),
+    /// A release of one of several holds; this many remain.
+    Kept(u32),
+    /// The lease is elsewhere (freed or handed on by an earlier attempt,
+    /// or held by someone else): the waiters here take the database path.
+    Elsewhere,
+}
+
+impl Engine {
+    /// Waits here for `lock` if its lease was granted through this broker
+    /// to another owner (see the module docs), until a handoff, `wait_ms`
+    /// from `started`, the caller's departure or the broker's shutdown.
+    ///
+    /// # Errors
+    /// [`EngineError::TooManyWaiters`]; [`EngineError::ShuttingDown`] when
+    /// the caller left or the broker stops (a lease handed meanwhile is
+    /// given back); [`EngineError::Unavailable`] when the key's row or the
+    /// tenant's count of database waiters could not be read.
+    pub(super) async fn wait_here(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        started: Instant,
+        departure: &mut Departure,
+    ) -> Result<InMemory, EngineError> {
+        let Some(seen) = self.held_here.seen(lock, wish.owner) else {
+            return Ok(InMemory::NotHere);
+        };
+        if wish.wait_ms == 0 {
+            // No barging past the waiters here.
+            return Ok(match seen.waiting {
+                0 => InMemory::NotHere,
+                n => InMemory::Refused(n),
+            });
+        }
+        // Join only while nobody waits in the database queue: so every
+        // waiter here arrived before every waiter queued there, and goes
+        // first (arrival order across brokers).
+        match self.read_row(lock).await?.map(LeaseRow::of_lock) {
+            Some((0, row)) if row.owned_by(&seen.holder, seen.token) || seen.waiting > 0 => {}
+            Some((_, row)) if row.owned_by(&seen.holder, seen.token) => {
+                return Ok(InMemory::NotHere)
+            }
+            _ => {
+                if seen.waiting == 0 {
+                    self.held_here.lost(lock, &seen.holder, seen.token);
+                }
+                return Ok(InMemory::NotHere);
+            }
+        }
+        let db_waiting = self.db_waiting(lock).await?;
+        let Some(mut joined) = self.held_here.join(lock, wish, db_waiting)? else {
+            return Ok(InMemory::NotHere);
+        };
+        let deadline = started + Duration::from_millis(wish.wait_ms);
+        let mut stop = self.shutdown.clone();
+        let turn = tokio::select! {
+            turn = &mut joined.turn => turn.ok(),
+            () = tokio::time::sleep_until(deadline) => {
+                if self.held_here.leave(lock, joined.id) {
+                    return Ok(InMemory::TimedOut);
+                }
+                // A handoff took it first: its answer is on the way.
+                (&mut joined.turn).await.ok()
+            }
+            () = departure.wait() => {
+                self.metrics.inc("lockbroker_waiters_departed_total", &[]);
+                return self.stop_waiting_here(lock, wish, joined).await;
+            }
+            () = crate::shutdown::stopped(&mut stop) => {
+                return self.stop_waiting_here(lock, wish, joined).await;
+            }
+        };
+        Ok(match turn {
+            Some(Turn::Granted(handoff)) => {
+                self.metrics.inc("lockbroker_handoffs_total", &[]);
+                self.metrics
+                    .inc("lockbroker_wakeups_total", &[("via", Via::Local.label())]);
+                self.metrics.observe(
+                    "lockbroker_handoff_latency_seconds",
+                    &[("tenant", &lock.tenant)],
+                    started.elapsed().as_secs_f64(),
+                );
+                self.count_grant(lock, "handoff");
+                InMemory::Granted(handed(wish, handoff))
+            }
+            Some(Turn::Spill) | None => InMemory::Spilled,
+        })
+    }
+
+    /// A waiter here whose caller left or whose broker stops: out of the
+    /// queue, or, if a handoff took it first, that lease given back.
+    async fn stop_waiting_here(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        joined: Joined,
+    ) -> Result<InMemory, EngineError> {
+        if !self.held_here.leave(lock, joined.id) {
+            if let Ok(Turn::Granted(handoff)) = joined.turn.await {
+                self.give_back(lock, handoff.seat, wish.owner, handoff.token)
+                    .await;
+            }
+        }
+        Err(EngineError::ShuttingDown)
+    }
+
+    /// The tenant's count of database waiters (not stale), read at most
+    /// [`DB_COUNT_FOR`] ago; 0 for a tenant without a waiter limit.
+    async fn db_waiting(&self, lock: &LockRef) -> Result<u64, EngineError> {
+        if lock.max_waiters == u64::MAX {
+            return Ok(0);
+        }
+        if let Some(n) = self.held_here.db_count(&lock.tenant) {
+            return Ok(n);
+        }
+        let budget = self.budget();
+        let n = self
+            .retry(budget, || async {
+                let mut conn = self.conn(budget).await?;
+                let n = waiters::pending_for_tenant(&mut conn, &lock.tenant, self.stale()).await?;
+                conn.done();
+                Ok(n)
+            })
+            .await?;
+        self.held_here.note_db_count(&lock.tenant, n);
+        Ok(n)
+    }
+
+    /// Releases `owner`'s lease of `lock` with `token` (taken through this
+    /// broker, with `waiter` waiting here next): the last hold hands it to
+    /// `waiter` in the same transaction. Waiters queued in the database
+    /// arrived after every waiter here (`wait_here`), so they wait.
+    ///
+    /// # Errors
+    /// [`EngineError::LeaseLost`]; [`EngineError::Unavailable`].
+    pub(super) async fn release_here(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+        waiter: Waiting,
+    ) -> Result<Released, EngineError> {
+        let budget = self.budget();
+        let next = (waiter.owner.as_str(), waiter.ttl_ms);
+        let outcome = self
+            .retry(budget, || async {
+                let mut tx = self.begin(budget).await?;
+                let Some((_, row)) = seat::read_with_header(&mut tx, lock, Seat::Whole).await?
+                else {
+                    tx.rollback().await?;
+                    return Err(EngineError::LeaseLost);
+                };
+                if row.released_by == Some(mark) {
+                    // An earlier attempt of this release committed, though
+                    // it answered otherwise.
+                    tx.rollback().await?;
+                    self.metrics
+                        .inc("lockbroker_releases_found_committed_total", &[]);
+                    return Ok(if row.owned_by(next.0, token + 1) {
+                        let mut lease = lease_for(next, &row, token + 1);
+                        lease.expires_at = row.expires_at.unwrap_or(lease.expires_at);
+                        Handing::Handed(lease)
+                    } else if row.owned_by(owner, token) {
+                        Handing::Kept(row.hold_count)
+                    } else {
+                        Handing::Elsewhere
+                    });
+                }
+                if !row.owned_by(owner, token) {
+                    tx.rollback().await?;
+                    return Err(EngineError::LeaseLost);
+                }
+                if row.hold_count > 1 {
+                    let holds = self.release_one_hold(tx, lock, &row, owner, mark).await?;
+                    return Ok(Handing::Kept(holds));
+                }
+                history::note(&mut tx, lock, EventKind::Released, owner, token, row.now);
+                self.hand_here(tx, lock, &row, next, Some(mark)).await
+            })
+            .await;
+        if let Ok(Handing::Kept(holds)) = &outcome {
+            // Re-entered through another broker: not counted here.
+            self.held_here.released_one(lock, owner, token, *holds);
+        }
+        let lost = matches!(outcome, Err(EngineError::LeaseLost));
+        match self.settle_handing(lock, waiter, outcome, lost)? {
+            Some(holds) => Ok(Released {
+                released: false,
+                hold_count: holds,
+            }),
+            None => Ok(Released {
+                released: true,
+                hold_count: 0,
+            }),
+        }
+    }
+
+    /// The lease `owner` held with `token` ended without this broker (it
+    /// ran out, or was released through another broker): hands the key to
+    /// the next waiter here, in one transaction, if nobody holds it now;
+    /// if somebody does, the waiters here take the database path.
+    async fn hand_on_after_end(&self, lock: &LockRef, owner: &str, token: u64) {
+        let Some(waiter) = self.held_here.take_after_end(lock, owner, token).await else {
+            return;
+        };
+        let budget = self.budget();
+        let next = (waiter.owner.as_str(), waiter.ttl_ms);
+        let outcome = self
+            .retry(budget, || async {
+                let mut tx = self.begin(budget).await?;
+                let read = seat::read_with_header(&mut tx, lock, Seat::Whole).await?;
+                let Some((_, row)) = read.filter(|(_, row)| row.live_owner().is_none()) else {
+                    tx.rollback().await?;
+                    return Ok(Handing::Elsewhere);
+                };
+                history::note_expired(&mut tx, lock, &row);
+                self.hand_here(tx, lock, &row, next, None).await
+            })
+            .await;
+        if let Err(err) = self.settle_handing(lock, waiter, outcome, false) {
+            tracing::debug!(error = %err, "handing a lease that ended to a waiter in memory failed");
+        }
+    }
+
+    /// Writes the lease of the waiter `next` (owner, TTL) into the freed
+    /// row `row` (token + 1, by the clock read with it), with its
+    /// `handed_off` event, and commits (the caller holds the row, and has
+    /// noted the release or expiry).
+    async fn hand_here(
+        &self,
+        mut tx: store::pool::Conn,
+        lock: &LockRef,
+        row: &LeaseRow,
+        next: (&str, u64),
+        mark: Option<u64>,
+    ) -> Result<Handing, EngineError> {
+        let lease = lease_for(next, row, row.token + 1);
+        seat::write_marked(&mut tx, lock, &lease, mark).await?;
+        history::note(
+            &mut tx,
+            lock,
+            EventKind::HandedOff,
+            &lease.owner,
+            lease.token,
+            row.now,
+        );
+        self.commit(tx, lock, Expect::lease(&lease)).await?;
+        Ok(Handing::Handed(lease))
+    }
+
+    /// Tells `waiter` what its handoff did: granted (a lease it can no
+    /// longer take is given back), or spilled to the database path (with
+    /// every waiter here when the lease is elsewhere or `lost`). The holds
+    /// left when a release kept the lease.
+    fn settle_handing(
+        &self,
+        lock: &LockRef,
+        waiter: Waiting,
+        outcome: Result<Handing, EngineError>,
+        lost: bool,
+    ) -> Result<Option<u32>, EngineError> {
+        match outcome {
+            Ok(Handing::Handed(lease)) => {
+                if self.held_here.handed(lock, waiter, &lease).is_err() {
+                    // Its request ended meanwhile: nobody holds it.
+                    let (engine, lock) = (self.clone(), lock.clone());
+                    tokio::spawn(async move {
+                        engine
+                            .give_back(&lock, lease.seat, &lease.owner, lease.token)
+                            .await;
+                    });
+                }
+                Ok(None)
+            }
+            Ok(Handing::Kept(holds)) => {
+                self.held_here.spill(lock, waiter, false);
+                Ok(Some(holds))
+            }
+            Ok(Handing::Elsewhere) => {
+                self.metrics.inc("lockbroker_waiters_spilled_total", &[]);
+                self.held_here.spill(lock, waiter, true);
+                Ok(None)
+            }
+            Err(err) => {
+                self.held_here.spill(lock, waiter, lost);
+                Err(err)
+            }
+        }
+    }
+
+    /// The waker's tick: reads the row of every key with waiters here (one
+    /// statement). A lease still live pushes its end on; one that ended
+    /// goes to the next waiter here (`hand_on_after_end`); one that another
+    /// holds now sends the waiters here to the database path.
+    pub(super) async fn check_held_here(&self, tick: u32) -> Result<(), EngineError> {
+        if tick.is_multiple_of(PRUNE_EVERY_TICKS) {
+            self.held_here.prune();
+        }
+        let watched = self.held_here.watched();
+        if watched.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn(self.budget()).await?;
+        let keys: Vec<_> = watched.iter().map(|w| w.lock.row()).collect();
+        let rows = store::batch::read_rows(&mut conn, &keys).await?;
+        conn.done();
+        for w in &watched {
+            let row = rows
+                .iter()
+                .find(|r| r.is(w.lock.row()))
+                .map(|r| LeaseRow::of_lock(r.row.clone()).1);
+            match row {
+                Some(row) if row.owned_by(&w.owner, w.token) => {
+                    let left = Duration::from_millis(row.remaining_ms());
+                    self.held_here.still(&w.lock, &w.owner, w.token, left);
+                }
+                Some(row) if row.live_owner().is_none() => {
+                    self.hand_on_after_end(&w.lock, &w.owner, w.token).await;
+                }
+                _ => {
+                    self.metrics.inc("lockbroker_waiters_spilled_total", &[]);
+                    self.held_here.lost(&w.lock, &w.owner, w.token);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Ticks of the waker between two prunings of keys without waiters.
+const PRUNE_EVERY_TICKS: u32 = 100;
+
+/// The fresh lease of the waiter `next` (owner, TTL) with `token`, in the
+/// lock's row `row`, by the clock read with it.
+fn lease_for(next: (&str, u64), row: &LeaseRow, token: u64) -> Lease {
+    Lease {
+        seat: Seat::Whole,
+        owner: next.0.to_owned(),
+        token,
+        hold_count: 1,
+        ttl_ms: next.1,
+        expires_at: plus_ms(row.now, next.1),
+        fresh: true,
+    }
+}
