@@ -446,6 +446,65 @@ async fn lost_commits_are_settled_by_the_header_mark() {
     broker.stop().await;
 }
 
+/// The same faults on reads and releases, which are served by their key's
+/// combined transaction (`rw_batch`): a lost answer is settled by the
+/// batch's mark (committed: answered as granted or released); a `COMMIT`
+/// that never reached the server is found not to have happened and the
+/// read takes its own transaction: granted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn combined_reads_and_releases_settle_lost_commits_by_the_batch_mark() {
+    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
+    let name = fresh_db_name();
+    let server = format!(
+        "mysql://{}@{}",
+        lockbroker_tests::server_userinfo(),
+        proxy.addr
+    );
+    let mut config = config_at(&server, &name);
+    config.db_timeout_ms = 2000;
+    let broker = Broker::start_with(name, config).await;
+    let c = broker.client();
+    let hits = || proxy.commits_hit.load(Ordering::SeqCst);
+    // A first grant creates the key's header.
+    let first = granted(&acquire(&c, "b", "r1", RwMode::Read, 60_000, 0).await);
+    assert_eq!(release(&c, "b", "r1", first.token).await.status, 200);
+
+    proxy.lose_next_commit_answer();
+    let r1 = granted(&acquire(&c, "b", "r1", RwMode::Read, 60_000, 0).await);
+    assert_eq!(hits(), 1, "the fault hit the read's COMMIT");
+    assert_eq!(r1.token, first.token + 1);
+
+    proxy.drop_next_commit();
+    let r2 = granted(&acquire(&c, "b", "r2", RwMode::Read, 60_000, 0).await);
+    assert_eq!(hits(), 2, "the fault hit a COMMIT");
+    assert_eq!((r2.token, r2.readers), (r1.token + 1, 2), "granted once");
+    let readers: Vec<(String, u64)> = status(&c, "b")
+        .await
+        .readers
+        .into_iter()
+        .map(|r| (r.owner, r.token))
+        .collect();
+    assert_eq!(readers, [("r1".into(), r1.token), ("r2".into(), r2.token)]);
+
+    proxy.lose_next_commit_answer();
+    assert_eq!(release(&c, "b", "r1", r1.token).await.status, 200);
+    assert_eq!(hits(), 3, "the fault hit the release's COMMIT");
+    let left = status(&c, "b").await.readers;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(release(&c, "b", "r2", r2.token).await.status, 200);
+
+    let text = c.get("/metrics").await.unwrap().text();
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"committed\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"not_committed\"} 1"),
+        "{text}"
+    );
+    broker.stop().await;
+}
+
 #[tokio::test]
 async fn max_waiters_gives_429() {
     let db = fresh_db_name();

@@ -19,6 +19,7 @@
 //!   starve the others.
 //! - `rwlock`: reader-writer locks (a header row and one row per reader),
 //!   sharing the wait queue and its delivery with the other kinds.
+//! - `rw_batch`: a rwlock key's reads, releases and renewals combined per transaction.
 //! - `history`: each lock's events, appended by the transactions that
 //!   make them; read and pruned.
 //! - `delay`: lock-delay and minimum hold, when a key may be granted again.
@@ -59,6 +60,7 @@ mod multilock;
 pub mod pacing;
 mod queue;
 mod reaper;
+mod rw_batch;
 mod rwlock;
 mod seat;
 mod semaphore;
@@ -389,6 +391,8 @@ pub struct Inner {
     wake: wake::Wake,
     /// Uncontended operations gathered for the next shared transaction.
     batcher: batch::Batcher,
+    /// Rwlock operations gathered per key for its next combined transaction.
+    combiner: rw_batch::Combiner,
     /// The feed of every change, for event streams.
     feed: events::Feed,
     /// Keys (tenant, storage key) with a timer to hand them on when their
@@ -434,6 +438,7 @@ impl Engine {
             pollers: election::Pollers::default(),
             wake: wake::Wake::default(),
             batcher: batch::Batcher::default(),
+            combiner: rw_batch::Combiner::default(),
             feed: events::Feed::default(),
             delayed: Mutex::new(std::collections::HashSet::new()),
             gates,

@@ -34,6 +34,14 @@
 //! (`Expect::Marked`, `settle`): committed, answered as such; not, tried
 //! again; unknown, `503`, and a new grant found later to have committed is
 //! given back.
+//!
+//! Read acquires, releases and renewals of one key that arrive while a
+//! transaction of that key runs in this broker are served together by the
+//! next one (`rw_batch`): readers of a hot key share a header lock and a
+//! commit instead of queueing on the header one transaction each. Each is
+//! decided there by the rules above, on the state the ones before it left;
+//! what does not fit (writes, a read that must queue) takes its own
+//! transaction here, the individual path, which is also the fallback.
 
 use chrono::NaiveDateTime;
 
@@ -43,6 +51,7 @@ use super::{
     lease::{mark, Attempt, Wish},
     plus_ms,
     queue::Delivery,
+    rw_batch::Combined,
     seat::{Lease, Seat},
     settle::Expect,
     Ask, Budget, Engine, EngineError, LockRef, Op,
@@ -118,15 +127,15 @@ pub struct RwState {
 /// readers, changed in memory as the transaction decides and written back
 /// by [`Engine::rw_write`].
 #[derive(Debug, Clone)]
-struct Held {
-    header: HeaderRow,
+pub(super) struct Held {
+    pub(super) header: HeaderRow,
     /// Live readers only (expired rows are deleted when read).
-    readers: Vec<ReaderRow>,
+    pub(super) readers: Vec<ReaderRow>,
 }
 
 /// What a request gets from the state it found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Decision {
+pub(super) enum Decision {
     /// The owner already holds this mode: renewed, same token.
     Renew(u64),
     /// A new grant.
@@ -136,12 +145,12 @@ enum Decision {
 }
 
 impl Held {
-    fn now(&self) -> NaiveDateTime {
+    pub(super) fn now(&self) -> NaiveDateTime {
         self.header.now
     }
 
     /// The writer, if its lease is live by the database clock.
-    fn writer(&self) -> Option<(&[u8], u64, NaiveDateTime)> {
+    pub(super) fn writer(&self) -> Option<(&[u8], u64, NaiveDateTime)> {
         let h = &self.header;
         match (&h.writer, h.writer_token, h.writer_expires_at) {
             (Some(owner), Some(token), Some(at)) if at > h.now => Some((owner, token, at)),
@@ -149,12 +158,12 @@ impl Held {
         }
     }
 
-    fn reader(&self, owner: &str) -> Option<&ReaderRow> {
+    pub(super) fn reader(&self, owner: &str) -> Option<&ReaderRow> {
         self.readers.iter().find(|r| r.owner == owner.as_bytes())
     }
 
     /// The mode of `owner`'s live lease with `token`, if it has one.
-    fn held_by(&self, owner: &str, token: u64) -> Option<RwMode> {
+    pub(super) fn held_by(&self, owner: &str, token: u64) -> Option<RwMode> {
         if self
             .writer()
             .is_some_and(|(w, t, _)| w == owner.as_bytes() && t == token)
@@ -168,7 +177,7 @@ impl Held {
     }
 
     /// Whether `owner` may have `mode` now (see the module docs).
-    fn decide(&self, owner: &str, mode: RwMode) -> Decision {
+    pub(super) fn decide(&self, owner: &str, mode: RwMode) -> Decision {
         let writer = self.writer();
         match mode {
             RwMode::Write => match writer {
@@ -186,7 +195,7 @@ impl Held {
 
     /// Milliseconds until the key may free up (the longest live lease),
     /// for the backoff hint.
-    fn remaining_ms(&self) -> u64 {
+    pub(super) fn remaining_ms(&self) -> u64 {
         let last = self
             .readers
             .iter()
@@ -200,7 +209,7 @@ impl Held {
 
     /// Grants `mode` to `owner` for `ttl_ms` with the next token, in
     /// memory; the lease (the caller writes a reader's row).
-    fn grant(&mut self, owner: &str, mode: RwMode, ttl_ms: u64) -> Lease {
+    pub(super) fn grant(&mut self, owner: &str, mode: RwMode, ttl_ms: u64) -> Lease {
         self.header.token += 1;
         let lease = Lease {
             seat: Seat::Whole,
@@ -216,7 +225,7 @@ impl Held {
     }
 
     /// Puts `lease` in `mode` into the in-memory state.
-    fn set(&mut self, mode: RwMode, lease: &Lease) {
+    pub(super) fn set(&mut self, mode: RwMode, lease: &Lease) {
         match mode {
             RwMode::Write => {
                 self.header.writer = Some(lease.owner.clone().into_bytes());
@@ -234,8 +243,21 @@ impl Held {
         }
     }
 
-    fn readers_now(&self) -> u32 {
+    pub(super) fn readers_now(&self) -> u32 {
         u32::try_from(self.readers.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Ends `owner`'s lease in `mode`, in memory (the caller deletes a
+    /// reader's row).
+    pub(super) fn end(&mut self, owner: &str, mode: RwMode) {
+        match mode {
+            RwMode::Write => {
+                self.header.writer = None;
+                self.header.writer_token = None;
+                self.header.writer_expires_at = None;
+            }
+            RwMode::Read => self.readers.retain(|r| r.owner != owner.as_bytes()),
+        }
     }
 }
 
@@ -244,7 +266,7 @@ fn lock_held(retry_after_ms: u64) -> EngineError {
 }
 
 impl RwGrant {
-    fn new(lease: Lease, mode: RwMode, readers: u32) -> RwGrant {
+    pub(super) fn new(lease: Lease, mode: RwMode, readers: u32) -> RwGrant {
         RwGrant {
             owner: lease.owner,
             mode,
@@ -282,8 +304,12 @@ impl Engine {
         mut departure: Departure,
     ) -> Result<RwGrant, EngineError> {
         let started = tokio::time::Instant::now();
-        let budget = self.budget();
-        let (attempt, readers) = self.rw_attempt(lock, wish, mode, budget).await?;
+        // Reads try the key's combined transaction first (`rw_batch`);
+        // writes, and reads it sends back, take their own.
+        let (attempt, readers) = match self.rw_combined_acquire(lock, wish, mode).await {
+            Combined::Done(done) => done?,
+            Combined::Alone(budget) => self.rw_attempt(lock, wish, mode, budget).await?,
+        };
         let handed = matches!(attempt, Attempt::Queued(_));
         let lease = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
@@ -366,8 +392,12 @@ impl Engine {
                 }
                 let mark = mark();
                 self.rw_write(&mut tx, lock, &held, mark).await?;
-                let grant = lease.fresh.then(|| (lease.owner.clone(), lease.token));
-                self.commit(tx, lock, Expect::Marked { mark, grant })
+                let grants = if lease.fresh {
+                    vec![(lease.owner.clone(), lease.token)]
+                } else {
+                    Vec::new()
+                };
+                self.commit(tx, lock, Expect::Marked { mark, grants })
                     .await?;
                 self.deliver(deliveries);
                 self.count_grant(lock, if lease.fresh { "direct" } else { "reentry" });
@@ -397,7 +427,10 @@ impl Engine {
                 tx.rollback().await?;
             } else {
                 self.rw_write(&mut tx, lock, held, mark).await?;
-                let expect = Expect::Marked { mark, grant: None };
+                let expect = Expect::Marked {
+                    mark,
+                    grants: Vec::new(),
+                };
                 self.commit(tx, lock, expect).await?;
                 self.deliver(deliveries);
             }
@@ -416,7 +449,7 @@ impl Engine {
     /// The header, locked as asked, and the live readers; expired reader
     /// rows are deleted on the way. `None` for a key never used (or, with
     /// `SkipLocked`, one another transaction holds).
-    async fn rw_read(
+    pub(super) async fn rw_read(
         &self,
         tx: &mut Conn,
         lock: &LockRef,
@@ -459,7 +492,7 @@ impl Engine {
 
     /// Writes the header as `held` has it (token counter, writer), marked
     /// by the transaction's `mark`.
-    async fn rw_write(
+    pub(super) async fn rw_write(
         &self,
         tx: &mut Conn,
         lock: &LockRef,
@@ -506,7 +539,7 @@ impl Engine {
     /// A fairness policy that picks a writer while readers still hold
     /// counts its pass-over of older waiters (`choose`) although nobody is
     /// granted yet; the built-in FIFO policy counts none.
-    async fn rw_fill(
+    pub(super) async fn rw_fill(
         &self,
         tx: &mut Conn,
         lock: &LockRef,
@@ -544,7 +577,17 @@ impl Engine {
     /// changes); [`EngineError::Unavailable`].
     pub fn release_rw(&self, lock: &LockRef, owner: &str, token: u64) -> Op<()> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
-        finish(move |_| async move { engine.release_rw_now(&lock, &owner, token, mark()).await })
+        finish(move |_| async move {
+            let mark = mark();
+            match engine.rw_combined_release(&lock, &owner, token).await {
+                Combined::Done(done) => done,
+                Combined::Alone(budget) => {
+                    engine
+                        .release_rw_in(&lock, &owner, token, mark, budget)
+                        .await
+                }
+            }
+        })
     }
 
     /// [`Engine::release_rw`], marked `mark`: an attempt tried again after
@@ -556,7 +599,20 @@ impl Engine {
         token: u64,
         mark: u64,
     ) -> Result<(), EngineError> {
-        let budget = self.budget();
+        self.release_rw_in(lock, owner, token, mark, self.budget())
+            .await
+    }
+
+    /// [`Engine::release_rw_now`] within `budget` (what is left of a
+    /// release that a combined transaction sent back).
+    async fn release_rw_in(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        mark: u64,
+        budget: Budget,
+    ) -> Result<(), EngineError> {
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
             let read = self.rw_read(&mut tx, lock, Locking::Wait).await?;
@@ -574,17 +630,16 @@ impl Engine {
                 return Err(EngineError::LeaseLost);
             };
             history::note(&mut tx, lock, EventKind::Released, owner, token, held.now());
-            if mode == RwMode::Write {
-                held.header.writer = None;
-                held.header.writer_token = None;
-                held.header.writer_expires_at = None;
-            } else {
+            if mode == RwMode::Read {
                 rwlocks::delete_reader(&mut tx, &lock.tenant, &lock.storage_key, owner).await?;
-                held.readers.retain(|r| r.owner != owner.as_bytes());
             }
+            held.end(owner, mode);
             let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
             self.rw_write(&mut tx, lock, &held, mark).await?;
-            let expect = Expect::Marked { mark, grant: None };
+            let expect = Expect::Marked {
+                mark,
+                grants: Vec::new(),
+            };
             self.commit(tx, lock, expect).await?;
             self.deliver(deliveries);
             Ok(())
@@ -600,17 +655,27 @@ impl Engine {
     /// the key since.
     pub fn renew_rw(&self, lock: &LockRef, owner: &str, token: u64, ttl_ms: u64) -> Op<RwGrant> {
         let (engine, lock, owner) = (self.clone(), lock.clone(), owner.to_owned());
-        finish(move |_| async move { engine.renew_rw_now(&lock, &owner, token, ttl_ms).await })
+        finish(move |_| async move {
+            match engine.rw_combined_renew(&lock, &owner, token, ttl_ms).await {
+                Combined::Done(done) => done,
+                Combined::Alone(budget) => {
+                    engine
+                        .renew_rw_in(&lock, &owner, token, ttl_ms, budget)
+                        .await
+                }
+            }
+        })
     }
 
-    async fn renew_rw_now(
+    /// A renewal in its own transaction, within `budget`.
+    async fn renew_rw_in(
         &self,
         lock: &LockRef,
         owner: &str,
         token: u64,
         ttl_ms: u64,
+        budget: Budget,
     ) -> Result<RwGrant, EngineError> {
-        let budget = self.budget();
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
             let read = self.rw_read(&mut tx, lock, Locking::Wait).await?;
@@ -634,7 +699,10 @@ impl Engine {
             }
             let mark = mark();
             self.rw_write(&mut tx, lock, &held, mark).await?;
-            let expect = Expect::Marked { mark, grant: None };
+            let expect = Expect::Marked {
+                mark,
+                grants: Vec::new(),
+            };
             self.commit(tx, lock, expect).await?;
             let readers = held.readers_now();
             Ok(RwGrant::new(lease, mode, readers))

@@ -50,11 +50,12 @@ pub(super) enum Expect {
     /// A waiter row is gone.
     WaiterGone { id: u64 },
     /// A rwlock's header carries the mark its transaction wrote (each
-    /// writes a fresh one); `grant`: the new lease (owner, token) it made,
-    /// given back if found committed after it was answered `503`.
+    /// writes a fresh one); `grants`: the new leases (owner, token) it made
+    /// (several when it served a combined batch, `rw_batch`), given back
+    /// if found committed after they were answered `503`.
     Marked {
         mark: u64,
-        grant: Option<(String, u64)>,
+        grants: Vec<(String, u64)>,
     },
     /// Nobody waits for the answer (background work): not worth finding out.
     Unchecked,
@@ -135,28 +136,33 @@ impl Engine {
     /// whether it happened and, if so, give it back (in the background,
     /// for at most [`UNDO_FOR`]).
     fn undo_later(&self, lock: &LockRef, expect: Expect, session: Session) {
-        let (seat, owner, token) = match &expect {
+        let grants: Vec<(Seat, String, u64)> = match &expect {
             Expect::Lease {
                 seat,
                 owner,
                 token,
                 fresh: true,
                 ..
-            } => (*seat, owner.clone(), *token),
-            Expect::Marked {
-                grant: Some((owner, token)),
-                ..
-            } => (Seat::Whole, owner.clone(), *token),
+            } => vec![(*seat, owner.clone(), *token)],
+            Expect::Marked { grants, .. } => grants
+                .iter()
+                .map(|(owner, token)| (Seat::Whole, owner.clone(), *token))
+                .collect(),
             _ => return,
         };
+        if grants.is_empty() {
+            return;
+        }
         let (engine, lock) = (self.clone(), lock.clone());
         tokio::spawn(async move {
             let budget = Budget {
                 deadline: Instant::now() + UNDO_FOR,
             };
             if let Ok(true) = engine.settle(&lock, &expect, &session, budget).await {
-                tracing::info!(key = %lock.storage_key, token, "a grant answered 503 had committed: giving it back");
-                engine.give_back(&lock, seat, &owner, token).await;
+                for (seat, owner, token) in grants {
+                    tracing::info!(key = %lock.storage_key, token, "a grant answered 503 had committed: giving it back");
+                    engine.give_back(&lock, seat, &owner, token).await;
+                }
             }
         });
     }

@@ -145,6 +145,56 @@ pub async fn delete_reader(
     .await
 }
 
+/// Writes many read leases of the key in one statement (new ones, or
+/// renewals): `(owner, token, expires_at)` each, every owner once. For a
+/// combined transaction (`engine::rw_batch`), which writes each reader it
+/// served once, whatever it did to it first.
+pub async fn put_readers(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    readers: &[(&str, u64, NaiveDateTime)],
+) -> sqlx::Result<()> {
+    if readers.is_empty() {
+        return Ok(());
+    }
+    let tuples = vec!["(?, ?, ?, ?, ?)"; readers.len()].join(", ");
+    let sql = format!(
+        r#"
+INSERT INTO rwlock_readers (tenant, rw_key, owner, token, expires_at) VALUES {tuples}
+ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)
+"#
+    );
+    let params: Vec<_> = readers
+        .iter()
+        .map(|&(owner, token, expires_at)| (tenant, key, owner, token, expires_at))
+        .collect();
+    conn.execute(&sql, params).await?;
+    Ok(())
+}
+
+/// Removes the reader rows of `owners` in one statement.
+pub async fn delete_readers(
+    conn: &mut Conn,
+    tenant: &str,
+    key: &str,
+    owners: &[&str],
+) -> sqlx::Result<()> {
+    if owners.is_empty() {
+        return Ok(());
+    }
+    let list = vec!["?"; owners.len()].join(", ");
+    let sql =
+        format!("DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND owner IN ({list})");
+    let params: Vec<_> = [tenant, key]
+        .into_iter()
+        .chain(owners.iter().copied())
+        .map(|v| (v,))
+        .collect();
+    conn.execute(&sql, params).await?;
+    Ok(())
+}
+
 /// Removes the key's expired reader rows (their tokens live on in the
 /// header's counter).
 pub async fn delete_expired_readers(
