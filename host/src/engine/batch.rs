@@ -1,12 +1,20 @@
 //! Group commit: uncontended acquires and releases of locks, from many
 //! clients at once, decided and written in shared transactions.
 //!
-//! A lone operation is not delayed: when fewer than [`MAX_IN_FLIGHT`]
+//! A lone operation is not delayed: when fewer than [`MIN_IN_FLIGHT`]
 //! batches run, an acquire starts a batch of its own at once, in its own
 //! task, and a release takes its own one-statement path (cheaper than a
 //! transaction of one). Operations that arrive while that many run are
 //! gathered, and the first batch to finish takes them as its next one (up
 //! to [`MAX_MEMBERS`]).
+//!
+//! The batches in flight follow the waiting members: once
+//! [`FULL_ENOUGH`] have gathered, they start a batch of their own at once
+//! rather than wait for a running one to end, up to [`MAX_IN_FLIGHT`] at a
+//! time. So under a light load two batches alternate (one gathers while
+//! the other commits), and under a heavy one more run side by side, each
+//! still sharing a commit among at least `FULL_ENOUGH` members, instead of
+//! members queueing behind two commits.
 //!
 //! A batch is one transaction: every member's row is read with
 //! `FOR UPDATE SKIP LOCKED` and `NOW(6)` (one statement, never waiting, so
@@ -54,8 +62,15 @@ use crate::store::{
 /// Members of one batch at most (bind parameters stay far below MySQL's
 /// limit of 65,535: 7 per member).
 pub(super) const MAX_MEMBERS: usize = 64;
-/// Batches running at once: one gathers while another commits.
-pub(super) const MAX_IN_FLIGHT: usize = 2;
+/// Batches running at once under a light load: one gathers while another
+/// commits.
+pub(super) const MIN_IN_FLIGHT: usize = 2;
+/// Batches running at once at most, however many members wait (each holds
+/// a pooled connection while it runs).
+pub(super) const MAX_IN_FLIGHT: usize = 6;
+/// Members gathered that start another batch at once (while fewer than
+/// [`MAX_IN_FLIGHT`] run), rather than wait for a running one to end.
+pub(super) const FULL_ENOUGH: usize = 16;
 
 /// Operations waiting for the next batch, and how many batches run.
 #[derive(Default)]
@@ -329,8 +344,9 @@ impl Engine {
     }
 
     /// Puts `op` in a batch and waits for its answer: runs a batch at once
-    /// (in this task) if fewer than [`MAX_IN_FLIGHT`] run, otherwise joins
-    /// the next one. With the answer comes what is left of the operation's
+    /// (in this task) if fewer than [`MIN_IN_FLIGHT`] run, otherwise joins
+    /// the next one (and runs it at once, in this task, if it is
+    /// [`FULL_ENOUGH`] and fewer than [`MAX_IN_FLIGHT`] run). With the answer comes what is left of the operation's
     /// budget. `None` (nothing done) when it would run a batch of its own
     /// but may not `lead` one: a release alone is cheaper as its own
     /// one-statement autocommit (`release_alone`) than as a transaction.
@@ -345,7 +361,7 @@ impl Engine {
         };
         let now = {
             let mut state = self.batcher.state.lock().expect("batcher");
-            if state.running < MAX_IN_FLIGHT {
+            if state.running < MIN_IN_FLIGHT {
                 if !lead {
                     return None;
                 }
@@ -355,7 +371,13 @@ impl Engine {
                 Some(members)
             } else {
                 state.pending.push(member);
-                None
+                if state.pending.len() >= FULL_ENOUGH && state.running < MAX_IN_FLIGHT {
+                    state.running += 1;
+                    let n = state.pending.len().min(MAX_MEMBERS);
+                    Some(state.pending.drain(..n).collect())
+                } else {
+                    None
+                }
             }
         };
         if let Some(members) = now {
