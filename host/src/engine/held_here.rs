@@ -11,12 +11,14 @@
 //!   locks the key's row and writes the next holder only if the row still
 //!   holds the releasing owner's live lease, with its last hold.
 //! - Arrival order across brokers: a waiter joins here only after a plain
-//!   read of the key's row shows nobody queued in the database (`queued` =
-//!   0) and the lease granted here still live; otherwise it takes the
-//!   database path. So every waiter here arrived before every waiter queued
-//!   in the database now, and a release through this broker serves the
-//!   waiters here first; once one waits in the database, newcomers queue
-//!   behind it there, and the waiters here drain first.
+//!   read of the key's row shows the lease granted here still live and no
+//!   waiter of another broker queued in the database; it notes the newest
+//!   waiter id queued there then (this broker's own, older than it). A
+//!   release through this broker hands on to whoever arrived first: a
+//!   database waiter with an id up to the first waiter's note, else the
+//!   next waiter here. Once a waiter of another broker is queued in the
+//!   database, newcomers queue behind it there, and every waiter here
+//!   (older than it) goes first.
 //! - A waiter taken from the queue for a handoff is always answered: granted
 //!   (after the commit) or spilled. A waiter that times out or whose client
 //!   leaves takes itself out, unless a handoff took it first; then it waits
@@ -55,7 +57,12 @@ use super::{
 };
 use crate::{
     policy::Waiter,
-    store::{self, history::EventKind, waiters, Kind},
+    store::{
+        self,
+        history::EventKind,
+        waiters::{self, Order},
+        Kind,
+    },
 };
 
 /// How long a tenant's count of database waiters is reused by waiters
@@ -107,6 +114,10 @@ pub(super) struct Waiting {
     enqueued_ms: u64,
     /// Times a later waiter was chosen before it.
     attempts: u32,
+    /// The newest waiter id of the database queue when it joined: waiters
+    /// queued there with an id up to this one arrived before it, and go
+    /// first (0: nobody was queued there).
+    after_db: u64,
     reply: oneshot::Sender<Turn>,
 }
 
@@ -233,6 +244,7 @@ impl HeldHere {
         lock: &LockRef,
         wish: Wish<'_>,
         db_waiting: u64,
+        after_db: u64,
     ) -> Result<Option<Joined>, EngineError> {
         let mut state = self.state();
         let here = state.waiting.get(&lock.tenant).copied().unwrap_or(0);
@@ -257,6 +269,7 @@ impl HeldHere {
             priority: wish.priority,
             enqueued_ms: unix_ms(),
             attempts: 0,
+            after_db,
             reply,
         });
         *state.waiting.entry(lock.tenant.clone()).or_default() += 1;
@@ -279,33 +292,63 @@ impl HeldHere {
         true
     }
 
+    /// Whether a release of the lease `owner` holds with `token` (its last
+    /// hold, as counted here) has waiters here to hand it to. A key whose
+    /// recorded lease that is, with nobody waiting, is forgotten: later
+    /// waiters take the database path.
+    pub(super) fn waiting_behind(&self, lock: &LockRef, owner: &str, token: u64) -> bool {
+        if !applies(lock) {
+            return false;
+        }
+        let key = key_of(lock);
+        let mut state = self.state();
+        let Some(held) = state.keys.get(&key) else {
+            return false;
+        };
+        if held.owner != owner || held.token != token || held.handing || held.holds > 1 {
+            return false;
+        }
+        if held.waiters.is_empty() {
+            state.keys.remove(&key);
+            return false;
+        }
+        true
+    }
+
+    /// The newest database waiter id the first waiter here saw when it
+    /// joined (see [`Waiting`]); `None` with nobody waiting here.
+    pub(super) fn front_after(&self, lock: &LockRef) -> Option<u64> {
+        let state = self.state();
+        let held = state.keys.get(&key_of(lock))?;
+        held.waiters.iter().map(|w| w.after_db).min()
+    }
+
+    /// A release through this broker handed the lease `was` (owner, token)
+    /// to a waiter of the database queue (older than the waiters here),
+    /// now holding it as `next` (owner, token): the waiters here wait for
+    /// that lease's end (found by the tick if it ends elsewhere).
+    pub(super) fn handed_to_queue(&self, lock: &LockRef, was: (&str, u64), next: (&str, u64)) {
+        let mut state = self.state();
+        if let Some(held) = state.keys.get_mut(&key_of(lock)) {
+            if held.owner == was.0 && held.token == was.1 {
+                held.owner = next.0.to_owned();
+                held.token = next.1;
+                held.holds = 1;
+                held.handing = false;
+            }
+        }
+    }
+
     /// The next waiter for the lease `owner` holds with `token`, in the
     /// tenant's fairness order, taken out of the queue: the caller hands it
-    /// the lease or spills it. `None` when nobody waits here (the key is
-    /// forgotten then: later waiters take the database path) or the lease
-    /// is not the one recorded.
+    /// the lease or spills it. `None` when nobody waits here, the lease is
+    /// not the one recorded, or another handoff of it is under way.
     pub(super) async fn take_next(
         &self,
         lock: &LockRef,
         owner: &str,
         token: u64,
     ) -> Option<Waiting> {
-        self.take(lock, owner, token, false).await
-    }
-
-    /// The next waiter for the lease `owner` held with `token`, which has
-    /// ended without this broker (expired, or released elsewhere): as
-    /// [`HeldHere::take_next`], whatever its holds were.
-    pub(super) async fn take_after_end(
-        &self,
-        lock: &LockRef,
-        owner: &str,
-        token: u64,
-    ) -> Option<Waiting> {
-        self.take(lock, owner, token, true).await
-    }
-
-    async fn take(&self, lock: &LockRef, owner: &str, token: u64, ended: bool) -> Option<Waiting> {
         if !applies(lock) {
             return None;
         }
@@ -313,14 +356,8 @@ impl HeldHere {
         let candidates = {
             let mut state = self.state();
             let held = state.keys.get_mut(&key)?;
-            if held.owner != owner || held.token != token || held.handing {
-                return None;
-            }
-            if held.holds > 1 && !ended {
-                return None;
-            }
-            if held.waiters.is_empty() {
-                state.keys.remove(&key);
+            if held.owner != owner || held.token != token || held.handing || held.waiters.is_empty()
+            {
                 return None;
             }
             if lock.pacing.always_oldest() {
@@ -537,11 +574,35 @@ pub(super) enum InMemory {
 enum Handing {
     /// Handed to the waiter here.
     Handed(Lease),
+    /// Handed through the database queue (to its waiter, now holding it
+    /// as owner, token), or freed (`None`).
+    ToQueue(Option<(String, u64)>),
     /// A release of one of several holds; this many remain.
     Kept(u32),
     /// The lease is elsewhere (freed or handed on by an earlier attempt,
     /// or held by someone else): the waiters here take the database path.
     Elsewhere,
+}
+
+/// What an earlier attempt of a release (found by its mark on `row`) did:
+/// handed to the waiter it took, kept holds, or freed or handed through
+/// the queue.
+fn found_committed(
+    row: &LeaseRow,
+    owner: &str,
+    token: u64,
+    taken: &Mutex<Option<Waiting>>,
+) -> Handing {
+    let taken = taken.lock().expect("taken waiter");
+    match taken.as_ref() {
+        Some(w) if row.owned_by(&w.owner, token + 1) => {
+            let mut lease = lease_for((&w.owner, w.ttl_ms), row, token + 1);
+            lease.expires_at = row.expires_at.unwrap_or(lease.expires_at);
+            Handing::Handed(lease)
+        }
+        _ if row.owned_by(owner, token) => Handing::Kept(row.hold_count),
+        _ => Handing::Elsewhere,
+    }
 }
 
 impl Engine {
@@ -571,13 +632,15 @@ impl Engine {
                 n => InMemory::Refused(n),
             });
         }
-        // Join only while nobody waits in the database queue: so every
-        // waiter here arrived before every waiter queued there, and goes
-        // first (arrival order across brokers).
-        match self.read_row(lock).await?.map(LeaseRow::of_lock) {
-            Some((0, row)) if row.owned_by(&seen.holder, seen.token) || seen.waiting > 0 => {}
-            Some((_, row)) if row.owned_by(&seen.holder, seen.token) => {
-                return Ok(InMemory::NotHere)
+        // The lease must still be the one granted here (or have waiters
+        // here to hand its end to). Waiters of this broker queued in the
+        // database now arrived first: the newest id there says which
+        // (`Waiting`). Once a waiter of another broker is queued there,
+        // newcomers queue behind it there (arrival order across brokers:
+        // every waiter here arrived before it, and goes first).
+        let queued = match self.read_row(lock).await?.map(LeaseRow::of_lock) {
+            Some((queued, row)) if row.owned_by(&seen.holder, seen.token) || seen.waiting > 0 => {
+                queued
             }
             _ => {
                 if seen.waiting == 0 {
@@ -585,9 +648,16 @@ impl Engine {
                 }
                 return Ok(InMemory::NotHere);
             }
-        }
+        };
+        let after_db = match queued {
+            0 => 0,
+            _ => match self.queued_for(lock).await? {
+                (_, foreign) if foreign > 0 => return Ok(InMemory::NotHere),
+                (newest, _) => newest,
+            },
+        };
         let db_waiting = self.db_waiting(lock).await?;
-        let Some(mut joined) = self.held_here.join(lock, wish, db_waiting)? else {
+        let Some(mut joined) = self.held_here.join(lock, wish, db_waiting, after_db)? else {
             return Ok(InMemory::NotHere);
         };
         let deadline = started + Duration::from_millis(wish.wait_ms);
@@ -665,10 +735,22 @@ impl Engine {
         Ok(n)
     }
 
-    /// Releases `owner`'s lease of `lock` with `token` (taken through this
-    /// broker, with `waiter` waiting here next): the last hold hands it to
-    /// `waiter` in the same transaction. Waiters queued in the database
-    /// arrived after every waiter here (`wait_here`), so they wait.
+    /// The database queue of `lock` as a newcomer here sees it: the newest
+    /// waiter id, and how many waiters of other brokers it holds.
+    async fn queued_for(&self, lock: &LockRef) -> Result<(u64, u64), EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut conn = self.conn(budget).await?;
+            let seen = waiters::queued_for(&mut conn, lock.row(), &self.broker).await?;
+            conn.done();
+            Ok(seen)
+        })
+        .await
+    }
+
+    /// Releases `owner`'s lease of `lock` with `token`, granted through
+    /// this broker with waiters here: the last hold hands it on in the same
+    /// transaction (`hand_next`), else as any release.
     ///
     /// # Errors
     /// [`EngineError::LeaseLost`]; [`EngineError::Unavailable`].
@@ -678,15 +760,15 @@ impl Engine {
         owner: &str,
         token: u64,
         mark: u64,
-        waiter: Waiting,
     ) -> Result<Released, EngineError> {
         let budget = self.budget();
-        let next = (waiter.owner.as_str(), waiter.ttl_ms);
+        // The waiter taken for the handoff, kept over attempts.
+        let taken: Mutex<Option<Waiting>> = Mutex::new(None);
         let outcome = self
             .retry(budget, || async {
                 let mut tx = self.begin(budget).await?;
-                let Some((_, row)) = seat::read_with_header(&mut tx, lock, Seat::Whole).await?
-                else {
+                let read = seat::read_with_header(&mut tx, lock, Seat::Whole).await?;
+                let Some((queued, row)) = read else {
                     tx.rollback().await?;
                     return Err(EngineError::LeaseLost);
                 };
@@ -696,15 +778,7 @@ impl Engine {
                     tx.rollback().await?;
                     self.metrics
                         .inc("lockbroker_releases_found_committed_total", &[]);
-                    return Ok(if row.owned_by(next.0, token + 1) {
-                        let mut lease = lease_for(next, &row, token + 1);
-                        lease.expires_at = row.expires_at.unwrap_or(lease.expires_at);
-                        Handing::Handed(lease)
-                    } else if row.owned_by(owner, token) {
-                        Handing::Kept(row.hold_count)
-                    } else {
-                        Handing::Elsewhere
-                    });
+                    return Ok(found_committed(&row, owner, token, &taken));
                 }
                 if !row.owned_by(owner, token) {
                     tx.rollback().await?;
@@ -715,7 +789,8 @@ impl Engine {
                     return Ok(Handing::Kept(holds));
                 }
                 history::note(&mut tx, lock, EventKind::Released, owner, token, row.now);
-                self.hand_here(tx, lock, &row, next, Some(mark)).await
+                self.hand_next(tx, lock, &row, queued, Some(mark), &taken, (owner, token))
+                    .await
             })
             .await;
         if let Ok(Handing::Kept(holds)) = &outcome {
@@ -723,84 +798,128 @@ impl Engine {
             self.held_here.released_one(lock, owner, token, *holds);
         }
         let lost = matches!(outcome, Err(EngineError::LeaseLost));
-        match self.settle_handing(lock, waiter, outcome, lost)? {
-            Some(holds) => Ok(Released {
-                released: false,
-                hold_count: holds,
-            }),
-            None => Ok(Released {
-                released: true,
-                hold_count: 0,
-            }),
-        }
+        let waiter = taken.into_inner().expect("taken waiter");
+        let holds = self.settle_handing(lock, (owner, token), waiter, outcome, lost)?;
+        Ok(Released {
+            released: holds.is_none(),
+            hold_count: holds.unwrap_or(0),
+        })
     }
 
     /// The lease `owner` held with `token` ended without this broker (it
-    /// ran out, or was released through another broker): hands the key to
-    /// the next waiter here, in one transaction, if nobody holds it now;
-    /// if somebody does, the waiters here take the database path.
+    /// ran out, or was released through another broker): if nobody holds
+    /// the key now, hands it on in one transaction (`hand_next`); if
+    /// somebody does, the waiters here take the database path.
     async fn hand_on_after_end(&self, lock: &LockRef, owner: &str, token: u64) {
-        let Some(waiter) = self.held_here.take_after_end(lock, owner, token).await else {
-            return;
-        };
         let budget = self.budget();
-        let next = (waiter.owner.as_str(), waiter.ttl_ms);
+        let taken: Mutex<Option<Waiting>> = Mutex::new(None);
         let outcome = self
             .retry(budget, || async {
                 let mut tx = self.begin(budget).await?;
                 let read = seat::read_with_header(&mut tx, lock, Seat::Whole).await?;
-                let Some((_, row)) = read.filter(|(_, row)| row.live_owner().is_none()) else {
+                let Some((queued, row)) = read.filter(|(_, row)| row.live_owner().is_none()) else {
                     tx.rollback().await?;
                     return Ok(Handing::Elsewhere);
                 };
-                history::note_expired(&mut tx, lock, &row);
-                self.hand_here(tx, lock, &row, next, None).await
+                self.hand_next(tx, lock, &row, queued, None, &taken, (owner, token))
+                    .await
             })
             .await;
-        if let Err(err) = self.settle_handing(lock, waiter, outcome, false) {
+        let waiter = taken.into_inner().expect("taken waiter");
+        if let Err(err) = self.settle_handing(lock, (owner, token), waiter, outcome, false) {
             tracing::debug!(error = %err, "handing a lease that ended to a waiter in memory failed");
         }
     }
 
-    /// Writes the lease of the waiter `next` (owner, TTL) into the freed
-    /// row `row` (token + 1, by the clock read with it), with its
-    /// `handed_off` event, and commits (the caller holds the row, and has
-    /// noted the release or expiry).
-    async fn hand_here(
+    /// Hands the key whose lease (`was`: owner, token) ends in `row` (the
+    /// caller holds it, has noted the release, and commits here) to whoever
+    /// arrived first: a waiter of the database queue that was there before
+    /// the first waiter here joined goes through the queue as on any
+    /// release (`hand_on_marked`); otherwise the next waiter here, by the
+    /// tenant's fairness, is written as the holder (token + 1) with its
+    /// `handed_off` event (kept in `taken` for the caller to tell).
+    #[allow(clippy::too_many_arguments)]
+    async fn hand_next(
         &self,
         mut tx: store::pool::Conn,
         lock: &LockRef,
         row: &LeaseRow,
-        next: (&str, u64),
+        mut queued: u32,
         mark: Option<u64>,
+        taken: &Mutex<Option<Waiting>>,
+        was: (&str, u64),
     ) -> Result<Handing, EngineError> {
-        let lease = lease_for(next, row, row.token + 1);
-        seat::write_marked(&mut tx, lock, &lease, mark).await?;
-        history::note(
-            &mut tx,
-            lock,
-            EventKind::HandedOff,
-            &lease.owner,
-            lease.token,
-            row.now,
-        );
-        self.commit(tx, lock, Expect::lease(&lease)).await?;
-        Ok(Handing::Handed(lease))
+        let queue_first = match (queued, self.held_here.front_after(lock)) {
+            (0, _) => false,
+            (_, None) => true,
+            (_, Some(after)) => {
+                let oldest =
+                    waiters::pending(&mut tx, lock.row(), Order::Oldest, 1, self.stale()).await?;
+                oldest.first().is_some_and(|w| w.id <= after)
+            }
+        };
+        if !queue_first {
+            let kept = taken.lock().expect("taken waiter").take();
+            let next = match kept {
+                Some(waiter) => Some(waiter),
+                None => self.held_here.take_next(lock, was.0, was.1).await,
+            };
+            if let Some(waiter) = next {
+                history::note_expired(&mut tx, lock, row);
+                let lease = lease_for((&waiter.owner, waiter.ttl_ms), row, row.token + 1);
+                *taken.lock().expect("taken waiter") = Some(waiter);
+                seat::write_marked(&mut tx, lock, &lease, mark).await?;
+                history::note(
+                    &mut tx,
+                    lock,
+                    EventKind::HandedOff,
+                    &lease.owner,
+                    lease.token,
+                    row.now,
+                );
+                self.commit(tx, lock, Expect::lease(&lease)).await?;
+                return Ok(Handing::Handed(lease));
+            }
+        }
+        // The database queue goes first (or nobody waits here any more).
+        let delivery = self
+            .hand_on_marked(&mut tx, lock, row, &mut queued, mark)
+            .await?;
+        let ended = Expect::Ended {
+            seat: Seat::Whole,
+            token: row.token,
+        };
+        self.commit(tx, lock, ended).await?;
+        let next = delivery
+            .as_ref()
+            .map(|d| (d.owner.clone(), d.handoff.token));
+        self.deliver(delivery);
+        Ok(Handing::ToQueue(next))
     }
 
-    /// Tells `waiter` what its handoff did: granted (a lease it can no
-    /// longer take is given back), or spilled to the database path (with
-    /// every waiter here when the lease is elsewhere or `lost`). The holds
-    /// left when a release kept the lease.
+    /// Tells the waiter taken for a handoff of the lease `was` (owner,
+    /// token) what it did: granted (a lease it can no longer take is given
+    /// back), or spilled to the database path (with every waiter here when
+    /// the lease is elsewhere or `lost`). The holds left when a release
+    /// kept the lease.
     fn settle_handing(
         &self,
         lock: &LockRef,
-        waiter: Waiting,
+        was: (&str, u64),
+        waiter: Option<Waiting>,
         outcome: Result<Handing, EngineError>,
         lost: bool,
     ) -> Result<Option<u32>, EngineError> {
+        let spill = |waiter: Option<Waiting>, all: bool| match waiter {
+            Some(waiter) => self.held_here.spill(lock, waiter, all),
+            None if all => self.held_here.lost(lock, was.0, was.1),
+            None => {}
+        };
         match outcome {
             Ok(Handing::Handed(lease)) => {
+                let Some(waiter) = waiter else {
+                    return Ok(None);
+                };
                 if self.held_here.handed(lock, waiter, &lease).is_err() {
                     // Its request ended meanwhile: nobody holds it.
                     let (engine, lock) = (self.clone(), lock.clone());
@@ -812,17 +931,29 @@ impl Engine {
                 }
                 Ok(None)
             }
+            Ok(Handing::ToQueue(next)) => {
+                match next {
+                    // The waiters here wait for that lease's end.
+                    Some((owner, token)) => {
+                        self.held_here.handed_to_queue(lock, was, (&owner, token));
+                    }
+                    // Freed: nobody waits here any more.
+                    None => self.held_here.lost(lock, was.0, was.1),
+                }
+                spill(waiter, false);
+                Ok(None)
+            }
             Ok(Handing::Kept(holds)) => {
-                self.held_here.spill(lock, waiter, false);
+                spill(waiter, false);
                 Ok(Some(holds))
             }
             Ok(Handing::Elsewhere) => {
                 self.metrics.inc("lockbroker_waiters_spilled_total", &[]);
-                self.held_here.spill(lock, waiter, true);
+                spill(waiter, true);
                 Ok(None)
             }
             Err(err) => {
-                self.held_here.spill(lock, waiter, lost);
+                spill(waiter, lost);
                 Err(err)
             }
         }

@@ -309,8 +309,8 @@ impl Engine {
         token: u64,
         mark: u64,
     ) -> Result<Released, EngineError> {
-        if let Some(waiter) = self.held_here.take_next(lock, owner, token).await {
-            return self.release_here(lock, owner, token, mark, waiter).await;
+        if self.held_here.waiting_behind(lock, owner, token) {
+            return self.release_here(lock, owner, token, mark).await;
         }
         let released = match self.batch_release(lock, owner, token, mark).await {
             Batched::Done(released) => released,

@@ -61,7 +61,9 @@ pub(super) struct Delivery {
     /// The waiter's broker (to push to when not this one).
     broker: Vec<u8>,
     id: u64,
-    handoff: Handoff,
+    /// The waiter's owner, now the holder.
+    pub(super) owner: String,
+    pub(super) handoff: Handoff,
 }
 
 impl Engine {
@@ -225,6 +227,7 @@ impl Engine {
             local: broker == self.broker.as_bytes(),
             broker,
             id,
+            owner: lease.owner.clone(),
             handoff: Handoff {
                 token: lease.token,
                 seat: lease.seat,

@@ -363,3 +363,21 @@ LIMIT ?
         .await?;
     Ok(done.rows_affected())
 }
+
+/// The pending waiters of key `k` as a newcomer of `broker` sees them: the
+/// newest one's id (0 with none; a waiter inserted later gets a higher id,
+/// the table's auto-increment being given out under the key's row lock)
+/// and how many belong to other brokers.
+pub async fn queued_for(conn: &mut Conn, k: RowKey<'_>, broker: &str) -> sqlx::Result<(u64, u64)> {
+    let (newest, foreign): (u64, u64) = conn
+        .fetch_one(
+            r#"
+SELECT CAST(COALESCE(MAX(id), 0) AS UNSIGNED), CAST(COALESCE(SUM(broker <> ?), 0) AS UNSIGNED)
+FROM waiters
+WHERE tenant = ? AND kind = ? AND lock_key = ? AND granted_token IS NULL
+"#,
+            (broker, k.tenant, k.kind as u8, k.key),
+        )
+        .await?;
+    Ok((newest, foreign))
+}
