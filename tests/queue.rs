@@ -307,15 +307,32 @@ async fn a_waiter_that_times_out_leaves_the_queue() {
     broker.stop().await;
 }
 
-/// Rows in the database's wait queue (any key, granted or not).
+/// Pending waiters in the database's wait queue (any key).
 async fn queue_rows(db: &str) -> i64 {
     use sqlx::Row;
     let mut conn = lockbroker_tests::db_conn(db).await;
-    sqlx::query("SELECT COUNT(*) FROM waiters")
+    sqlx::query("SELECT COUNT(*) FROM waiters WHERE granted_token IS NULL")
         .fetch_one(&mut conn)
         .await
         .unwrap()
         .get(0)
+}
+
+/// Makes `key` contended through the broker of `c`: "holder" takes it, a
+/// waiter "warm" queues (in the database: the key was quiet), and the
+/// release hands it on. From then on the broker remembers the key's lease,
+/// and its waiters wait in memory. The token "warm" holds it with.
+async fn contend(c: &Client, key: &str) -> u64 {
+    let base = token(&c.acquire(key, "holder", 60_000, 0).await.unwrap());
+    let warm = {
+        let (c, key) = (c.clone(), key.to_owned());
+        tokio::spawn(async move { c.acquire(&key, "warm", 60_000, 30_000).await.unwrap() })
+    };
+    until_waiters(c, key, 1).await;
+    c.release(key, "holder", base).await.unwrap();
+    let warm = warm.await.unwrap();
+    assert_eq!(token(&warm), base + 1);
+    base + 1
 }
 
 /// Waiters of the broker that granted the lease wait in its memory: the
@@ -325,8 +342,8 @@ async fn queue_rows(db: &str) -> i64 {
 async fn waiters_of_the_granting_broker_wait_in_memory() {
     let broker = Broker::start().await;
     let c = broker.client();
+    let base = contend(&c, "mem").await;
     let local_before = c.counter("lockbroker_wakeups_total{via=\"local\"}").await;
-    let base = token(&c.acquire("mem", "holder", 60_000, 0).await.unwrap());
     let mut tasks = Vec::new();
     for i in 0..4 {
         tasks.push(waiter(&c, "mem", &format!("m{i}"), 0));
@@ -337,7 +354,7 @@ async fn waiters_of_the_granting_broker_wait_in_memory() {
         0,
         "nobody in the database queue"
     );
-    c.release("mem", "holder", base).await.unwrap();
+    c.release("mem", "warm", base).await.unwrap();
     let mut granted = Vec::new();
     for t in tasks {
         granted.push(t.await.unwrap());
@@ -372,13 +389,16 @@ async fn arrival_order_holds_across_memory_and_the_database_queue() {
         cb.clone(),
         ca.clone(),
     ];
-    let base = token(&ca.acquire("mixed", "holder", 60_000, 0).await.unwrap());
+    let base = contend(&ca, "mixed").await;
     let mut tasks = Vec::new();
     for (i, owner) in owners.iter().enumerate() {
         tasks.push(waiter(&clients[i], "mixed", owner, 0));
         until_waiters(&ca, "mixed", i as u64 + 1).await;
+        if i == 1 {
+            assert_eq!(queue_rows(&db).await, 0, "the first two wait in memory");
+        }
     }
-    ca.release("mixed", "holder", base).await.unwrap();
+    ca.release("mixed", "warm", base).await.unwrap();
     let mut granted = Vec::new();
     for t in tasks {
         granted.push(
@@ -408,13 +428,13 @@ async fn waiters_in_memory_follow_a_release_elsewhere_and_an_expiry() {
     let a = Broker::start_with(db.clone(), config(&db)).await;
     let b = Broker::start_with(db.clone(), config(&db)).await;
     let (ca, cb) = (a.client(), b.client());
-    let base = token(&ca.acquire("elsewhere", "holder", 60_000, 0).await.unwrap());
+    let base = contend(&ca, "elsewhere").await;
     let first = waiter(&ca, "elsewhere", "first", 0);
     until_waiters(&ca, "elsewhere", 1).await;
     let second = waiter(&ca, "elsewhere", "second", 0);
     until_waiters(&ca, "elsewhere", 2).await;
     assert_eq!(queue_rows(&db).await, 0, "both wait in memory");
-    let r = cb.release("elsewhere", "holder", base).await.unwrap();
+    let r = cb.release("elsewhere", "warm", base).await.unwrap();
     assert_eq!(r.status, 200);
     let served = tokio::time::timeout(Duration::from_secs(10), async {
         (first.await.unwrap(), second.await.unwrap())
@@ -450,14 +470,14 @@ async fn waiters_in_memory_follow_a_release_elsewhere_and_an_expiry() {
 async fn waiters_in_memory_time_out_and_leave_cleanly() {
     let broker = Broker::start().await;
     let c = broker.client();
-    let base = token(&c.acquire("leave", "holder", 60_000, 0).await.unwrap());
+    let base = contend(&c, "leave").await;
     let timed_out = c.acquire("leave", "impatient", 30_000, 200).await.unwrap();
     assert_eq!(timed_out.status, 409, "{timed_out:?}");
     assert_eq!(timed_out.code(), Some(ErrorCode::LockHeld));
     until_waiters(&c, "leave", 0).await;
     let next = waiter(&c, "leave", "next", 0);
     until_waiters(&c, "leave", 1).await;
-    c.release("leave", "holder", base).await.unwrap();
+    c.release("leave", "warm", base).await.unwrap();
     let (owner, t) = tokio::time::timeout(Duration::from_secs(10), next)
         .await
         .expect("served")

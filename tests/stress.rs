@@ -173,7 +173,7 @@ async fn handoffs_in_memory_and_across_brokers_check_clean() {
             "{n} answers {label}: {report}"
         );
     }
-    assert!(report.grants > 200, "the load ran: {report}");
+    assert!(report.grants > 100, "the load ran: {report}");
     let mut conn = lockbroker_tests::db_conn(&db).await;
     let unreleased = history
         .check_committed(&mut conn)
@@ -181,7 +181,7 @@ async fn handoffs_in_memory_and_across_brokers_check_clean() {
         .expect("database read");
     assert!(unreleased.is_empty(), "{unreleased:?}");
     let local = ca.counter("lockbroker_wakeups_total{via=\"local\"}").await - local_before;
-    assert!(local > 50, "handoffs in process happened: {local}");
+    assert!(local > 20, "handoffs in process happened: {local}");
     a.shutdown().await;
     b.stop().await;
 }

@@ -1,5 +1,6 @@
-//! In-process handoffs: while a lock's lease granted through this broker is
-//! held, this broker's waiters for that key wait here, in memory, instead of
+//! In-process handoffs: once a key is contended (a lease of it was handed
+//! to a waiter), while its lease granted through this broker is held, this
+//! broker's waiters for that key wait here, in memory, instead of
 //! in the database queue, and a release through this broker hands the lease
 //! to the next of them, in the tenant's fairness order, with one write of
 //! the key's row and its history events in one short transaction
@@ -165,14 +166,19 @@ impl HeldHere {
         self.state.lock().expect("held here")
     }
 
-    /// Records `lease` of `lock`, just granted (or handed on, or renewed)
-    /// through this broker.
-    pub(super) fn record(&self, lock: &LockRef, lease: &Lease) {
+    /// Records `lease` of `lock`, just granted through this broker, if the
+    /// key is `contended` (the lease was handed to a waiter) or already
+    /// known here: only keys with waiters are worth the memory (a million
+    /// held leases of quiet keys take none).
+    pub(super) fn record(&self, lock: &LockRef, lease: &Lease, contended: bool) {
         if !applies(lock) {
             return;
         }
         let until = Instant::now() + Duration::from_millis(lease.ttl_ms);
         let mut state = self.state();
+        if !contended && !state.keys.contains_key(&key_of(lock)) {
+            return;
+        }
         let held = state.keys.entry(key_of(lock)).or_insert_with(|| Held {
             lock: lock.clone(),
             owner: String::new(),

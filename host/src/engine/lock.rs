@@ -169,6 +169,7 @@ impl Engine {
                 None
             }
         };
+        let from_here = here.is_some();
         let attempt = match here {
             Some(attempt) => attempt,
             None => match self.batch_acquire(lock, wish).await {
@@ -176,10 +177,13 @@ impl Engine {
                 Batched::Alone(budget) => self.attempt(lock, wish, budget).await?,
             },
         };
+        // A key's lease is remembered for waiters in memory once the key is
+        // contended (handed on to a waiter), not for every lease held.
+        let contended = from_here || matches!(attempt, Attempt::Queued(_));
         let lease = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
             .await?;
-        self.held_here.record(lock, &lease);
+        self.held_here.record(lock, &lease, contended);
         self.time_grant(lock, started);
         Ok(lease)
     }
