@@ -51,6 +51,83 @@ pub struct PolicyInfo {
     /// When the policy in force was loaded, UTC with milliseconds.
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub loaded_at: String,
+    /// The version's id (as in `GET .../policy/versions`): the first 12
+    /// hex digits of `sha256`, `builtin` for the built-in policy; null
+    /// while the tenant's policy file is loading or has never loaded.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, pattern = "^([0-9a-f]{12}|builtin)$")
+    )]
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// `GET /v1/admin/tenants/{tenant}/policy/versions` (and the answer to a
+/// rollback): the versions of a tenant's policy the broker keeps, compiled,
+/// to roll back to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PolicyVersions {
+    /// The tenant.
+    pub tenant: String,
+    /// At most 5, the one in force included, newest first (by when each
+    /// was last put in force).
+    pub versions: Vec<PolicyVersion>,
+}
+
+/// One kept version of a tenant's policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PolicyVersion {
+    /// The first 12 hex digits of `sha256`; `builtin` for the built-in
+    /// policy. A rollback names a version by it (or by its `sha256`).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^([0-9a-f]{12}|builtin)$"))]
+    pub id: String,
+    /// sha256 of the component, lowercase hex; null for the built-in policy.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, pattern = "^[0-9a-f]{64}$")
+    )]
+    pub sha256: Option<String>,
+    /// The name the policy gives itself (`meta.describe`).
+    pub name: String,
+    /// The policy's own version.
+    pub version: String,
+    /// When it was last put in force, UTC with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub loaded_at: String,
+    /// How it was last put in force.
+    pub loaded_by: PolicyLoadedBy,
+    /// True for the version in force.
+    pub active: bool,
+}
+
+/// How a policy version was put in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyLoadedBy {
+    /// The broker's start (the policy file, or the built-in policy).
+    Startup,
+    /// A change of the policy file (hot reload or config reload).
+    File,
+    /// `PUT /v1/admin/tenants/{tenant}/policy`.
+    Upload,
+    /// `POST /v1/admin/tenants/{tenant}/policy/rollback`.
+    Rollback,
+    /// A shadow candidate promoted (reserved).
+    Promote,
+}
+
+/// `POST /v1/admin/tenants/{tenant}/policy/rollback`: which kept version to
+/// put back in force. The body may be absent: the previous version.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RollbackRequest {
+    /// A kept version's `id` (or `sha256`); absent or null: the previous
+    /// version (the newest one not in force).
+    #[serde(default)]
+    pub version: Option<String>,
 }
 
 /// `POST /v1/admin/tenants/{tenant}/locks/{key}/release`: the lease that

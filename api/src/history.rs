@@ -36,6 +36,17 @@ pub struct LockEvent {
     pub token: u64,
     /// When, by the database clock (RFC 3339, UTC, microseconds).
     pub at: String,
+    /// The id of the tenant's policy version that decided it (as in `GET
+    /// /v1/admin/tenants/{tenant}/policy/versions`): for `granted` the one
+    /// that named the key, for `handed_off` the one whose fairness picked
+    /// the waiter. Null for other events, for events decided by the
+    /// built-in policy, and for events recorded before versions were.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, pattern = "^[0-9a-f]{12}$")
+    )]
+    #[serde(default)]
+    pub policy: Option<String>,
 }
 
 /// `GET /v1/locks/{key}/history`: newest first. Events are written in the

@@ -38,8 +38,8 @@ pub mod rwlock;
 pub mod semaphore;
 
 pub use admin::{
-    ForceReleaseResponse, PolicyInfo, ReloadAttempt, ReloadReport, ReloadStatus, TenantInfo,
-    TenantList,
+    ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyVersion, PolicyVersions, ReloadAttempt,
+    ReloadReport, ReloadStatus, RollbackRequest, TenantInfo, TenantList,
 };
 pub use election::{
     CampaignRequest, ElectionEvent, ElectionRenewRequest, ElectionStatus, LeaderEvent, Leadership,

@@ -336,6 +336,19 @@ enum PolicyCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// The versions of a tenant's policy the broker keeps, newest first.
+    Versions {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Put a kept version of a tenant's policy back in force (a swap, no
+    /// compiling): VERSION (an id or sha256 from `policy versions`), else
+    /// the previous one.
+    Rollback {
+        #[arg(long)]
+        tenant: String,
+        version: Option<String>,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -489,6 +502,12 @@ async fn main() -> ExitCode {
         }
         Command::Policy(PolicyCommand::Status { tenant }) => {
             policy::status(&client, out, tenant.as_deref()).await
+        }
+        Command::Policy(PolicyCommand::Versions { tenant }) => {
+            policy::versions(&client, out, &tenant).await
+        }
+        Command::Policy(PolicyCommand::Rollback { tenant, version }) => {
+            policy::rollback(&client, out, &tenant, version.as_deref()).await
         }
     }
 }

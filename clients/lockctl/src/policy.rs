@@ -1,9 +1,14 @@
-//! `lockctl policy upload FILE --tenant T` and `lockctl policy status
-//! [--tenant T]`: the admin API's policy calls, with the admin token.
+//! `lockctl policy upload FILE --tenant T`, `lockctl policy status
+//! [--tenant T]`, `lockctl policy versions --tenant T` and `lockctl policy
+//! rollback --tenant T [VERSION]`: the admin API's policy calls, with the
+//! admin token.
 
 use std::{path::Path, process::ExitCode};
 
-use lockbroker_client::{api::TenantInfo, Client};
+use lockbroker_client::{
+    api::{PolicyVersions, TenantInfo},
+    Client,
+};
 
 use crate::output::{envelope, Output, EXIT_USAGE};
 
@@ -42,6 +47,49 @@ pub async fn status(client: &Client, out: Output, tenant: Option<&str>) -> ExitC
         (false, _) => tenants.iter().for_each(|t| out.human(&describe(t))),
     }
     ExitCode::SUCCESS
+}
+
+pub async fn versions(client: &Client, out: Output, tenant: &str) -> ExitCode {
+    match client.admin().policy_versions(tenant).await {
+        Ok(versions) => print_versions(out, &versions),
+        Err(err) => return out.fail("policy versions", &err, false),
+    }
+    ExitCode::SUCCESS
+}
+
+pub async fn rollback(
+    client: &Client,
+    out: Output,
+    tenant: &str,
+    version: Option<&str>,
+) -> ExitCode {
+    match client.admin().rollback_policy(tenant, version).await {
+        Ok(versions) => print_versions(out, &versions),
+        Err(err) => return out.fail("policy rollback", &err, false),
+    }
+    ExitCode::SUCCESS
+}
+
+/// The versions document with `--json`, else one line each:
+/// `* ID NAME VERSION, BY AT` (`*`: in force).
+fn print_versions(out: Output, versions: &PolicyVersions) {
+    if out.json_flag {
+        return out.json(versions);
+    }
+    for v in &versions.versions {
+        out.human(&format!(
+            "{} {} {} {}, {} {}",
+            if v.active { "*" } else { " " },
+            v.id,
+            v.name,
+            v.version,
+            serde_json::to_value(v.loaded_by)
+                .ok()
+                .and_then(|by| by.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            v.loaded_at
+        ));
+    }
 }
 
 /// `TENANT: NAME VERSION sha256:... loaded AT [last error: ...]`.

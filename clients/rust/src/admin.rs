@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::Method;
-use lockbroker_api::{ForceReleaseResponse, TenantInfo, TenantList};
+use lockbroker_api::{
+    ForceReleaseResponse, PolicyVersions, RollbackRequest, TenantInfo, TenantList,
+};
 
 use crate::{
     client::{Client, Idempotent},
@@ -85,6 +87,58 @@ impl Admin<'_> {
                     retry_after: None,
                 })
             })
+    }
+
+    /// `GET /v1/admin/tenants/{tenant}/policy/versions`: the versions of
+    /// `tenant`'s policy the broker keeps, newest first.
+    ///
+    /// # Errors
+    /// `not_found` when there is no such tenant.
+    pub async fn policy_versions(&self, tenant: &str) -> Result<PolicyVersions> {
+        let path = format!("/v1/admin/tenants/{}/policy/versions", segment(tenant));
+        self.client
+            .call(
+                Method::GET,
+                &path,
+                None::<&()>,
+                Duration::ZERO,
+                Idempotent::Yes,
+            )
+            .await
+    }
+
+    /// `POST /v1/admin/tenants/{tenant}/policy/rollback`: puts the kept
+    /// version `version` (an id or sha256; `None`: the previous one) back
+    /// in force; the kept versions after it.
+    ///
+    /// # Errors
+    /// `not_found` (no such tenant or version, or no previous one),
+    /// `invalid_policy` (the version could not be restored).
+    pub async fn rollback_policy(
+        &self,
+        tenant: &str,
+        version: Option<&str>,
+    ) -> Result<PolicyVersions> {
+        let path = format!("/v1/admin/tenants/{}/policy/rollback", segment(tenant));
+        let body = RollbackRequest {
+            version: version.map(str::to_owned),
+        };
+        // Back to a named version is idempotent; to "the previous" is not.
+        let idempotent = if version.is_some() {
+            Idempotent::Yes
+        } else {
+            Idempotent::No
+        };
+        self.client
+            .call(
+                Method::POST,
+                &path,
+                Some(&body),
+                // After a restart a kept version may need compiling.
+                Duration::from_secs(30),
+                idempotent,
+            )
+            .await
     }
 
     /// `PUT /v1/admin/tenants/{tenant}/policy`: validates the component and

@@ -41,10 +41,14 @@ pub struct LockEvent {
     pub token: u64,
     /// By the database clock (UTC).
     pub at: NaiveDateTime,
+    /// The id of the policy version that decided it, if one did.
+    pub policy: Option<String>,
 }
 
 /// The event `event` of `owner`'s lease `token` on `lock`, at `at` (`None`:
-/// the database's `NOW(6)` when appended); `None` for an election.
+/// the database's `NOW(6)` when appended); `None` for an election. A grant
+/// names the policy version that named the key, a handoff the one whose
+/// fairness picked the waiter (the one in force).
 pub(super) fn event(
     lock: &LockRef,
     event: EventKind,
@@ -60,6 +64,11 @@ pub(super) fn event(
         owner: String::from_utf8_lossy(owner).into_owned(),
         token,
         at,
+        policy: match event {
+            EventKind::Granted => lock.named_by.clone().or_else(|| lock.pacing.version()),
+            EventKind::HandedOff => lock.pacing.version(),
+            _ => None,
+        },
     })
 }
 
@@ -133,6 +142,7 @@ impl Engine {
                         owner: String::from_utf8_lossy(&r.owner).into_owned(),
                         token: r.token,
                         at: r.at,
+                        policy: r.policy.map(|p| String::from_utf8_lossy(&p).into_owned()),
                     })
                 })
                 .collect())

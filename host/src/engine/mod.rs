@@ -259,6 +259,10 @@ pub struct LockRef {
     /// The lock's lock-delay and minimum hold: the tenant's, as its policy
     /// overrides them for this key ([`Scope::resolve`]).
     pub delays: Delays,
+    /// The id of the policy version that named the key (its history's
+    /// grants name it); none for the built-in policy, or a lock not named
+    /// by a request (then the version in force is named).
+    pub named_by: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for LockRef {
@@ -325,6 +329,7 @@ impl Scope {
             } else {
                 Delays::default()
             },
+            named_by: None,
         }
     }
 }

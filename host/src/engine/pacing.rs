@@ -31,6 +31,11 @@ pub trait Pacing: Send + Sync + 'static {
         let _ = (storage_key, config);
         None
     }
+    /// The id of the policy version in force (the history names it);
+    /// none for the built-in policy.
+    fn version(&self) -> Option<Arc<str>> {
+        None
+    }
 }
 
 /// A tenant paces by its policy in force (with the policy's fallbacks).
@@ -54,6 +59,10 @@ impl Pacing for Tenant {
         Some(Box::pin(async move {
             config.overridden_by(self.policy.timing(storage_key).await)
         }))
+    }
+
+    fn version(&self) -> Option<Arc<str>> {
+        self.policy.version_id()
     }
 }
 

@@ -4,14 +4,15 @@ use std::{future::Future, pin::Pin};
 
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
-    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, ReloadAttempt, ReloadReport,
-    ReloadStatus, TenantInfo, TenantList,
+    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyVersion,
+    PolicyVersions, ReloadAttempt, ReloadReport, ReloadStatus, RollbackRequest, TenantInfo,
+    TenantList,
 };
 
 use super::{
     ok,
     openapi::{TenantKeyPath, TenantPath, WasmComponent},
-    request::{authenticate_admin, name_lock, read_body},
+    request::{authenticate_admin, name_lock, parse_json, read_body},
     resource::{list, with_kind, ForKind, Resource},
     responses::{
         AdminErrors, BadRequest, InvalidKey, NotFound, PolicyError, TooLarge, Unavailable,
@@ -20,6 +21,7 @@ use super::{
 };
 use crate::{
     app::App,
+    policy::{reload::RollbackError, LoadedBy},
     reconfigure::{Attempt, Trigger},
     store::Kind,
     tenant::Tenant,
@@ -43,6 +45,15 @@ pub async fn handle(
             Ok(ok(&upload_policy(app, req, &name).await?))
         }
         (_, ["tenants", _, "policy"]) => Err(ApiError::method_not_allowed("PUT")),
+        (&Method::GET, ["tenants", name, "policy", "versions"]) => {
+            Ok(ok(&policy_versions(app, name)?))
+        }
+        (_, ["tenants", _, "policy", "versions"]) => Err(ApiError::method_not_allowed("GET")),
+        (&Method::POST, ["tenants", name, "policy", "rollback"]) => {
+            let name = (*name).to_owned();
+            Ok(ok(&rollback_policy(app, req, &name).await?))
+        }
+        (_, ["tenants", _, "policy", "rollback"]) => Err(ApiError::method_not_allowed("POST")),
         (&Method::POST, ["tenants", name, "locks", key, "release"]) => {
             Ok(ok(&force_release(app, name, key).await?))
         }
@@ -153,6 +164,145 @@ async fn upload_policy(
     Ok(tenant_info(&tenant))
 }
 
+/// List a tenant's policy versions
+///
+/// The versions of the tenant's policy the broker keeps compiled (at most
+/// 5, the one in force included), newest first by when each was last put
+/// in force, to roll back to. Versions are per broker: each broker keeps
+/// those it loaded (and, for a tenant with a `policy` file, those recorded
+/// beside it in `policy_dir`).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/tenants/{tenant}/policy/versions",
+    operation_id = "listPolicyVersions",
+    tag = "admin",
+    params(TenantPath),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The kept versions, newest first.", body = PolicyVersions),
+        AdminErrors,
+        (status = 404, response = NotFound),
+    )
+)]
+fn policy_versions(app: &App, name: &str) -> Result<PolicyVersions, ApiError> {
+    Ok(versions_of(&*live_tenant(app, name)?))
+}
+
+/// Roll a tenant's policy back
+///
+/// Puts a kept version of the tenant's policy back in force: the one the
+/// body names, else the previous one (the newest not in force). The kept
+/// compiled version is swapped in at once, without compiling (after a
+/// restart, a kept version is compiled from its recorded bytes on first
+/// use, from the compile cache); requests in flight finish with the policy
+/// they started with. For a tenant with a `policy` file the file gets the
+/// version's bytes, so the rollback survives a restart.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/tenants/{tenant}/policy/rollback",
+    operation_id = "rollbackPolicy",
+    tag = "admin",
+    params(TenantPath),
+    request_body(content = RollbackRequest, description = "Optional: the version to put back \
+in force (absent: the previous one)."),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The version is in force: the kept versions, the one \
+rolled back to first and `active`.", body = PolicyVersions),
+        AdminErrors,
+        (status = 400, response = BadRequest),
+        (status = 404, description = "`not_found`: no such tenant, no such version kept, or no \
+previous version to roll back to.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "not_found",
+                "message": "no version \"0123456789ab\" is kept"}})),
+        (status = 422, description = "`invalid_policy`: the version had to be compiled from its \
+recorded bytes and could not be (they are gone or damaged), or the policy file could not be \
+written. The policy in force stays.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "invalid_policy",
+                "message": "the bytes of version 0123456789ab are gone"}})),
+    )
+)]
+async fn rollback_policy(
+    app: &App,
+    req: Request<Incoming>,
+    name: &str,
+) -> Result<PolicyVersions, ApiError> {
+    let tenant = live_tenant(app, name)?;
+    let body = read_body(req, lockbroker_api::MAX_BODY_BYTES).await?;
+    let request: RollbackRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RollbackRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let rolled = app
+        .reloader
+        .rollback(&tenant.policy, request.version.as_deref())
+        .await;
+    app.audit("policy_rollback", rolled.is_ok());
+    match &rolled {
+        Ok(loaded) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_rollback",
+            tenant = %tenant.name,
+            version = %loaded.id(),
+            "policy rolled back"
+        ),
+        Err(err) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_rollback",
+            tenant = %tenant.name,
+            error = %err,
+            "policy rollback refused"
+        ),
+    }
+    rolled.map_err(|err| match err {
+        RollbackError::NotFound(why) => ApiError::not_found(why),
+        RollbackError::Load(err) => ApiError::new(ErrorCode::InvalidPolicy, err.0),
+    })?;
+    Ok(versions_of(&tenant))
+}
+
+/// A configured tenant, or 404.
+fn live_tenant(app: &App, name: &str) -> Result<std::sync::Arc<Tenant>, ApiError> {
+    app.live()
+        .tenants
+        .get(name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))
+}
+
+/// A tenant's kept policy versions, as the admin API shows them.
+pub fn versions_of(tenant: &Tenant) -> PolicyVersions {
+    let current = tenant.policy.current();
+    let active = (!current.stand_in).then(|| current.id());
+    PolicyVersions {
+        tenant: tenant.name.clone(),
+        versions: tenant
+            .policy
+            .versions()
+            .list()
+            .iter()
+            .map(|v| PolicyVersion {
+                id: v.id.clone(),
+                sha256: v.sha256.clone(),
+                name: v.name.clone(),
+                version: v.version.clone(),
+                loaded_at: v.loaded_at.clone(),
+                loaded_by: match v.loaded_by {
+                    LoadedBy::Startup => PolicyLoadedBy::Startup,
+                    LoadedBy::File => PolicyLoadedBy::File,
+                    LoadedBy::Upload => PolicyLoadedBy::Upload,
+                    LoadedBy::Rollback => PolicyLoadedBy::Rollback,
+                    LoadedBy::Promote => PolicyLoadedBy::Promote,
+                },
+                active: active.as_deref() == Some(v.id.as_str()),
+            })
+            .collect(),
+    }
+}
+
 /// Force-release a stuck lock
 ///
 /// Ends the live lease of a tenant's lock, whoever holds it (every hold of
@@ -246,6 +396,7 @@ pub fn tenant_info(tenant: &Tenant) -> TenantInfo {
             version: loaded.descriptor.version.clone(),
             sha256: loaded.sha256.clone(),
             loaded_at: loaded.loaded_at.clone(),
+            id: (!loaded.stand_in).then(|| loaded.id()),
         },
         last_error: tenant.policy.last_error(),
     }

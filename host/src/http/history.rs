@@ -52,6 +52,7 @@ pub fn event(e: engine::LockEvent) -> LockEvent {
             .at
             .and_utc()
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        policy: e.policy,
     }
 }
 

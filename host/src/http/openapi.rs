@@ -74,6 +74,8 @@ commit."
         events::handle,
         admin::tenants,
         admin::upload_policy,
+        admin::policy_versions,
+        admin::rollback_policy,
         admin::force_release,
         admin::reload,
         admin::reload_status,

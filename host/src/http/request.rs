@@ -190,8 +190,10 @@ pub async fn name_key(tenant: &Arc<Tenant>, kind: Kind, key: String) -> Result<L
             key.len()
         )));
     }
-    let storage_key = tenant.policy.storage_key(&key).await?;
-    Ok(LockRef::new(tenant, kind, key, storage_key).await)
+    let (storage_key, named_by) = tenant.policy.name(&key).await?;
+    let mut lock = LockRef::new(tenant, kind, key, storage_key).await;
+    lock.named_by = named_by;
+    Ok(lock)
 }
 
 /// The `name=value` pairs of a query string (empty pairs skipped).

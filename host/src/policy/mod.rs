@@ -12,14 +12,16 @@
 
 mod builtin;
 pub mod reload;
+pub mod versions;
 pub mod wasm;
 
 use std::sync::{
     atomic::{AtomicBool, Ordering},
-    Arc, RwLock,
+    Arc, Mutex, RwLock,
 };
 
 pub use builtin::{Builtin, MAX_KEY_BYTES};
+pub use versions::{LoadedBy, Version, Versions};
 
 use crate::metrics::Metrics;
 
@@ -207,6 +209,14 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// The version's id: the short sha256 of the component
+    /// ([`versions::short_id`]), `builtin` for the built-in policy.
+    pub fn id(&self) -> String {
+        self.sha256
+            .as_deref()
+            .map_or_else(|| versions::BUILTIN_ID.to_owned(), versions::short_id)
+    }
+
     /// The built-in policy, loaded now.
     pub fn builtin() -> Loaded {
         Loaded::native(Builtin, false)
@@ -238,6 +248,8 @@ pub struct TenantPolicy {
     /// without `timing` costs nothing more).
     timing: AtomicBool,
     last_error: RwLock<Option<String>>,
+    /// The versions kept, the one in force included (not stand-ins).
+    versions: Mutex<Versions>,
     metrics: Arc<Metrics>,
 }
 
@@ -250,12 +262,18 @@ impl TenantPolicy {
         loaded: Loaded,
         metrics: Arc<Metrics>,
     ) -> TenantPolicy {
+        let loaded = Arc::new(loaded);
+        let mut versions = Versions::default();
+        if !loaded.stand_in {
+            versions.record(&loaded, LoadedBy::Startup);
+        }
         TenantPolicy {
             tenant: tenant.to_owned(),
             file,
             timing: AtomicBool::new(loaded.policy.has_timing()),
-            current: RwLock::new(Arc::new(loaded)),
+            current: RwLock::new(loaded),
             last_error: RwLock::new(None),
+            versions: Mutex::new(versions),
             metrics,
         }
     }
@@ -276,10 +294,46 @@ impl TenantPolicy {
         self.current.read().expect("policy lock").clone()
     }
 
-    /// Puts `loaded` in force and clears the last load error.
+    /// Puts `loaded` (a version, not a stand-in) in force `by` and keeps
+    /// it among the tenant's versions; clears the last load error.
+    pub fn install(&self, loaded: Loaded, by: LoadedBy) -> Arc<Loaded> {
+        let loaded = Arc::new(loaded);
+        {
+            let mut versions = self.versions.lock().expect("versions lock");
+            match by {
+                LoadedBy::Startup => versions.record_start(&loaded),
+                _ => versions.record(&loaded, by),
+            }
+        }
+        self.swap_arc(loaded.clone());
+        loaded
+    }
+
+    /// The tenant's kept versions, newest first.
+    pub fn versions(&self) -> Versions {
+        self.versions.lock().expect("versions lock").clone()
+    }
+
+    /// Changes the kept versions with `f` (under their lock).
+    pub fn with_versions<T>(&self, f: impl FnOnce(&mut Versions) -> T) -> T {
+        f(&mut self.versions.lock().expect("versions lock"))
+    }
+
+    /// The id of the version in force; none for the built-in policy or a
+    /// stand-in.
+    pub fn version_id(&self) -> Option<Arc<str>> {
+        version_of(&self.current())
+    }
+
+    /// Puts `loaded` in force and clears the last load error (a stand-in:
+    /// not kept as a version; see [`TenantPolicy::install`]).
     pub fn swap(&self, loaded: Loaded) {
+        self.swap_arc(Arc::new(loaded));
+    }
+
+    fn swap_arc(&self, loaded: Arc<Loaded>) {
         let timing = loaded.policy.has_timing();
-        *self.current.write().expect("policy lock") = Arc::new(loaded);
+        *self.current.write().expect("policy lock") = loaded;
         // After the swap: a reader that sees the new flag finds the new
         // policy (one that sees the old flag with the new policy asks it,
         // and a policy without `timing` answers "the configured values").
@@ -316,6 +370,15 @@ impl TenantPolicy {
     /// key that is empty or longer than [`MAX_STORAGE_KEY_BYTES`], or
     /// [`NamingError::Loading`] while the first policy is being loaded.
     pub async fn storage_key(&self, key: &str) -> Result<String, NamingError> {
+        self.name(key).await.map(|(storage_key, _)| storage_key)
+    }
+
+    /// [`TenantPolicy::storage_key`], with the id of the version that named
+    /// the key (none for the built-in policy).
+    ///
+    /// # Errors
+    /// As [`TenantPolicy::storage_key`].
+    pub async fn name(&self, key: &str) -> Result<(String, Option<Arc<str>>), NamingError> {
         let loaded = self.current();
         if loaded.loading {
             return Err(NamingError::Loading);
@@ -336,7 +399,7 @@ impl TenantPolicy {
             other => Ok(other),
         });
         match answer {
-            Ok(Ok(storage)) => Ok(storage),
+            Ok(Ok(storage)) => Ok((storage, version_of(&loaded))),
             Ok(Err(reason)) => Err(NamingError::Rejected(reason)),
             Err(fault) => {
                 self.fault(&loaded, "naming", &fault);
@@ -438,6 +501,15 @@ impl TenantPolicy {
                 &[("tenant", &self.tenant), ("export", export)],
             );
         }
+    }
+}
+
+/// The id of `loaded`'s version; none for the built-in policy or a
+/// stand-in.
+fn version_of(loaded: &Loaded) -> Option<Arc<str>> {
+    match (&loaded.sha256, loaded.stand_in) {
+        (Some(sha), false) => Some(Arc::from(versions::short_id(sha))),
+        _ => None,
     }
 }
 

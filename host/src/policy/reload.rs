@@ -11,6 +11,10 @@
 //! version seen before takes milliseconds. A load served from that cache
 //! is counted in `lockbroker_policy_cache_hits_total` and logged.
 //!
+//! Each version put in force is kept ([`super::versions`]): a rollback
+//! ([`Reloader::rollback`]) swaps a kept compiled version back in, in the
+//! tenant's turn, and writes its bytes to the tenant's file (so a restart
+//! and the watcher agree), as an upload does.
 //!
 //! Loads of different tenants run at once (at most [`LOADS_AT_ONCE`]
 //! compiling), at start and on reload: a component that takes many seconds
@@ -42,8 +46,10 @@ use tokio::{
 };
 
 use super::{
+    now_rfc3339,
+    versions::{write_atomically, Record},
     wasm::{Limits, LoadError, LoadOptions, WasmHost},
-    Builtin, Descriptor, Loaded, Policy, PolicyFault, TenantPolicy,
+    Builtin, Descriptor, Loaded, LoadedBy, Policy, PolicyFault, TenantPolicy,
 };
 use crate::{
     config::{Config, TenantConfig},
@@ -275,24 +281,130 @@ impl Reloader {
                 return Err(err);
             }
         }
-        Ok(self.put_in_force(policy, loaded))
+        Ok(self.put_in_force(policy, loaded, LoadedBy::Upload, Some(&bytes)))
     }
 
-    fn put_in_force(&self, policy: &TenantPolicy, loaded: Loaded) -> Arc<Loaded> {
+    /// Puts a kept version of `policy` back in force: `to` (its id or
+    /// sha256), else the previous one. The version kept compiled is swapped
+    /// in at once (one compiled from its kept bytes after a restart); the
+    /// tenant's policy file, if any, gets its bytes, so it stays in force
+    /// after a restart.
+    ///
+    /// # Errors
+    /// [`RollbackError::NotFound`] when no such version is kept;
+    /// [`RollbackError::Load`] when it must be compiled and cannot be, or
+    /// the file cannot be written. The policy in force stays.
+    pub async fn rollback(
+        &self,
+        policy: &TenantPolicy,
+        to: Option<&str>,
+    ) -> Result<Arc<Loaded>, RollbackError> {
+        let turn = self.turn(policy.tenant());
+        let _turn = turn.lock.lock().await;
+        let active = policy.current();
+        let active_id = (!active.stand_in).then(|| active.id());
+        let target = policy.with_versions(|v| match to {
+            Some(id) => v
+                .find(id)
+                .cloned()
+                .ok_or_else(|| RollbackError::NotFound(format!("no version {id:?} is kept"))),
+            None => v
+                .previous(active_id.as_deref().unwrap_or(""))
+                .cloned()
+                .ok_or_else(|| RollbackError::NotFound("no previous version is kept".into())),
+        })?;
+        if active_id.as_deref() == Some(target.id.as_str()) {
+            return Ok(active);
+        }
+        let record = self.record(policy.tenant());
+        let bytes = match (&target.sha256, policy.file()) {
+            (Some(sha), Some(_)) => Some(record.bytes(sha).map_err(|err| {
+                LoadError(format!(
+                    "the bytes of version {} are gone: {err}",
+                    target.id
+                ))
+            })?),
+            _ => None,
+        };
+        let compiled = match (target.compiled.clone(), bytes.clone()) {
+            (Some(compiled), _) => compiled,
+            (None, Some(bytes)) => {
+                let (loaded, _) = self.load(policy.tenant(), bytes).await?;
+                if loaded.sha256 != target.sha256 {
+                    return Err(LoadError(format!(
+                        "the kept bytes of version {} are damaged",
+                        target.id
+                    ))
+                    .into());
+                }
+                let loaded = Arc::new(loaded);
+                policy.with_versions(|v| v.compiled(&target.id, &loaded));
+                loaded
+            }
+            (None, None) => {
+                return Err(LoadError(format!("version {} is not kept compiled", target.id)).into())
+            }
+        };
+        if let (Some(file), Some(bytes)) = (policy.file(), &bytes) {
+            let path = self.dir.join(file);
+            write_atomically(&path, bytes)
+                .map_err(|err| LoadError(format!("cannot write {}: {err}", path.display())))?;
+        }
+        let loaded = Loaded {
+            loaded_at: now_rfc3339(),
+            ..(*compiled).clone()
+        };
+        Ok(self.put_in_force(policy, loaded, LoadedBy::Rollback, None))
+    }
+
+    /// `tenant`'s record of its versions on disk.
+    fn record(&self, tenant: &str) -> Record {
+        Record::new(&self.dir, tenant)
+    }
+
+    /// Reads `policy`'s record of its versions (a tenant with a file),
+    /// before its first load.
+    fn restore(&self, policy: &TenantPolicy) {
+        if policy.file().is_some() {
+            let kept = self.record(policy.tenant()).load();
+            policy.with_versions(|v| v.restore(kept));
+        }
+    }
+
+    /// Puts `loaded` in force `by`, keeping it (and `bytes`, its
+    /// component, for a tenant with a file) as a version.
+    fn put_in_force(
+        &self,
+        policy: &TenantPolicy,
+        loaded: Loaded,
+        by: LoadedBy,
+        bytes: Option<&[u8]>,
+    ) -> Arc<Loaded> {
         tracing::info!(
             tenant = %policy.tenant(),
             policy = %loaded.descriptor.name,
             version = %loaded.descriptor.version,
             sha256 = loaded.sha256.as_deref().unwrap_or("builtin"),
             from_cache = loaded.from_cache,
+            by = ?by,
             "policy in force"
         );
         self.metrics.inc(
             "lockbroker_policy_loads_total",
             &[("tenant", policy.tenant()), ("result", "ok")],
         );
-        policy.swap(loaded);
-        policy.current()
+        let loaded = policy.install(loaded, by);
+        if policy.file().is_some() {
+            let record = self.record(policy.tenant());
+            let kept = match (&loaded.sha256, bytes) {
+                (Some(sha), Some(bytes)) => record.keep_bytes(sha, bytes),
+                _ => Ok(()),
+            };
+            if let Err(err) = kept.and_then(|()| record.save(&policy.versions())) {
+                tracing::warn!(tenant = %policy.tenant(), %err, "cannot record the policy's versions; a rollback may not survive a restart");
+            }
+        }
+        loaded
     }
 
     /// Records a failed load. The policy in force stays, unless it is the
@@ -333,9 +445,14 @@ impl Reloader {
         if policy.current().sha256.as_deref() == Some(sha.as_str()) {
             return;
         }
+        let by = if policy.is_loading() {
+            LoadedBy::Startup
+        } else {
+            LoadedBy::File
+        };
         match self.load(policy.tenant(), bytes).await {
-            Ok((loaded, _)) => {
-                self.put_in_force(policy, loaded);
+            Ok((loaded, bytes)) => {
+                self.put_in_force(policy, loaded, by, Some(&bytes));
             }
             Err(err) => self.failed(policy, &err),
         }
@@ -357,6 +474,7 @@ impl Reloader {
         let seen = files.iter().map(|(_, p)| (p.clone(), stamp(p))).collect();
         let mut loads = JoinSet::new();
         for (policy, path) in &files {
+            self.restore(policy);
             let (this, policy, path) = (self.clone(), policy.clone(), path.clone());
             loads.spawn(async move { this.reload(&policy, &path).await });
         }
@@ -391,8 +509,9 @@ impl Reloader {
         let bytes = tokio::fs::read(&path)
             .await
             .map_err(|err| LoadError(format!("cannot read {}: {err}", path.display())))?;
-        let (loaded, _) = self.load_with(policy.tenant(), bytes, options).await?;
-        self.put_in_force(policy, loaded);
+        let (loaded, bytes) = self.load_with(policy.tenant(), bytes, options).await?;
+        self.restore(policy);
+        self.put_in_force(policy, loaded, LoadedBy::Startup, Some(&bytes));
         Ok(())
     }
 
@@ -510,13 +629,14 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(LoadError(format!("policy load panicked: {e}"))))
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.upload-{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+/// Why a rollback was refused (the policy in force stays).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RollbackError {
+    /// No such version is kept (or no previous one).
+    #[error("{0}")]
+    NotFound(String),
+    /// The version had to be compiled from its kept bytes and could not
+    /// be, or the policy file could not be written.
+    #[error(transparent)]
+    Load(#[from] LoadError),
 }

@@ -60,6 +60,8 @@ pub struct NewEvent {
     pub token: u64,
     /// By the database clock; `None`: `NOW(6)` of the insert.
     pub at: Option<NaiveDateTime>,
+    /// The id of the policy version that decided it, if one did.
+    pub policy: Option<std::sync::Arc<str>>,
 }
 
 /// A recorded event.
@@ -69,6 +71,7 @@ pub struct EventRow {
     pub owner: Vec<u8>,
     pub token: u64,
     pub at: NaiveDateTime,
+    pub policy: Option<Vec<u8>>,
 }
 
 /// Appends `events` in one statement (in the caller's transaction).
@@ -76,10 +79,10 @@ pub async fn append(conn: &mut Conn, events: &[NewEvent]) -> sqlx::Result<()> {
     if events.is_empty() {
         return Ok(());
     }
-    let tuples = vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)))"; events.len()].join(", ");
+    let tuples = vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)), ?)"; events.len()].join(", ");
     let sql = format!(
         r#"
-INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at)
+INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at, policy)
 VALUES {tuples}
 "#
     );
@@ -94,6 +97,7 @@ VALUES {tuples}
                 &e.owner,
                 e.token,
                 e.at,
+                e.policy.as_deref(),
             )
         })
         .collect();
@@ -105,7 +109,7 @@ VALUES {tuples}
 pub async fn latest(conn: &mut Conn, k: RowKey<'_>, limit: u32) -> sqlx::Result<Vec<EventRow>> {
     conn.fetch_all(
         r#"
-SELECT event, owner, token, at FROM lock_events
+SELECT event, owner, token, at, policy FROM lock_events
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 ORDER BY id DESC LIMIT ?
 "#,

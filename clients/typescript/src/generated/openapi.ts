@@ -788,6 +788,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant}/policy/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a tenant's policy versions
+         * @description The versions of the tenant's policy the broker keeps compiled (at most
+         *     5, the one in force included), newest first by when each was last put
+         *     in force, to roll back to. Versions are per broker: each broker keeps
+         *     those it loaded (and, for a tenant with a `policy` file, those recorded
+         *     beside it in `policy_dir`).
+         */
+        get: operations["listPolicyVersions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/policy/rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Roll a tenant's policy back
+         * @description Puts a kept version of the tenant's policy back in force: the one the
+         *     body names, else the previous one (the newest not in force). The kept
+         *     compiled version is swapped in at once, without compiling (after a
+         *     restart, a kept version is compiled from its recorded bytes on first
+         *     use, from the compile cache); requests in flight finish with the policy
+         *     they started with. For a tenant with a `policy` file the file gets the
+         *     version's bytes, so the rollback survives a restart.
+         */
+        post: operations["rollbackPolicy"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenant}/locks/{key}/release": {
         parameters: {
             query?: never;
@@ -1243,6 +1293,7 @@ export interface components {
          *       "at": "2026-11-21T10:00:00.123456Z",
          *       "event": "granted",
          *       "owner": "worker-7",
+         *       "policy": "3f2a9c1b0d4e",
          *       "token": 42
          *     }
          */
@@ -1257,6 +1308,14 @@ export interface components {
             token: number;
             /** @description When, by the database clock (RFC 3339, UTC, microseconds). */
             at: string;
+            /**
+             * @description The id of the tenant's policy version that decided it (as in `GET
+             *     /v1/admin/tenants/{tenant}/policy/versions`): for `granted` the one
+             *     that named the key, for `handed_off` the one whose fairness picked
+             *     the waiter. Null for other events, for events decided by the
+             *     built-in policy, and for events recorded before versions were.
+             */
+            policy: string | null;
         };
         /**
          * @description What happened to a lease.
@@ -1524,6 +1583,77 @@ export interface components {
              * @description When the policy in force was loaded, UTC with milliseconds.
              */
             loaded_at: string;
+            /**
+             * @description The version's id (as in `GET .../policy/versions`): the first 12
+             *     hex digits of `sha256`, `builtin` for the built-in policy; null
+             *     while the tenant's policy file is loading or has never loaded.
+             */
+            id: string | null;
+        };
+        /**
+         * @description How a policy version was put in force.
+         * @enum {string}
+         */
+        PolicyLoadedBy: "startup" | "file" | "upload" | "rollback" | "promote";
+        /** @description One kept version of a tenant's policy. */
+        PolicyVersion: {
+            /**
+             * @description The first 12 hex digits of `sha256`; `builtin` for the built-in
+             *     policy. A rollback names a version by it (or by its `sha256`).
+             */
+            id: string;
+            /** @description sha256 of the component, lowercase hex; null for the built-in policy. */
+            sha256: string | null;
+            /** @description The name the policy gives itself (`meta.describe`). */
+            name: string;
+            /** @description The policy's own version. */
+            version: string;
+            /**
+             * Format: date-time
+             * @description When it was last put in force, UTC with milliseconds.
+             */
+            loaded_at: string;
+            /** @description How it was last put in force. */
+            loaded_by: components["schemas"]["PolicyLoadedBy"];
+            /** @description True for the version in force. */
+            active: boolean;
+        };
+        /**
+         * @description `GET /v1/admin/tenants/{tenant}/policy/versions` (and the answer to a
+         *     rollback): the versions of a tenant's policy the broker keeps, compiled,
+         *     to roll back to.
+         * @example {
+         *       "tenant": "team-a",
+         *       "versions": [
+         *         {
+         *           "active": true,
+         *           "id": "3f2a9c1b0d4e",
+         *           "loaded_at": "2026-11-21T10:02:00.000Z",
+         *           "loaded_by": "rollback",
+         *           "name": "team-prefix",
+         *           "sha256": "3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+         *           "version": "0.1.0"
+         *         },
+         *         {
+         *           "active": false,
+         *           "id": "9e8d7c6b5a49",
+         *           "loaded_at": "2026-11-21T10:01:00.000Z",
+         *           "loaded_by": "upload",
+         *           "name": "team-prefix",
+         *           "sha256": "9e8d7c6b5a493827160f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6e5f4a3",
+         *           "version": "0.2.0"
+         *         }
+         *       ]
+         *     }
+         */
+        PolicyVersions: {
+            /** @description The tenant. */
+            tenant: string;
+            /**
+             * @description At most 5, the one in force included, newest first (by when each
+             *     was last put in force).
+             */
+            versions: components["schemas"]["PolicyVersion"][];
         };
         /**
          * @description `POST /v1/locks/{key}/release` (and `/v1/rwlocks/{key}/release`).
@@ -1670,6 +1800,20 @@ export interface components {
          * @enum {string}
          */
         ResourceKind: "lock" | "semaphore" | "rwlock";
+        /**
+         * @description `POST /v1/admin/tenants/{tenant}/policy/rollback`: which kept version to
+         *     put back in force. The body may be absent: the previous version.
+         * @example {
+         *       "version": "3f2a9c1b0d4e"
+         *     }
+         */
+        RollbackRequest: {
+            /**
+             * @description A kept version's `id` (or `sha256`); absent or null: the previous
+             *     version (the newest one not in force).
+             */
+            version?: string | null;
+        };
         /**
          * @description `POST /v1/rwlocks/{key}/acquire`.
          * @example {
@@ -2002,6 +2146,7 @@ export interface components {
          *       "name": "default",
          *       "policy": {
          *         "file": null,
+         *         "id": "builtin",
          *         "loaded_at": "2026-11-21T09:58:12.345Z",
          *         "name": "builtin",
          *         "sha256": null,
@@ -3993,6 +4138,105 @@ export interface operations {
                      *       "error": {
                      *         "code": "invalid_policy",
                      *         "message": "the component does not export lockbroker:policy/naming@0.1.0"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listPolicyVersions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The kept versions, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyVersions"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+        };
+    };
+    rollbackPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        /** @description Optional: the version to put back in force (absent: the previous one). */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RollbackRequest"];
+            };
+        };
+        responses: {
+            /** @description The version is in force: the kept versions, the one rolled back to first and `active`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyVersions"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description `not_found`: no such tenant, no such version kept, or no previous version to roll back to. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "no version \"0123456789ab\" is kept"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            /** @description `invalid_policy`: the version had to be compiled from its recorded bytes and could not be (they are gone or damaged), or the policy file could not be written. The policy in force stays. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_policy",
+                     *         "message": "the bytes of version 0123456789ab are gone"
                      *       }
                      *     }
                      */
