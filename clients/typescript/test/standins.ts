@@ -14,6 +14,7 @@ export class Forwarder {
   private readonly server: net.Server;
   private readonly pairs = new Set<[net.Socket, net.Socket]>();
   private mode: "forward" | "silent" = "forward";
+  private closing = false;
   /** Connections accepted so far. */
   accepted = 0;
 
@@ -68,12 +69,23 @@ export class Forwarder {
     this.pairs.clear();
   }
 
+  /**
+   * Stops listening and closes every connection. A connection a client
+   * opens meanwhile (a stream reconnecting) is closed too: the server's
+   * close waits for every connection it accepted.
+   */
   async close(): Promise<void> {
+    this.closing = true;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.cut();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await closed;
   }
 
   private accept(client: net.Socket): void {
+    if (this.closing) {
+      client.destroy();
+      return;
+    }
     this.accepted++;
     client.on("error", () => undefined);
     if (this.mode === "silent") {
