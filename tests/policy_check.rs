@@ -131,6 +131,14 @@ fn dist_dir() -> PathBuf {
 fn components(dir: &Path, under: &Path, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
+        // A broker whose policy_dir this is keeps its policy versions in
+        // `.versions/` (state, not built components).
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
+            continue;
+        }
         if path.is_dir() {
             components(&path, under, out);
         } else if path.extension().is_some_and(|e| e == "wasm") {
