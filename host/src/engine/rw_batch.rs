@@ -592,31 +592,11 @@ impl Drop for KeyTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        engine::fixtures::at,
-        store::rwlocks::{HeaderRow, ReaderRow},
-    };
+    use crate::engine::fixtures::at;
 
+    /// A key's state: a writer's lease ending at 500 ms, if any.
     fn held(writer: Option<(&str, u64)>, readers: &[(&str, u64)], queued: u32) -> Held {
-        Held {
-            header: HeaderRow {
-                token: 10,
-                writer: writer.map(|(w, _)| w.as_bytes().to_vec()),
-                writer_token: writer.map(|(_, t)| t),
-                writer_expires_at: writer.map(|_| at(500)),
-                queued,
-                changed_by: None,
-                now: at(0),
-            },
-            readers: readers
-                .iter()
-                .map(|(o, t)| ReaderRow {
-                    owner: o.as_bytes().to_vec(),
-                    token: *t,
-                    expires_at: at(1000),
-                })
-                .collect(),
-        }
+        crate::engine::rwlock::tests::held(writer.map(|(w, t)| (w, t, 500)), readers, queued)
     }
 
     fn read(owner: &str, wait_ms: u64) -> RwOp {

@@ -851,11 +851,17 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::engine::fixtures::at;
 
-    fn held(writer: Option<(&str, u64, i64)>, readers: &[(&str, u64)], queued: u32) -> Held {
+    /// A key's state for tests: header token 10, `writer` (owner, token,
+    /// expiry in ms), live `readers` (owner, token), `queued` waiters.
+    pub(in crate::engine) fn held(
+        writer: Option<(&str, u64, i64)>,
+        readers: &[(&str, u64)],
+        queued: u32,
+    ) -> Held {
         Held {
             header: HeaderRow {
                 token: 10,
