@@ -43,9 +43,21 @@ use tokio::{
     task::JoinHandle,
 };
 
-/// A `COMMIT` as a MySQL client sends it: a packet of 7 bytes, sequence 0,
-/// `COM_QUERY` (3) and the statement.
-const COMMIT_PACKET: &[u8] = b"\x07\x00\x00\x00\x03COMMIT";
+/// A `COMMIT` as a MySQL client sends it: a `COM_QUERY` (3) packet
+/// (sequence 0) whose statement is `COMMIT`, alone or last of several
+/// (the broker sends a transaction's last writes with it).
+const COMMIT: &[u8] = b"COMMIT";
+
+/// Where the `COM_QUERY` packet that ends in `COMMIT` starts in `chunk`.
+fn commit_packet(chunk: &[u8]) -> Option<usize> {
+    let end = chunk.windows(COMMIT.len()).position(|w| w == COMMIT)? + COMMIT.len();
+    (0..end.saturating_sub(4 + COMMIT.len() - 1)).find(|&start| {
+        let h = &chunk[start..];
+        let len = usize::from(h[0]) | usize::from(h[1]) << 8 | usize::from(h[2]) << 16;
+        h.len() > 4 && h[3] == 0 && h[4] == 3 && start + 4 + len == end
+    })
+}
+
 /// What to do to the next `COMMIT` (`Proxy::commit_fault`).
 const COMMIT_PASSES: u8 = 0;
 const COMMIT_ANSWER_LOST: u8 = 1;
@@ -367,10 +379,7 @@ async fn pump<R, W>(
                 return;
             }
             Way::Up => {
-                let at = chunk
-                    .windows(COMMIT_PACKET.len())
-                    .position(|w| w == COMMIT_PACKET);
-                if let Some(at) = at {
+                if let Some(at) = commit_packet(chunk) {
                     match tap.commits.fault.swap(COMMIT_PASSES, Ordering::SeqCst) {
                         COMMIT_ANSWER_LOST => {
                             tap.commits.hit.fetch_add(1, Ordering::SeqCst);

@@ -80,7 +80,8 @@ pub struct LeaseWrite<'a> {
 
 /// Writes every state of `writes` in one statement. The caller holds each
 /// row (read by [`lock_rows`] in this transaction), so every row exists
-/// and the insert half never inserts; `queued` is left as it is.
+/// and the insert half never inserts; `queued` is left as it is. Sent
+/// with the commit (`Conn::defer`).
 pub async fn write_rows(conn: &mut Conn, writes: &[LeaseWrite<'_>]) -> sqlx::Result<()> {
     if writes.is_empty() {
         return Ok(());
@@ -111,6 +112,6 @@ ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
             )
         })
         .collect();
-    conn.execute(&sql, params).await?;
+    conn.defer(&sql, params).await?;
     Ok(())
 }

@@ -74,7 +74,8 @@ pub struct EventRow {
     pub policy: Option<Vec<u8>>,
 }
 
-/// Appends `events` in one statement (in the caller's transaction).
+/// Appends `events` in one statement (in the caller's transaction), sent
+/// with its next statement or commit (`Conn::defer`).
 pub async fn append(conn: &mut Conn, events: &[NewEvent]) -> sqlx::Result<()> {
     if events.is_empty() {
         return Ok(());
@@ -101,7 +102,7 @@ VALUES {tuples}
             )
         })
         .collect();
-    conn.execute(&sql, params).await?;
+    conn.defer(&sql, params).await?;
     Ok(())
 }
 

@@ -69,13 +69,10 @@ pub struct LeaseWrite<'a> {
 }
 
 /// Writes a lease: holder, token, hold count and expiry, and the marks of
-/// [`LeaseWrite`].
-pub async fn write_lease(
-    conn: &mut Conn,
-    k: RowKey<'_>,
-    w: LeaseWrite<'_>,
-) -> sqlx::Result<MySqlQueryResult> {
-    conn.execute(
+/// [`LeaseWrite`]. Deferred (`Conn::defer`): the caller holds the row, so
+/// the write cannot miss it, and goes with the commit.
+pub async fn write_lease(conn: &mut Conn, k: RowKey<'_>, w: LeaseWrite<'_>) -> sqlx::Result<()> {
+    conn.defer(
         r#"
 UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?,
   released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)

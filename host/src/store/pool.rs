@@ -201,6 +201,8 @@ impl Pool {
             pool: self.0.clone(),
             _permit: permit,
             events: Vec::new(),
+            queued: String::new(),
+            tx: Tx::None,
         }
     }
 
@@ -351,6 +353,25 @@ pub struct Conn {
     /// exist exactly when the changes they describe do; a rollback drops
     /// them.
     events: Vec<super::history::NewEvent>,
+    /// Statements not sent yet, each ending in `;`: the `BEGIN` of a
+    /// transaction until its first statement, and writes whose answer
+    /// nobody reads (`Conn::defer`) until the next statement or the
+    /// `COMMIT`. They go with that statement as one text query (values
+    /// written as literals, `query::Literal`): a transaction of a read, a
+    /// write, its history and its commit is two round trips, not five.
+    /// The server stops at the first statement that fails, so what follows
+    /// it (a `COMMIT`) never runs.
+    queued: String,
+    tx: Tx,
+}
+
+/// Where the connection's transaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tx {
+    None,
+    /// `BEGIN` is queued, not sent: nothing to roll back yet.
+    Unsent,
+    Open,
 }
 
 impl Conn {
@@ -423,22 +444,39 @@ impl Conn {
         result
     }
 
-    /// Starts a transaction.
+    /// Starts a transaction. Its `BEGIN` is sent with the first statement
+    /// (see `queued`), so this costs no round trip.
     ///
     /// # Errors
-    /// The server's or the connection's error.
+    /// None today; kept fallible for callers written against a real one.
+    #[allow(clippy::unused_async)]
     pub async fn begin(&mut self) -> sqlx::Result<()> {
         self.events.clear();
-        self.statement("BEGIN").await
+        self.queued.clear();
+        self.queued.push_str("BEGIN;\n");
+        self.tx = Tx::Unsent;
+        self.clean = false;
+        Ok(())
     }
 
-    /// Commits; on success the connection is clean again.
+    /// Commits, with the statements still queued; on success the
+    /// connection is clean again. A transaction that sent nothing has
+    /// nothing to commit.
     ///
     /// # Errors
     /// A server error means the transaction was rolled back (e.g. a Galera
-    /// certification failure) and the connection is clean; any other error
-    /// leaves the outcome unknown and the connection is closed on drop.
+    /// certification failure, or a queued write that failed: the `COMMIT`
+    /// after it never ran) and the connection is clean only after a
+    /// conflict; any other error leaves the outcome unknown and the
+    /// connection is closed on drop.
     pub async fn commit(&mut self) -> sqlx::Result<()> {
+        if self.tx == Tx::Unsent && self.queued == "BEGIN;\n" {
+            self.queued.clear();
+            self.tx = Tx::None;
+            self.clean = true;
+            return Ok(());
+        }
+        self.tx = Tx::None;
         match self.statement("COMMIT").await {
             Ok(()) => {
                 self.clean = true;
@@ -455,19 +493,57 @@ impl Conn {
         }
     }
 
-    /// Rolls back; on success the connection is clean again.
+    /// Rolls back (what was queued is dropped unsent); on success the
+    /// connection is clean again.
     ///
     /// # Errors
     /// The connection failed: it is closed on drop.
     pub async fn rollback(&mut self) -> sqlx::Result<()> {
         self.events.clear();
-        self.statement("ROLLBACK").await?;
+        self.queued.clear();
+        let was = std::mem::replace(&mut self.tx, Tx::None);
+        if was != Tx::Unsent {
+            self.statement("ROLLBACK").await?;
+        }
         self.clean = true;
         Ok(())
     }
 
-    /// A statement without parameters, in the text protocol.
+    /// Whether statements wait to go with the next one.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// Whether a transaction is begun (sent or not).
+    pub(super) fn in_transaction(&self) -> bool {
+        self.tx != Tx::None
+    }
+
+    /// Queues `sql` (complete, values written in) to go with the next
+    /// statement.
+    pub(super) fn queue(&mut self, sql: &str) {
+        self.queued.push_str(sql.trim());
+        self.queued.push_str(";\n");
+    }
+
+    /// The queued statements followed by `sql`, as one text; from now on
+    /// the transaction is open on the server.
+    pub(super) fn take_queued_with(&mut self, sql: &str) -> String {
+        if self.tx == Tx::Unsent {
+            self.tx = Tx::Open;
+        }
+        let mut text = std::mem::take(&mut self.queued);
+        text.push_str(sql.trim());
+        text
+    }
+
+    /// A statement without parameters, in the text protocol (with what is
+    /// queued before it).
     pub async fn statement(&mut self, sql: &str) -> sqlx::Result<()> {
+        if self.has_queued() {
+            let text = self.take_queued_with(sql);
+            return self.run_text(text).await.map(|_| ());
+        }
         self.run(|c| c.execute(sql)).await.map(|_| ())
     }
 
