@@ -40,17 +40,19 @@
 //! other (`settle`), by every member's expected row: all found means
 //! committed, none means not, anything else is answered `503`.
 
-use std::{collections::HashSet, sync::Mutex};
+use std::collections::HashSet;
 
-use tokio::{sync::oneshot, time::Instant};
+use tokio::time::Instant;
 
+pub(super) use super::gather::Gathered as Batched;
 use super::{
+    gather::{self, answer_each, budget_of, in_time, Answer, Gather, Gathers, Limits},
     history,
     lease::{Attempt, Wish},
     lock::decide,
     seat::{Lease, LeaseRow, Seat},
     settle::Expect,
-    Budget, DbFailure, Engine, EngineError, LockRef, Released,
+    Budget, Engine, EngineError, LockRef, Released,
 };
 use crate::store::{
     self,
@@ -72,29 +74,45 @@ pub(super) const MAX_IN_FLIGHT: usize = 6;
 /// [`MAX_IN_FLIGHT`] run), rather than wait for a running one to end.
 pub(super) const FULL_ENOUGH: usize = 16;
 
+/// The batches' limits: one group for all keys (a batch reads many rows),
+/// its batches in flight following the load.
+const LIMITS: Limits = Limits {
+    max_members: MAX_MEMBERS,
+    min_in_flight: MIN_IN_FLIGHT,
+    max_in_flight: MAX_IN_FLIGHT,
+    full_enough: FULL_ENOUGH,
+};
+
 /// Operations waiting for the next batch, and how many batches run.
-#[derive(Default)]
-pub(super) struct Batcher {
-    state: Mutex<State>,
-}
+pub(super) type Batcher = Gather<Batches>;
 
-#[derive(Default)]
-struct State {
-    pending: Vec<Member>,
-    running: usize,
-}
+/// The engine as it gathers lock operations into batches.
+#[derive(Clone)]
+pub(super) struct Batches(Engine);
 
-/// The outcome of an operation offered to a batch: done there, or to be
-/// done alone within what is left of its budget (time spent in the batch
-/// counts, so the whole operation stays within one `db_timeout_ms`).
-pub(super) enum Batched<T> {
-    Done(Result<T, EngineError>),
-    Alone(Budget),
+impl Gathers for Batches {
+    /// All batches are one group.
+    type Key = ();
+    type Op = Op;
+    type Reply = Reply;
+    const FELL_BACK: &'static str = "a batch failed before its commit";
+
+    fn limits(&self) -> Limits {
+        LIMITS
+    }
+
+    fn gather(&self) -> &Batcher {
+        &self.0.batcher
+    }
+
+    async fn run(&self, members: Vec<Member>) {
+        self.0.run_batch(members).await;
+    }
 }
 
 /// What a member asks of its lock's row.
 #[derive(Debug, Clone)]
-enum Op {
+pub(super) enum Op {
     Acquire {
         owner: String,
         ttl_ms: u64,
@@ -108,18 +126,11 @@ enum Op {
     },
 }
 
-struct Member {
-    lock: LockRef,
-    op: Op,
-    /// The end of this operation's database budget, from its arrival: time
-    /// spent gathered for a batch counts.
-    deadline: Instant,
-    reply: oneshot::Sender<Reply>,
-}
+type Member = gather::Member<Batches>;
 
 /// A member's answer.
 #[derive(Debug)]
-enum Reply {
+pub(super) enum Reply {
     Granted(Lease),
     Busy {
         remaining_ms: u64,
@@ -129,6 +140,15 @@ enum Reply {
     /// Not for a batch: take the individual path.
     Individual,
     Failed(EngineError),
+}
+
+impl Answer for Reply {
+    fn individual() -> Self {
+        Reply::Individual
+    }
+    fn failed(err: EngineError) -> Self {
+        Reply::Failed(err)
+    }
 }
 
 /// What a member's row decides.
@@ -346,78 +366,20 @@ impl Engine {
     /// Puts `op` in a batch and waits for its answer: runs a batch at once
     /// (in this task) if fewer than [`MIN_IN_FLIGHT`] run, otherwise joins
     /// the next one (and runs it at once, in this task, if it is
-    /// [`FULL_ENOUGH`] and fewer than [`MAX_IN_FLIGHT`] run). With the answer comes what is left of the operation's
-    /// budget. `None` (nothing done) when it would run a batch of its own
-    /// but may not `lead` one: a release alone is cheaper as its own
-    /// one-statement autocommit (`release_alone`) than as a transaction.
+    /// [`FULL_ENOUGH`] and fewer than [`MAX_IN_FLIGHT`] run). With the
+    /// answer comes what is left of the operation's budget. `None` (nothing
+    /// done) when it would run a batch of its own but may not `lead` one: a
+    /// release alone is cheaper as its own one-statement autocommit
+    /// (`release_alone`) than as a transaction.
     async fn submit(&self, lock: &LockRef, op: Op, lead: bool) -> Option<(Reply, Budget)> {
-        let (reply, answer) = oneshot::channel();
         let budget = self.budget();
-        let member = Member {
-            lock: lock.clone(),
-            op,
-            deadline: budget.deadline,
-            reply,
+        let batches = Batches(self.clone());
+        let reply = if lead {
+            gather::submit(&batches, (), lock, op, budget.deadline).await
+        } else {
+            gather::join(&batches, (), lock, op, budget.deadline).await?
         };
-        let now = {
-            let mut state = self.batcher.state.lock().expect("batcher");
-            if state.running < MIN_IN_FLIGHT {
-                if !lead {
-                    return None;
-                }
-                state.running += 1;
-                let mut members = take_pending(&mut state);
-                members.push(member);
-                Some(members)
-            } else {
-                state.pending.push(member);
-                if state.pending.len() >= FULL_ENOUGH && state.running < MAX_IN_FLIGHT {
-                    state.running += 1;
-                    let n = state.pending.len().min(MAX_MEMBERS);
-                    Some(state.pending.drain(..n).collect())
-                } else {
-                    None
-                }
-            }
-        };
-        if let Some(members) = now {
-            let _turn = Turn(self.clone());
-            self.run_batch(members).await;
-        }
-        // A batch that ended without answering (a panic) may have
-        // committed: never guess.
-        let reply = answer
-            .await
-            .unwrap_or(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
         Some((reply, budget))
-    }
-
-    /// After a batch: the operations gathered meanwhile go as the next
-    /// batch, in a task of their own; with none, one batch fewer runs.
-    fn next_batch(&self) {
-        let members = {
-            let mut state = self.batcher.state.lock().expect("batcher");
-            if state.pending.is_empty() {
-                state.running -= 1;
-                return;
-            }
-            take_pending(&mut state)
-        };
-        let engine = self.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _turn = Turn(engine.clone());
-                    engine.run_batch(members).await;
-                });
-            }
-            // The runtime is gone (shutdown): dropping the members answers
-            // them 503; nothing of theirs was done.
-            Err(_) => {
-                drop(members);
-                engine.batcher.state.lock().expect("batcher").running -= 1;
-            }
-        }
     }
 
     /// Runs one batch and answers every member, within the budget of the
@@ -426,30 +388,18 @@ impl Engine {
         let started = Instant::now();
         // One member per row: later ones for the same key go alone.
         let mut seen = HashSet::new();
-        let mut inside = Vec::with_capacity(members.len());
-        for member in members {
-            if member.deadline <= started {
-                // Gathered behind a batch that took all of its time.
-                let _ = member
-                    .reply
-                    .send(Reply::Failed(store::pool::timed_out().into()));
-                continue;
-            }
-            let key = (
-                member.lock.tenant.clone(),
-                member.lock.kind,
-                member.lock.storage_key.clone(),
-            );
-            if seen.insert(key) {
-                inside.push(member);
-            } else {
-                let _ = member.reply.send(Reply::Individual);
-            }
-        }
-        let Some(deadline) = inside.iter().map(|m| m.deadline).min() else {
+        let (inside, again): (Vec<Member>, Vec<Member>) =
+            in_time(members, started).into_iter().partition(|member| {
+                seen.insert((
+                    member.lock.tenant.clone(),
+                    member.lock.kind,
+                    member.lock.storage_key.clone(),
+                ))
+            });
+        answer_each(again, |_| Reply::Individual);
+        let Some(budget) = budget_of(&inside) else {
             return;
         };
-        let budget = Budget { deadline };
         self.metrics.inc("lockbroker_batches_total", &[]);
         self.metrics.add_counter(
             "lockbroker_batched_operations_total",
@@ -494,12 +444,8 @@ impl Engine {
                 .find(|r| r.as_ref().is_some_and(|r| r.is(member.lock.row())))
                 .and_then(Option::take);
             match plan(&member.lock, &member.op, row) {
-                Plan::Answer(reply) => {
-                    let _ = member.reply.send(reply);
-                }
-                Plan::Individual => {
-                    let _ = member.reply.send(Reply::Individual);
-                }
+                Plan::Answer(reply) => member.answer(reply),
+                Plan::Individual => member.answer(Reply::Individual),
                 Plan::Write {
                     state,
                     reply,
@@ -544,26 +490,6 @@ impl Engine {
         }
         Ok(Some((tx, written)))
     }
-
-    /// Members of a batch that failed before its commit (nothing of it
-    /// happened): the individual path, within what is left of each one's
-    /// budget, while any is left; else `503`.
-    fn fall_back(&self, members: Vec<Member>, err: &EngineError, budget: Budget) {
-        if let Some(kind) = err.db_failure_kind() {
-            self.metrics
-                .inc("lockbroker_db_errors_total", &[("kind", kind)]);
-        }
-        tracing::debug!(error = %err, members = members.len(), "a batch failed before its commit");
-        let alone = budget.left() > std::time::Duration::from_millis(10);
-        for member in members {
-            let reply = if alone {
-                Reply::Individual
-            } else {
-                Reply::Failed(store::pool::timed_out().into())
-            };
-            let _ = member.reply.send(reply);
-        }
-    }
 }
 
 /// Commits the batch's transaction and answers its written members: their
@@ -596,46 +522,14 @@ async fn written_and_committed(
                         if lease.fresh { "direct" } else { "reentry" },
                     );
                 }
-                let _ = w.member.reply.send(w.reply);
+                w.member.answer(w.reply);
             }
         }
         Err(err) => {
             let members = written.into_iter().map(|w| w.member).collect();
-            match err {
-                // Settled as not committed, or rolled back by a collision:
-                // nothing happened.
-                EngineError::Unavailable(DbFailure::NotCommitted) => {
-                    engine.fall_back(members, &err, budget);
-                }
-                err if err.retry().is_some() => engine.fall_back(members, &err, budget),
-                _ => {
-                    for member in members {
-                        let _ = member
-                            .reply
-                            .send(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
-                    }
-                }
-            }
+            engine.commit_failed(members, err, budget);
         }
     }
-}
-
-/// A running batch's turn: when it ends, however it ends (a panic
-/// included), the operations gathered meanwhile get the next batch, so none
-/// waits for nobody.
-struct Turn(Engine);
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        self.0.next_batch();
-    }
-}
-
-/// Everything gathered for the next batch, up to [`MAX_MEMBERS`] (the rest
-/// wait for the one after).
-fn take_pending(state: &mut State) -> Vec<Member> {
-    let n = state.pending.len().min(MAX_MEMBERS - 1);
-    state.pending.drain(..n).collect()
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ use std::{
 
 use tokio::sync::oneshot;
 
+use super::Engine;
+
 /// Tells an operation whether its caller is still there.
 pub struct Departure(oneshot::Receiver<()>);
 
@@ -30,6 +32,41 @@ impl Departure {
     /// same poll that answers: a caller that is still there gets the answer.
     pub fn gone(&mut self) -> bool {
         matches!(self.0.try_recv(), Err(oneshot::error::TryRecvError::Closed))
+    }
+}
+
+/// What ended a waiter's wait for its turn.
+pub(super) enum Waited<T> {
+    /// Its turn came (or its sender is gone).
+    Turn(T),
+    /// Its time ran out first.
+    TimedOut,
+    /// Its caller left or the broker stops: it leaves, and gives back what
+    /// was handed to it meanwhile (nobody will receive it).
+    Left,
+}
+
+impl Engine {
+    /// Waits for `turn` until `timeout`, the caller's departure (counted in
+    /// `lockbroker_waiters_departed_total`) or the broker's shutdown,
+    /// whichever comes first. What comes after is the waiter's: a turn may
+    /// race in while it leaves.
+    pub(super) async fn wait_turn<T>(
+        &self,
+        turn: impl Future<Output = T>,
+        timeout: impl Future<Output = ()>,
+        departure: &mut Departure,
+    ) -> Waited<T> {
+        let mut stop = self.shutdown.clone();
+        tokio::select! {
+            turn = turn => Waited::Turn(turn),
+            () = timeout => Waited::TimedOut,
+            () = departure.wait() => {
+                self.metrics.inc("lockbroker_waiters_departed_total", &[]);
+                Waited::Left
+            }
+            () = crate::shutdown::stopped(&mut stop) => Waited::Left,
+        }
     }
 }
 

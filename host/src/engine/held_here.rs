@@ -47,7 +47,7 @@ use std::{
 use tokio::{sync::oneshot, time::Instant};
 
 use super::{
-    detach::Departure,
+    detach::{Departure, Waited},
     history,
     lease::{handed, Wish},
     plus_ms,
@@ -666,24 +666,17 @@ impl Engine {
         let Some(mut joined) = self.held_here.join(lock, wish, db_waiting, after_db)? else {
             return Ok(InMemory::NotHere);
         };
-        let deadline = started + Duration::from_millis(wish.wait_ms);
-        let mut stop = self.shutdown.clone();
-        let turn = tokio::select! {
-            turn = &mut joined.turn => turn.ok(),
-            () = tokio::time::sleep_until(deadline) => {
+        let timeout = tokio::time::sleep_until(started + Duration::from_millis(wish.wait_ms));
+        let turn = match self.wait_turn(&mut joined.turn, timeout, departure).await {
+            Waited::Turn(turn) => turn.ok(),
+            Waited::TimedOut => {
                 if self.held_here.leave(lock, joined.id) {
                     return Ok(InMemory::TimedOut);
                 }
                 // A handoff took it first: its answer is on the way.
                 (&mut joined.turn).await.ok()
             }
-            () = departure.wait() => {
-                self.metrics.inc("lockbroker_waiters_departed_total", &[]);
-                return self.stop_waiting_here(lock, wish, joined).await;
-            }
-            () = crate::shutdown::stopped(&mut stop) => {
-                return self.stop_waiting_here(lock, wish, joined).await;
-            }
+            Waited::Left => return self.stop_waiting_here(lock, wish, joined).await,
         };
         Ok(match turn {
             Some(Turn::Granted(handoff)) => {

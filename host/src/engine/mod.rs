@@ -9,6 +9,8 @@
 //!   try, release, renewal, handoff to the next waiter, expiry reaped.
 //! - `lock`: tries at locks and elections (one row in `locks` per key),
 //!   and the validation of a token.
+//! - `gather`: operations that arrive together gathered into shared runs
+//!   (one transaction each), for `batch` and `rw_batch`.
 //! - `batch`: group commit, uncontended acquires and releases of locks
 //!   from many clients decided and committed in shared transactions.
 //! - `multilock`: several lock keys granted, renewed and released all or
@@ -51,6 +53,7 @@ mod events;
 mod fixtures;
 mod force;
 mod gate;
+mod gather;
 mod held_here;
 mod history;
 mod lease;

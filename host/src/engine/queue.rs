@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use super::{
-    detach::Departure,
+    detach::{Departure, Waited},
     lease::Wish,
     seat::{self, Lease, Seat},
     settle::Expect,
@@ -281,18 +281,11 @@ impl Engine {
         departure: &mut Departure,
     ) -> Result<Option<Handoff>, EngineError> {
         let (id, queued_at) = (queued.id, tokio::time::Instant::now());
-        let mut stop = self.shutdown.clone();
-        let outcome = tokio::select! {
-            handoff = &mut queued.rx => handoff.ok(),
-            () = tokio::time::sleep(Duration::from_millis(wait_ms)) => None,
-            () = departure.wait() => {
-                self.metrics.inc("lockbroker_waiters_departed_total", &[]);
-                queued.armed = false;
-                let handed = queued.rx.try_recv().ok();
-                self.clean_up(lock, id, &queued.owner, handed).await;
-                return Err(EngineError::ShuttingDown);
-            }
-            () = crate::shutdown::stopped(&mut stop) => {
+        let timeout = tokio::time::sleep(Duration::from_millis(wait_ms));
+        let outcome = match self.wait_turn(&mut queued.rx, timeout, departure).await {
+            Waited::Turn(handoff) => handoff.ok(),
+            Waited::TimedOut => None,
+            Waited::Left => {
                 queued.armed = false;
                 let handed = queued.rx.try_recv().ok();
                 self.clean_up(lock, id, &queued.owner, handed).await;

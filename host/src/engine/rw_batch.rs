@@ -42,15 +42,13 @@
 //!
 //! Combining is on with group commit (`Settings::group_commit`).
 
-use std::{
-    collections::{hash_map::Entry, HashMap, HashSet},
-    sync::Mutex,
-    time::Duration,
-};
+use std::collections::HashSet;
 
-use tokio::{sync::oneshot, time::Instant};
+use tokio::time::Instant;
 
+pub(super) use super::gather::Gathered as Combined;
 use super::{
+    gather::{self, answer_each, budget_of, in_time, Answer, Gather, Gathers, Limits},
     history,
     lease::{mark, Attempt, Wish},
     plus_ms,
@@ -58,7 +56,7 @@ use super::{
     rwlock::{Held, RwGrant, RwMode},
     seat::{Lease, Seat},
     settle::Expect,
-    Budget, DbFailure, Engine, EngineError, LockRef,
+    Budget, Engine, EngineError, LockRef,
 };
 use crate::store::{self, history::EventKind, pool::Conn, rwlocks, Locking};
 
@@ -66,31 +64,40 @@ use crate::store::{self, history::EventKind, pool::Conn, rwlocks, Locking};
 /// 5 parameters each, far below MySQL's limit of 65,535).
 pub(super) const MAX_MEMBERS: usize = 64;
 
-/// What is left of a member's budget below which it is not sent to its own
-/// transaction after a failed batch (answered `503` instead).
-const ALONE_AT_LEAST: Duration = Duration::from_millis(10);
-
 /// A key: tenant, storage key (rwlocks only).
 type Key = (String, String);
 
 /// The keys whose combined transaction runs now, each with the operations
 /// gathered for its next one. A key is present exactly while one runs.
-#[derive(Default)]
-pub(super) struct Combiner {
-    keys: Mutex<HashMap<Key, Vec<Member>>>,
-}
+pub(super) type Combiner = Gather<Combining>;
 
-/// The outcome of an operation offered for combining: served, or to be
-/// done in its own transaction within the budget left (time gathered and
-/// combined counts).
-pub(super) enum Combined<T> {
-    Done(Result<T, EngineError>),
-    Alone(Budget),
+/// The engine as it combines a rwlock key's operations.
+#[derive(Clone)]
+pub(super) struct Combining(Engine);
+
+impl Gathers for Combining {
+    /// A group per key: one combined transaction of a key at a time.
+    type Key = Key;
+    type Op = RwOp;
+    type Reply = Reply;
+    const FELL_BACK: &'static str = "a combined rwlock transaction did not happen";
+
+    fn limits(&self) -> Limits {
+        Limits::one_at_a_time(MAX_MEMBERS)
+    }
+
+    fn gather(&self) -> &Combiner {
+        &self.0.combiner
+    }
+
+    async fn run(&self, members: Vec<Member>) {
+        self.0.run_combined(members).await;
+    }
 }
 
 /// What a member asks of its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum RwOp {
+pub(super) enum RwOp {
     /// A read acquire.
     Read {
         owner: String,
@@ -108,17 +115,11 @@ enum RwOp {
     },
 }
 
-struct Member {
-    lock: LockRef,
-    op: RwOp,
-    /// The end of this operation's budget, from its arrival.
-    deadline: Instant,
-    reply: oneshot::Sender<Reply>,
-}
+type Member = gather::Member<Combining>;
 
 /// A member's answer; also what deciding it on the key's state gives.
 #[derive(Debug)]
-enum Reply {
+pub(super) enum Reply {
     /// A read granted (fresh) or renewed (its owner already read), with the
     /// live readers right after it.
     Granted(Lease, u32),
@@ -135,6 +136,15 @@ enum Reply {
     /// Not for a combined transaction: its own.
     Individual,
     Failed(EngineError),
+}
+
+impl Answer for Reply {
+    fn individual() -> Self {
+        Reply::Individual
+    }
+    fn failed(err: EngineError) -> Self {
+        Reply::Failed(err)
+    }
 }
 
 impl Reply {
@@ -337,89 +347,19 @@ impl Engine {
     /// operation's budget (from its arrival).
     async fn combine(&self, lock: &LockRef, op: RwOp) -> (Reply, Budget) {
         let budget = self.budget();
-        let (reply, answer) = oneshot::channel();
-        let member = Member {
-            lock: lock.clone(),
-            op,
-            deadline: budget.deadline,
-            reply,
-        };
         let key = (lock.tenant.clone(), lock.storage_key.clone());
-        let lead = {
-            let mut keys = self.combiner.keys.lock().expect("combiner");
-            match keys.entry(key.clone()) {
-                Entry::Occupied(mut pending) => {
-                    pending.get_mut().push(member);
-                    None
-                }
-                Entry::Vacant(running) => {
-                    running.insert(Vec::new());
-                    Some(member)
-                }
-            }
-        };
-        if let Some(member) = lead {
-            let _turn = KeyTurn(self.clone(), key);
-            self.run_combined(vec![member]).await;
-        }
-        // A transaction that ended without answering (a panic) may have
-        // committed: never guess.
-        let reply = answer
-            .await
-            .unwrap_or(Reply::Failed(EngineError::Unavailable(DbFailure::Unknown)));
+        let combining = Combining(self.clone());
+        let reply = gather::submit(&combining, key, lock, op, budget.deadline).await;
         (reply, budget)
-    }
-
-    /// After a key's combined transaction: the operations gathered
-    /// meanwhile go as its next one, in a task of their own; with none, the
-    /// key has none running.
-    fn next_combined(&self, key: Key) {
-        let members: Vec<Member> = {
-            let mut keys = self.combiner.keys.lock().expect("combiner");
-            let Some(pending) = keys.get_mut(&key) else {
-                return;
-            };
-            if pending.is_empty() {
-                keys.remove(&key);
-                return;
-            }
-            let n = pending.len().min(MAX_MEMBERS);
-            pending.drain(..n).collect()
-        };
-        let engine = self.clone();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _turn = KeyTurn(engine.clone(), key);
-                    engine.run_combined(members).await;
-                });
-            }
-            // The runtime is gone (shutdown): dropping the members answers
-            // them 503; nothing of theirs was done. Those still gathered
-            // are dropped with the entry.
-            Err(_) => {
-                drop(members);
-                engine.combiner.keys.lock().expect("combiner").remove(&key);
-            }
-        }
     }
 
     /// Runs one combined transaction of `members` (one key) and answers
     /// every member, within the budget of the one that arrived first.
     async fn run_combined(&self, members: Vec<Member>) {
-        let started = Instant::now();
-        let (members, late): (Vec<Member>, Vec<Member>) =
-            members.into_iter().partition(|m| m.deadline > started);
-        for member in late {
-            // Gathered behind a transaction that took all of its time.
-            let _ = member
-                .reply
-                .send(Reply::Failed(store::pool::timed_out().into()));
-        }
-        let Some(deadline) = members.iter().map(|m| m.deadline).min() else {
+        let members = in_time(members, Instant::now());
+        let Some(budget) = budget_of(&members) else {
             return;
         };
-        let budget = Budget { deadline };
         let lock = members[0].lock.clone();
         let prepared = match self.gates.turn(&lock, budget).await {
             Ok(turn) => self
@@ -432,7 +372,7 @@ impl Engine {
             Ok((Some(prepared), turn)) => (prepared, turn),
             // No header yet: every member creates it in its own.
             Ok((None, _)) => return answer_each(members, |_| Reply::Individual),
-            Err(err) => return self.alone_or_failed(members, &err, budget),
+            Err(err) => return self.fall_back(members, &err, budget),
         };
         let Prepared {
             tx,
@@ -455,20 +395,10 @@ impl Engine {
             Ok(()) => {
                 self.deliver(deliveries);
                 for (member, reply) in members.into_iter().zip(replies) {
-                    let _ = member.reply.send(reply);
+                    member.answer(reply);
                 }
             }
-            Err(err) => match err {
-                // Found not to have happened, or rolled back by a
-                // collision: nothing happened.
-                EngineError::Unavailable(DbFailure::NotCommitted) => {
-                    self.alone_or_failed(members, &err, budget);
-                }
-                err if err.retry().is_some() => self.alone_or_failed(members, &err, budget),
-                _ => answer_each(members, |_| {
-                    Reply::Failed(EngineError::Unavailable(DbFailure::Unknown))
-                }),
-            },
+            Err(err) => self.commit_failed(members, err, budget),
         }
     }
 
@@ -548,44 +478,6 @@ impl Engine {
             mark,
             grants,
         }))
-    }
-
-    /// Members of a transaction that did not happen: their own
-    /// transactions, within what is left of the batch's budget (the
-    /// earliest of theirs) while any is left; else `503`.
-    fn alone_or_failed(&self, members: Vec<Member>, err: &EngineError, budget: Budget) {
-        if let Some(kind) = err.db_failure_kind() {
-            self.metrics
-                .inc("lockbroker_db_errors_total", &[("kind", kind)]);
-        }
-        tracing::debug!(error = %err, members = members.len(), "a combined rwlock transaction did not happen");
-        let alone = budget.left() > ALONE_AT_LEAST;
-        answer_each(members, |_| {
-            if alone {
-                Reply::Individual
-            } else {
-                Reply::Failed(store::pool::timed_out().into())
-            }
-        });
-    }
-}
-
-fn answer_each(members: Vec<Member>, reply: impl Fn(&Member) -> Reply) {
-    for member in members {
-        let r = reply(&member);
-        let _ = member.reply.send(r);
-    }
-}
-
-/// A key's running combined transaction: when it ends, however it ends (a
-/// panic included), the operations gathered meanwhile get the next one, so
-/// none waits for nobody.
-struct KeyTurn(Engine, Key);
-
-impl Drop for KeyTurn {
-    fn drop(&mut self) {
-        let key = std::mem::take(&mut self.1);
-        self.0.next_combined(key);
     }
 }
 
