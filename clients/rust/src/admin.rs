@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
-    ForceReleaseResponse, PolicyVersions, RollbackRequest, TenantInfo, TenantList,
+    ForceReleaseResponse, PolicyShadow, PolicyVersions, RollbackRequest, TenantInfo, TenantList,
 };
 
 use crate::{
@@ -149,13 +149,80 @@ impl Admin<'_> {
     /// `not_found`.
     pub async fn upload_policy(&self, tenant: &str, wasm: impl Into<Bytes>) -> Result<TenantInfo> {
         let path = format!("/v1/admin/tenants/{}/policy", segment(tenant));
+        self.put_policy(&path, wasm.into()).await
+    }
+
+    /// `PUT /v1/admin/tenants/{tenant}/policy?mode=shadow`: validates the
+    /// component and loads it as `tenant`'s shadow candidate (replacing
+    /// any), which runs beside the policy in force and decides nothing;
+    /// the tenant, its `shadow` the candidate.
+    ///
+    /// # Errors
+    /// As [`Admin::upload_policy`] (the shadow before, if any, stays).
+    pub async fn shadow_policy(&self, tenant: &str, wasm: impl Into<Bytes>) -> Result<TenantInfo> {
+        let path = format!("/v1/admin/tenants/{}/policy?mode=shadow", segment(tenant));
+        self.put_policy(&path, wasm.into()).await
+    }
+
+    /// `GET /v1/admin/tenants/{tenant}/policy/shadow`: how `tenant`'s
+    /// shadow candidate's answers compare with the policy in force.
+    ///
+    /// # Errors
+    /// `not_found` when there is no such tenant or no shadow.
+    pub async fn shadow_report(&self, tenant: &str) -> Result<PolicyShadow> {
+        self.shadow_call(Method::GET, tenant).await
+    }
+
+    /// `DELETE /v1/admin/tenants/{tenant}/policy/shadow`: ends `tenant`'s
+    /// shadow; its last report.
+    ///
+    /// # Errors
+    /// `not_found` when there is no such tenant or no shadow.
+    pub async fn drop_shadow(&self, tenant: &str) -> Result<PolicyShadow> {
+        self.shadow_call(Method::DELETE, tenant).await
+    }
+
+    async fn shadow_call(&self, method: Method, tenant: &str) -> Result<PolicyShadow> {
+        let path = format!("/v1/admin/tenants/{}/policy/shadow", segment(tenant));
+        let idempotent = if method == Method::GET {
+            Idempotent::Yes
+        } else {
+            Idempotent::No
+        };
+        self.client
+            .call(method, &path, None::<&()>, Duration::ZERO, idempotent)
+            .await
+    }
+
+    /// `POST /v1/admin/tenants/{tenant}/policy/promote`: puts `tenant`'s
+    /// shadow candidate in force (a version `promote`) and ends the
+    /// shadow; the kept versions after it.
+    ///
+    /// # Errors
+    /// `not_found` (no such tenant, or no shadow), `invalid_policy` (the
+    /// policy file could not be written).
+    pub async fn promote_policy(&self, tenant: &str) -> Result<PolicyVersions> {
+        let path = format!("/v1/admin/tenants/{}/policy/promote", segment(tenant));
+        self.client
+            .call(
+                Method::POST,
+                &path,
+                None::<&()>,
+                Duration::ZERO,
+                Idempotent::No,
+            )
+            .await
+    }
+
+    /// A `PUT` of a policy component to `path`.
+    async fn put_policy(&self, path: &str, wasm: Bytes) -> Result<TenantInfo> {
         let bytes = self
             .client
             .call_bytes(
                 Method::PUT,
-                &path,
+                path,
                 Some("application/wasm"),
-                wasm.into(),
+                wasm,
                 // Validation compiles the component: allow it time.
                 Duration::from_secs(30),
                 Idempotent::Yes,
