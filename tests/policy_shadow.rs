@@ -20,7 +20,8 @@ use lockbroker_api::{
     ShadowCount, ShadowExport, TenantInfo, TenantList,
 };
 use lockbroker_tests::{
-    bin, config, dist, eventually_some, fresh_db_name, Broker, Client, PolicyDir, Reply, ADMIN,
+    config, dist, eventually_some, fresh_db_name, lockctl_admin, Broker, Client, PolicyDir, Reply,
+    ADMIN,
 };
 use serde_json::json;
 
@@ -464,13 +465,7 @@ async fn lockctl_policy_shadow_report_and_promote() {
     let dir = PolicyDir::new("lb-shadow");
     let broker = broker(&dir, 200).await;
     let admin = broker.client_with(Some(ADMIN));
-    let lockctl = |args: &[&str]| {
-        tokio::process::Command::new(bin("lockctl"))
-            .args(args)
-            .env("LOCKBROKER_URL", broker.url())
-            .env("LOCKBROKER_ADMIN_TOKEN", ADMIN)
-            .output()
-    };
+    let lockctl = |args: &[&str]| lockctl_admin(broker.url(), args);
     let file = dist("fixtures/rename.wasm");
     let file = file.to_str().unwrap();
     let out = lockctl(&["policy", "shadow", "--tenant", "default", file])

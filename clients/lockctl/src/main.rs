@@ -524,7 +524,7 @@ async fn main() -> ExitCode {
             count,
         } => events::events(&client, out, &prefix, after, count).await,
         Command::Policy(PolicyCommand::Upload { file, tenant }) => {
-            policy::upload(&client, out, &file, &tenant).await
+            policy::upload(&client, out, &file, &tenant, false).await
         }
         Command::Policy(PolicyCommand::Status { tenant }) => {
             policy::status(&client, out, tenant.as_deref()).await
@@ -536,7 +536,7 @@ async fn main() -> ExitCode {
             policy::rollback(&client, out, &tenant, version.as_deref()).await
         }
         Command::Policy(PolicyCommand::Shadow { file, tenant }) => {
-            policy::shadow(&client, out, &file, &tenant).await
+            policy::upload(&client, out, &file, &tenant, true).await
         }
         Command::Policy(PolicyCommand::ShadowReport { tenant }) => {
             policy::shadow_report(&client, out, &tenant, false).await

@@ -14,27 +14,27 @@ use lockbroker_client::{
 
 use crate::output::{envelope, Output, EXIT_USAGE};
 
-pub async fn upload(client: &Client, out: Output, file: &Path, tenant: &str) -> ExitCode {
+/// `policy upload FILE --tenant T`, or with `shadow` `policy shadow FILE
+/// --tenant T`: the tenant with its policy (and its candidate).
+pub async fn upload(
+    client: &Client,
+    out: Output,
+    file: &Path,
+    tenant: &str,
+    shadow: bool,
+) -> ExitCode {
     let Some(wasm) = read(out, file).await else {
         return ExitCode::from(EXIT_USAGE);
     };
-    match client.admin().upload_policy(tenant, wasm).await {
-        Ok(info) if out.json_flag => out.json(&info),
-        Ok(info) => out.human(&describe(&info)),
-        Err(err) => return out.fail("policy upload", &err, false),
-    }
-    ExitCode::SUCCESS
-}
-
-/// `policy shadow FILE --tenant T`: the tenant, with its candidate.
-pub async fn shadow(client: &Client, out: Output, file: &Path, tenant: &str) -> ExitCode {
-    let Some(wasm) = read(out, file).await else {
-        return ExitCode::from(EXIT_USAGE);
+    let (what, uploaded) = if shadow {
+        ("policy shadow", client.admin().shadow_policy(tenant, wasm).await)
+    } else {
+        ("policy upload", client.admin().upload_policy(tenant, wasm).await)
     };
-    match client.admin().shadow_policy(tenant, wasm).await {
+    match uploaded {
         Ok(info) if out.json_flag => out.json(&info),
         Ok(info) => out.human(&describe(&info)),
-        Err(err) => return out.fail("policy shadow", &err, false),
+        Err(err) => return out.fail(what, &err, false),
     }
     ExitCode::SUCCESS
 }

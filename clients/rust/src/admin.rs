@@ -35,14 +35,23 @@ impl Admin<'_> {
     /// # Errors
     /// `unauthenticated` / `forbidden` without the admin token.
     pub async fn tenants(&self) -> Result<TenantList> {
+        self.bodiless(Method::GET, "/v1/admin/tenants").await
+    }
+
+    /// A call without a body, answered at once; a `GET` (only) may be
+    /// retried.
+    async fn bodiless<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> Result<T> {
+        let idempotent = if method == Method::GET {
+            Idempotent::Yes
+        } else {
+            Idempotent::No
+        };
         self.client
-            .call(
-                Method::GET,
-                "/v1/admin/tenants",
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::Yes,
-            )
+            .call(method, path, None::<&()>, Duration::ZERO, idempotent)
             .await
     }
 
@@ -58,15 +67,7 @@ impl Admin<'_> {
             segment(tenant),
             segment(key)
         );
-        self.client
-            .call(
-                Method::POST,
-                &path,
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::No,
-            )
-            .await
+        self.bodiless(Method::POST, &path).await
     }
 
     /// The policy in force for `tenant` (its entry of [`Admin::tenants`]).
@@ -96,15 +97,7 @@ impl Admin<'_> {
     /// `not_found` when there is no such tenant.
     pub async fn policy_versions(&self, tenant: &str) -> Result<PolicyVersions> {
         let path = format!("/v1/admin/tenants/{}/policy/versions", segment(tenant));
-        self.client
-            .call(
-                Method::GET,
-                &path,
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::Yes,
-            )
-            .await
+        self.bodiless(Method::GET, &path).await
     }
 
     /// `POST /v1/admin/tenants/{tenant}/policy/rollback`: puts the kept
@@ -184,14 +177,7 @@ impl Admin<'_> {
 
     async fn shadow_call(&self, method: Method, tenant: &str) -> Result<PolicyShadow> {
         let path = format!("/v1/admin/tenants/{}/policy/shadow", segment(tenant));
-        let idempotent = if method == Method::GET {
-            Idempotent::Yes
-        } else {
-            Idempotent::No
-        };
-        self.client
-            .call(method, &path, None::<&()>, Duration::ZERO, idempotent)
-            .await
+        self.bodiless(method, &path).await
     }
 
     /// `POST /v1/admin/tenants/{tenant}/policy/promote`: puts `tenant`'s
@@ -203,15 +189,7 @@ impl Admin<'_> {
     /// policy file could not be written).
     pub async fn promote_policy(&self, tenant: &str) -> Result<PolicyVersions> {
         let path = format!("/v1/admin/tenants/{}/policy/promote", segment(tenant));
-        self.client
-            .call(
-                Method::POST,
-                &path,
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::No,
-            )
-            .await
+        self.bodiless(Method::POST, &path).await
     }
 
     /// A `PUT` of a policy component to `path`.

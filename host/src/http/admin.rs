@@ -16,13 +16,14 @@ use super::{
     request::{authenticate_admin, name_lock, parse_json, query_pairs, read_body, unknown_param},
     resource::{list, with_kind, ForKind, Resource},
     responses::{
-        AdminErrors, BadRequest, InvalidKey, NotFound, PolicyError, TooLarge, Unavailable,
+        AdminErrors, BadRequest, InvalidKey, NoShadow, NotFound, PolicyError, TooLarge,
+        Unavailable,
     },
     ApiError, Response,
 };
 use crate::{
     app::App,
-    policy::{shadow, Loaded, LoadedBy, Shadow},
+    policy::{reload::PromoteError, shadow, Loaded, LoadedBy, Shadow},
     reconfigure::{Attempt, Trigger},
     store::Kind,
     tenant::Tenant,
@@ -268,10 +269,7 @@ async fn load_shadow(app: &App, tenant: &Tenant, bytes: Vec<u8>) -> Result<Tenan
     responses(
         (status = 200, description = "The shadow candidate and its report.", body = PolicyShadow),
         AdminErrors,
-        (status = 404, description = "`not_found`: no such tenant, or no shadow is loaded.",
-            body = ErrorBody,
-            example = json!({"error": {"code": "not_found",
-                "message": "no shadow policy is loaded for tenant \"team-a\""}})),
+        (status = 404, response = NoShadow),
     )
 )]
 fn shadow_report(app: &App, name: &str) -> Result<PolicyShadow, ApiError> {
@@ -294,10 +292,7 @@ fn shadow_report(app: &App, name: &str) -> Result<PolicyShadow, ApiError> {
     responses(
         (status = 200, description = "The shadow is dropped: its last report.", body = PolicyShadow),
         AdminErrors,
-        (status = 404, description = "`not_found`: no such tenant, or no shadow is loaded.",
-            body = ErrorBody,
-            example = json!({"error": {"code": "not_found",
-                "message": "no shadow policy is loaded for tenant \"team-a\""}})),
+        (status = 404, response = NoShadow),
     )
 )]
 fn drop_shadow(app: &App, name: &str) -> Result<PolicyShadow, ApiError> {
@@ -334,9 +329,7 @@ fn drop_shadow(app: &App, name: &str) -> Result<PolicyShadow, ApiError> {
         (status = 200, description = "The candidate is in force: the kept versions, it first and \
 `active`.", body = PolicyVersions),
         AdminErrors,
-        (status = 404, description = "`not_found`: no such tenant, or no shadow is loaded.",
-            body = ErrorBody,
-            example = json!({"error": {"code": "not_found", "message": "no shadow policy is loaded"}})),
+        (status = 404, response = NoShadow),
         (status = 422, description = "`invalid_policy`: the tenant's policy file could not be \
 written. The policy in force and the shadow stay.",
             body = ErrorBody,
@@ -369,7 +362,7 @@ async fn promote_policy(app: &App, name: &str) -> Result<PolicyVersions, ApiErro
 }
 
 fn no_shadow(tenant: &str) -> ApiError {
-    ApiError::not_found(format!("no shadow policy is loaded for tenant {tenant:?}"))
+    PromoteError::NoShadow(tenant.to_owned()).into()
 }
 
 /// A shadow candidate, as the admin API shows it.

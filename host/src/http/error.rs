@@ -242,7 +242,7 @@ impl From<RollbackError> for ApiError {
 impl From<PromoteError> for ApiError {
     fn from(err: PromoteError) -> ApiError {
         match err {
-            PromoteError::NoShadow => ApiError::not_found(err.to_string()),
+            PromoteError::NoShadow(_) => ApiError::not_found(err.to_string()),
             PromoteError::Load(err) => err.into(),
         }
     }

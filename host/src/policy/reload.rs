@@ -402,7 +402,9 @@ impl Reloader {
     pub async fn promote(&self, policy: &TenantPolicy) -> Result<Arc<Loaded>, PromoteError> {
         let turn = self.turn(policy.tenant());
         let _turn = turn.lock.lock().await;
-        let shadow = policy.shadow().ok_or(PromoteError::NoShadow)?;
+        let shadow = policy
+            .shadow()
+            .ok_or_else(|| PromoteError::NoShadow(policy.tenant().to_owned()))?;
         if let Some(file) = policy.file() {
             let path = self.dir.join(file);
             write_atomically(&path, shadow.bytes())
@@ -692,8 +694,8 @@ async fn blocking<T: Send + 'static>(
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PromoteError {
     /// The tenant has no shadow candidate.
-    #[error("no shadow policy is loaded")]
-    NoShadow,
+    #[error("no shadow policy is loaded for tenant {0:?}")]
+    NoShadow(String),
     /// The policy file could not be written.
     #[error(transparent)]
     Load(#[from] LoadError),

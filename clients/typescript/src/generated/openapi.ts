@@ -2519,6 +2519,23 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description `not_found`: no such tenant, or no shadow policy is loaded for it. */
+        NoShadow: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "code": "not_found",
+                 *         "message": "no shadow policy is loaded for tenant \"team-a\""
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description `not_found`: no such path or resource. */
         NotFound: {
             headers: {
@@ -4512,23 +4529,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
-            /** @description `not_found`: no such tenant, or no shadow is loaded. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "code": "not_found",
-                     *         "message": "no shadow policy is loaded for tenant \"team-a\""
-                     *       }
-                     *     }
-                     */
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
+            404: components["responses"]["NoShadow"];
             405: components["responses"]["MethodNotAllowed"];
         };
     };
@@ -4558,23 +4559,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
-            /** @description `not_found`: no such tenant, or no shadow is loaded. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "code": "not_found",
-                     *         "message": "no shadow policy is loaded for tenant \"team-a\""
-                     *       }
-                     *     }
-                     */
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
+            404: components["responses"]["NoShadow"];
             405: components["responses"]["MethodNotAllowed"];
         };
     };
@@ -4604,23 +4589,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
-            /** @description `not_found`: no such tenant, or no shadow is loaded. */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "code": "not_found",
-                     *         "message": "no shadow policy is loaded"
-                     *       }
-                     *     }
-                     */
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
+            404: components["responses"]["NoShadow"];
             405: components["responses"]["MethodNotAllowed"];
             /** @description `invalid_policy`: the tenant's policy file could not be written. The policy in force and the shadow stay. */
             422: {
