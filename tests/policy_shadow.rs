@@ -137,8 +137,14 @@ async fn a_candidate_that_disagrees_on_known_keys_is_counted_exactly() {
     let candidate = info.shadow.clone().expect("the answer names the shadow");
     assert_eq!(candidate.name, "rename");
     assert_eq!(candidate.id, candidate.sha256[..12]);
-    assert_eq!(info.policy, before.policy, "the policy in force is unchanged");
-    assert_eq!(tenant(&admin, "default").await.shadow, Some(candidate.clone()));
+    assert_eq!(
+        info.policy, before.policy,
+        "the policy in force is unchanged"
+    );
+    assert_eq!(
+        tenant(&admin, "default").await.shadow,
+        Some(candidate.clone())
+    );
 
     // 30 acquires; every third key has `boom` (one of them 100 bytes
     // long): the candidate names those 10 differently.
@@ -276,7 +282,8 @@ async fn a_candidate_that_traps_or_loops_is_counted_and_never_felt() {
         !text.contains("lockbroker_policy_failures_total{tenant=\"default\""),
         "{text}"
     );
-    let failed = "lockbroker_policy_shadow_total{tenant=\"default\",export=\"naming\",outcome=\"failed\"}";
+    let failed =
+        "lockbroker_policy_shadow_total{tenant=\"default\",export=\"naming\",outcome=\"failed\"}";
     assert_eq!(metrics.counter(failed).await, 12);
     broker.stop().await;
 }
@@ -300,15 +307,26 @@ async fn promote_puts_the_candidate_in_force_and_a_rollback_goes_back() {
     assert_eq!(active(&versions), candidate.id);
     let first = &versions.versions[0];
     assert_eq!(
-        (first.name.as_str(), first.loaded_by, first.sha256.as_deref()),
-        ("rename", PolicyLoadedBy::Promote, Some(&candidate.sha256[..]))
+        (
+            first.name.as_str(),
+            first.loaded_by,
+            first.sha256.as_deref()
+        ),
+        (
+            "rename",
+            PolicyLoadedBy::Promote,
+            Some(&candidate.sha256[..])
+        )
     );
     assert_eq!(versions.versions[1].id, plain);
     // The shadow ended; the candidate is in force, and in the file.
     let r = shadow_call(&admin, Method::GET).await;
     assert_eq!((r.status, r.code()), (404, Some(ErrorCode::NotFound)));
     let now = tenant(&admin, "default").await;
-    assert_eq!((now.policy.id.as_deref(), now.shadow), (Some(&candidate.id[..]), None));
+    assert_eq!(
+        (now.policy.id.as_deref(), now.shadow),
+        (Some(&candidate.id[..]), None)
+    );
     assert_eq!(
         std::fs::read(dir.0.join("p.wasm")).unwrap(),
         std::fs::read(dist("fixtures/rename.wasm")).unwrap()
@@ -473,7 +491,10 @@ async fn lockctl_policy_shadow_report_and_promote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("; shadow ") && text.contains(" rename "), "{text}");
+    assert!(
+        text.contains("; shadow ") && text.contains(" rename "),
+        "{text}"
+    );
 
     let c = broker.client();
     granted(&c, "l-boom-1", "me").await;
@@ -485,7 +506,10 @@ async fn lockctl_policy_shadow_report_and_promote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let report: PolicyShadow = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((report.counts.naming.agree, report.counts.naming.disagree), (1, 1));
+    assert_eq!(
+        (report.counts.naming.agree, report.counts.naming.disagree),
+        (1, 1)
+    );
     let out = lockctl(&["policy", "shadow-report", "--tenant", "default"])
         .await
         .unwrap();

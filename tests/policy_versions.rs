@@ -17,8 +17,8 @@ use lockbroker_api::{
     TenantList,
 };
 use lockbroker_tests::{
-    config, dist, eventually, fresh_db_name, lockctl_admin, Broker, Client, PolicyDir, Reply, ADMIN,
-    KEY, OTHER_KEY,
+    config, dist, eventually, fresh_db_name, lockctl_admin, Broker, Client, PolicyDir, Reply,
+    ADMIN, KEY, OTHER_KEY,
 };
 use serde_json::json;
 

@@ -27,9 +27,15 @@ pub async fn upload(
         return ExitCode::from(EXIT_USAGE);
     };
     let (what, uploaded) = if shadow {
-        ("policy shadow", client.admin().shadow_policy(tenant, wasm).await)
+        (
+            "policy shadow",
+            client.admin().shadow_policy(tenant, wasm).await,
+        )
     } else {
-        ("policy upload", client.admin().upload_policy(tenant, wasm).await)
+        (
+            "policy upload",
+            client.admin().upload_policy(tenant, wasm).await,
+        )
     };
     match uploaded {
         Ok(info) if out.json_flag => out.json(&info),
@@ -42,9 +48,15 @@ pub async fn upload(
 /// `policy shadow-report` (or, `drop`, `policy shadow-drop`): the report.
 pub async fn shadow_report(client: &Client, out: Output, tenant: &str, drop: bool) -> ExitCode {
     let (what, report) = if drop {
-        ("policy shadow-drop", client.admin().drop_shadow(tenant).await)
+        (
+            "policy shadow-drop",
+            client.admin().drop_shadow(tenant).await,
+        )
     } else {
-        ("policy shadow-report", client.admin().shadow_report(tenant).await)
+        (
+            "policy shadow-report",
+            client.admin().shadow_report(tenant).await,
+        )
     };
     match report {
         Ok(report) if out.json_flag => out.json(&report),

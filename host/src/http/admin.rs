@@ -16,8 +16,7 @@ use super::{
     request::{authenticate_admin, name_lock, parse_json, query_pairs, read_body, unknown_param},
     resource::{list, with_kind, ForKind, Resource},
     responses::{
-        AdminErrors, BadRequest, InvalidKey, NoShadow, NotFound, PolicyError, TooLarge,
-        Unavailable,
+        AdminErrors, BadRequest, InvalidKey, NoShadow, NotFound, PolicyError, TooLarge, Unavailable,
     },
     ApiError, Response,
 };

@@ -50,7 +50,6 @@ impl Call {
     }
 }
 
-
 /// A disagreement in words.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Words {
@@ -299,7 +298,11 @@ pub(super) mod tests {
             panic!("an x key disagrees")
         };
         // Quoted, cut to 64 bytes at a character boundary, marked.
-        assert!(words.input.len() <= "key \"\"…".len() + KEY_BYTES, "{}", words.input);
+        assert!(
+            words.input.len() <= "key \"\"…".len() + KEY_BYTES,
+            "{}",
+            words.input
+        );
         assert!(words.input.ends_with("…\""), "{}", words.input);
         assert!(words.candidate.ends_with("…\""), "{}", words.candidate);
         assert_eq!(clip("abc", 3), "abc");
@@ -333,7 +336,11 @@ pub(super) mod tests {
         };
         assert_eq!(words.active, "waiter 0 (\"a\")");
         assert_eq!(words.candidate, "waiter 1 (\"last\")");
-        assert!(words.input.contains("\"last\" (priority 0"), "{}", words.input);
+        assert!(
+            words.input.contains("\"last\" (priority 0"),
+            "{}",
+            words.input
+        );
 
         let backoff = |active| Call::Backoff {
             contention: Contention::default(),

@@ -35,9 +35,9 @@ use std::{
     },
 };
 
-use judge::{judge, Verdict};
-pub use judge::KEY_BYTES;
 pub(crate) use judge::Call;
+pub use judge::KEY_BYTES;
+use judge::{judge, Verdict};
 
 use super::{now_rfc3339, Loaded};
 use crate::metrics::Metrics;
@@ -47,7 +47,6 @@ pub const QUEUE: usize = 1024;
 
 /// Disagreements kept as examples, the latest.
 pub const EXAMPLES: usize = 10;
-
 
 /// The metric that counts the candidates' answers.
 const METRIC: &str = "lockbroker_policy_shadow_total";
@@ -314,7 +313,6 @@ fn lowest_priority() {
     let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
@@ -428,4 +426,3 @@ mod tests {
         );
     }
 }
-
