@@ -57,15 +57,8 @@ pub async fn scenario(
         .try_client(Some(setup.admin_token))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let path = format!("/v1/admin/tenants/{}/policy", setup.tenant);
-    // None left over from an interrupted run.
-    admin
-        .call(
-            Method::DELETE,
-            &format!("{path}/shadow"),
-            None,
-            Bytes::new(),
-        )
-        .await?;
+    // None left over from an interrupted run (a 404 when none is).
+    delete_shadow(&admin, &path).await?;
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     for &c in clients {
@@ -168,16 +161,17 @@ async fn load(admin: &Client, path: &str, candidate: &[u8]) -> anyhow::Result<()
     Ok(())
 }
 
+/// `DELETE {path}/shadow`.
+async fn delete_shadow(admin: &Client, path: &str) -> anyhow::Result<crate::http::Reply> {
+    let shadow = format!("{path}/shadow");
+    Ok(admin
+        .call(Method::DELETE, &shadow, None, Bytes::new())
+        .await?)
+}
+
 /// Drops the tenant's shadow; its naming counts.
 async fn drop_shadow(admin: &Client, path: &str) -> anyhow::Result<ShadowCount> {
-    let r = admin
-        .call(
-            Method::DELETE,
-            &format!("{path}/shadow"),
-            None,
-            Bytes::new(),
-        )
-        .await?;
+    let r = delete_shadow(admin, path).await?;
     let report: PolicyShadow = r
         .parse()
         .map_err(|e| anyhow::anyhow!("dropping the shadow: HTTP {} {e}", r.status))?;
