@@ -2,8 +2,9 @@
 //! served with the right types and a restrictive CSP and reference nothing
 //! but each other; and, in a real browser (Debian's chromium driven by
 //! `tests/ui/console.mjs` through playwright-core), it lists a tenant's
-//! leases live, shows a key's page, and lets the admin see tenants and
-//! force-release a lock. `scripts/ui-deps` installs the browser and the
+//! leases live, shows a key's page, and lets the admin see tenants,
+//! force-release a lock, and see a tenant's policy versions and shadow
+//! report, promote the shadow and roll back. `scripts/ui-deps` installs the browser and the
 //! node packages; without them this test fails, it never skips.
 
 use std::{
@@ -12,8 +13,8 @@ use std::{
     time::Duration,
 };
 
-use lockbroker_api::LockEventKind;
-use lockbroker_tests::{Broker, Client, Proxy, ADMIN, KEY};
+use lockbroker_api::{LockEventKind, PolicyLoadedBy, PolicyVersions};
+use lockbroker_tests::{dist, Broker, Client, Proxy, ADMIN, KEY};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -176,6 +177,26 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
     assert_eq!(job2["held"], false, "{job2}");
     let (events, _) = c.history("locks", "job-2").await;
     assert_eq!(events[0].0, LockEventKind::ForceReleased, "{events:?}");
+    // It promoted the shadow, then rolled back: the built-in policy is in
+    // force again, the promoted version kept.
+    let admin = broker.client_with(Some(ADMIN));
+    let versions: PolicyVersions = admin
+        .get("/v1/admin/tenants/default/policy/versions")
+        .await
+        .unwrap()
+        .ok();
+    let by: Vec<_> = versions
+        .versions
+        .iter()
+        .map(|v| (v.name.as_str(), v.loaded_by, v.active))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            ("builtin", PolicyLoadedBy::Rollback, true),
+            ("rename", PolicyLoadedBy::Promote, false)
+        ]
+    );
     broker.stop().await;
 }
 
@@ -204,6 +225,7 @@ async fn run_script(
         .env("LB_API", api_url)
         .env("LB_KEY", KEY)
         .env("LB_ADMIN", ADMIN)
+        .env("LB_SHADOW_WASM", dist("fixtures/rename.wasm"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -17,8 +17,8 @@ use lockbroker_api::{
     TenantList,
 };
 use lockbroker_tests::{
-    bin, config, dist, eventually, fresh_db_name, Broker, Client, PolicyDir, Reply, ADMIN, KEY,
-    OTHER_KEY,
+    config, dist, eventually, fresh_db_name, lockctl_admin, Broker, Client, PolicyDir, Reply,
+    ADMIN, KEY, OTHER_KEY,
 };
 use serde_json::json;
 
@@ -448,13 +448,7 @@ async fn lockctl_policy_versions_and_rollback() {
     let admin = broker.client_with(Some(ADMIN));
     let plain = versions(&admin, "default").await.versions[0].id.clone();
     let prefix = upload(&admin, "team-prefix.wasm").await;
-    let lockctl = |args: &[&str]| {
-        tokio::process::Command::new(bin("lockctl"))
-            .args(args)
-            .env("LOCKBROKER_URL", broker.url())
-            .env("LOCKBROKER_ADMIN_TOKEN", ADMIN)
-            .output()
-    };
+    let lockctl = |args: &[&str]| lockctl_admin(broker.url(), args);
     let out = lockctl(&["policy", "versions", "--tenant", "default", "--json"])
         .await
         .unwrap();

@@ -28,6 +28,12 @@ pub struct TenantInfo {
     /// stays in force); null when it succeeded.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
+    /// The shadow candidate running beside the policy in force (`PUT
+    /// .../policy?mode=shadow`), deciding nothing; null when none is
+    /// loaded.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub shadow: Option<ShadowCandidate>,
 }
 
 /// A tenant's policy in force.
@@ -115,7 +121,8 @@ pub enum PolicyLoadedBy {
     Upload,
     /// `POST /v1/admin/tenants/{tenant}/policy/rollback`.
     Rollback,
-    /// A shadow candidate promoted (reserved).
+    /// `POST /v1/admin/tenants/{tenant}/policy/promote`: a shadow
+    /// candidate made active.
     Promote,
 }
 
@@ -128,6 +135,109 @@ pub struct RollbackRequest {
     /// version (the newest one not in force).
     #[serde(default)]
     pub version: Option<String>,
+}
+
+/// `GET /v1/admin/tenants/{tenant}/policy/shadow` (and, as its last
+/// report, the answer to its `DELETE`): how a shadow candidate's answers
+/// compare with those of the policy in force, on live traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PolicyShadow {
+    /// The tenant.
+    pub tenant: String,
+    /// The candidate.
+    pub candidate: ShadowCandidate,
+    /// The id of the version in force now (the one compared against);
+    /// null while the tenant's policy file is loading or has never loaded.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, pattern = "^([0-9a-f]{12}|builtin)$")
+    )]
+    pub active: Option<String>,
+    /// The candidate's answers so far, per export, since it was loaded.
+    pub counts: ShadowCounts,
+    /// The latest disagreements (at most 10), newest first.
+    pub disagreements: Vec<ShadowDisagreement>,
+}
+
+/// A shadow candidate: a policy version loaded to run beside the one in
+/// force without deciding anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShadowCandidate {
+    /// The first 12 hex digits of `sha256`: its version id once promoted.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{12}$"))]
+    pub id: String,
+    /// sha256 of the component, lowercase hex.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub sha256: String,
+    /// The name the policy gives itself (`meta.describe`).
+    pub name: String,
+    /// The policy's own version.
+    pub version: String,
+    /// When it was loaded as the shadow, UTC with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub loaded_at: String,
+}
+
+/// A shadow candidate's answers so far, per export of the policy world.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShadowCounts {
+    /// `storage-key`: the storage key (or the rejection) of a client's key.
+    pub naming: ShadowCount,
+    /// `pick-next`: which waiter is granted next.
+    pub fairness: ShadowCount,
+    /// `next-delay`: how long a refused client waits before trying again.
+    pub backoff: ShadowCount,
+    /// `timing`: a key's lock-delay and minimum hold (asked only while the
+    /// policy in force exports `timing`).
+    pub timing: ShadowCount,
+}
+
+/// How one export's calls went for a shadow candidate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShadowCount {
+    /// Calls the candidate answered as the policy in force did (two
+    /// rejections of a key agree, whatever their reasons).
+    pub agree: u64,
+    /// Calls it answered otherwise.
+    pub disagree: u64,
+    /// Calls it trapped, overran its time or memory budget, or answered
+    /// out of range on (never felt by requests).
+    pub failed: u64,
+    /// Calls not put to it because its queue was full (it fell behind).
+    pub dropped: u64,
+}
+
+/// An export of the policy world, as shadow reports name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ShadowExport {
+    Naming,
+    Fairness,
+    Backoff,
+    Timing,
+}
+
+/// One call on which a shadow candidate disagreed with the policy in
+/// force: its input and both answers, in words (keys cut to 64 bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShadowDisagreement {
+    /// The export called.
+    pub export: ShadowExport,
+    /// When the candidate answered, UTC with milliseconds.
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
+    pub at: String,
+    /// The call's input: the key, the waiters, the contention.
+    pub input: String,
+    /// The answer of the policy in force (the one used).
+    pub active: String,
+    /// The candidate's answer.
+    pub candidate: String,
 }
 
 /// `POST /v1/admin/tenants/{tenant}/locks/{key}/release`: the lease that

@@ -38,8 +38,9 @@ pub mod rwlock;
 pub mod semaphore;
 
 pub use admin::{
-    ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyVersion, PolicyVersions, ReloadAttempt,
-    ReloadReport, ReloadStatus, RollbackRequest, TenantInfo, TenantList,
+    ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyShadow, PolicyVersion, PolicyVersions,
+    ReloadAttempt, ReloadReport, ReloadStatus, RollbackRequest, ShadowCandidate, ShadowCount,
+    ShadowCounts, ShadowDisagreement, ShadowExport, TenantInfo, TenantList,
 };
 pub use election::{
     CampaignRequest, ElectionEvent, ElectionRenewRequest, ElectionStatus, LeaderEvent, Leadership,

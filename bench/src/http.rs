@@ -222,14 +222,41 @@ impl Client {
         body: Bytes,
         wait_ms: u64,
     ) -> Result<Reply, Error> {
+        let json = (!body.is_empty()).then_some("application/json");
+        self.exchange(method, path, json, body, wait_ms).await
+    }
+
+    /// `method` on `path` with `body` of `content_type` (an admin call: a
+    /// policy component's upload, a `DELETE`).
+    ///
+    /// # Errors
+    /// As [`Client::get`].
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Reply, Error> {
+        self.exchange(method, path, content_type, body, 0).await
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        wait_ms: u64,
+    ) -> Result<Reply, Error> {
         let mut builder = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
         if let Some(bearer) = &self.bearer {
             builder = builder.header(header::AUTHORIZATION, format!("Bearer {bearer}"));
         }
-        if !body.is_empty() {
-            builder = builder.header(header::CONTENT_TYPE, "application/json");
+        if let Some(content_type) = content_type {
+            builder = builder.header(header::CONTENT_TYPE, content_type);
         }
         let request = builder
             .body(Full::new(body))

@@ -22,6 +22,7 @@ mod report;
 mod run;
 mod rwlock;
 mod second;
+mod shadow;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -124,7 +125,8 @@ struct Args {
     /// uncontended, uncontended-https (the same on the --tls-url broker),
     /// new-connection (uncontended pairs each on a new connection, over
     /// http and over https), contended, contended-cross, nowait-storm, semaphore,
-    /// election, held, wasm-vs-native, multilock-8, rwlock (read pairs of
+    /// election, held, wasm-vs-native, policy-shadow (pairs on the wasm
+    /// tenant without and with a shadow policy), multilock-8, rwlock (read pairs of
     /// all clients on one key, write pairs on own keys), mysql-get-lock,
     /// lease-row-tx, skip-locked-claim, mysql-commit, redis, etcd;
     /// and, only when named, lease-row-tx-pooled (the lease-row pairs through
@@ -144,6 +146,24 @@ struct Args {
     /// Rounds of the interleaved wasm-vs-native comparison (native, wasm).
     #[arg(long, default_value_t = 3)]
     wasm_rounds: usize,
+    /// The broker's admin token (`policy-shadow` loads and drops a shadow
+    /// policy; skipped without it).
+    #[arg(long, env = "LOCKBENCH_ADMIN_TOKEN")]
+    admin_token: Option<String>,
+    /// The shadow candidate of `policy-shadow` (a .wasm component),
+    /// loaded beside the policy of the --wasm-api-key tenant.
+    #[arg(long, value_name = "FILE")]
+    shadow_policy: Option<PathBuf>,
+    /// The name of the --wasm-api-key tenant (`policy-shadow`'s admin
+    /// calls name it).
+    #[arg(long, default_value = "wasm")]
+    wasm_tenant: String,
+    /// Client counts of `policy-shadow`.
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "1")]
+    shadow_clients: Vec<usize>,
+    /// Rounds of `policy-shadow` (each: without and with the shadow).
+    #[arg(long, default_value_t = 5)]
+    shadow_rounds: usize,
     /// A line for the header (e.g. the commit measured).
     #[arg(long)]
     label: Option<String>,
@@ -161,7 +181,7 @@ struct Args {
     policy_calls: Option<PathBuf>,
 }
 
-const BROKER_SCENARIOS: [&str; 12] = [
+const BROKER_SCENARIOS: [&str; 13] = [
     "uncontended",
     "uncontended-https",
     "new-connection",
@@ -173,6 +193,7 @@ const BROKER_SCENARIOS: [&str; 12] = [
     "semaphore",
     "election",
     "wasm-vs-native",
+    "policy-shadow",
     "held",
 ];
 const BASELINE_SCENARIOS: [&str; 6] = [
@@ -664,6 +685,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             None => eprintln!("lockbench: no --wasm-api-key: skipping wasm-vs-native"),
         }
     }
+    let mut shadow_ratios = Vec::new();
+    if want("policy-shadow") {
+        match policy_shadow(&broker, &args, duration).await {
+            Ok((srows, ratios)) => {
+                for row in srows {
+                    push(row, &mut rows);
+                }
+                shadow_ratios = ratios;
+            }
+            Err(e) => eprintln!("lockbench: skipping policy-shadow: {e:#}"),
+        }
+    }
     if want("held") {
         let footprint = Footprint {
             pid: args.broker_pid,
@@ -689,7 +722,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     for line in &counters {
         eprintln!("lockbench: broker counter: {line}");
     }
-    let ratios = ratios(&rows, &args, &wasm_ratios);
+    let mut ratios = ratios(&rows, &args, &wasm_ratios);
+    ratios.extend(shadow_ratios);
     if args.json {
         let doc = json!({
             "duration_s": args.duration_s,
@@ -714,6 +748,52 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     }
     setup.close().await;
     Ok(())
+}
+
+/// `policy-shadow`, if its arguments are there: its rows and ratios.
+async fn policy_shadow(
+    broker: &Broker,
+    args: &Args,
+    duration: Duration,
+) -> anyhow::Result<(Vec<Row>, Vec<Ratio>)> {
+    let (Some(api_key), Some(admin_token), Some(file)) =
+        (&args.wasm_api_key, &args.admin_token, &args.shadow_policy)
+    else {
+        bail!("it needs --wasm-api-key, --admin-token and --shadow-policy");
+    };
+    let setup = shadow::Setup {
+        tenant: &args.wasm_tenant,
+        api_key,
+        admin_token,
+        candidate: std::fs::read(file)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?,
+        rounds: args.shadow_rounds.max(1),
+    };
+    let (rows, measured) = shadow::scenario(broker, &setup, &args.shadow_clients, duration).await?;
+    let mut ratios = Vec::new();
+    for (c, p50, p99) in measured {
+        let detail = format!("medians of {} rounds each", setup.rounds);
+        ratios.push(ratio(
+            format!("pair p50 with a shadow policy / without, {c} client(s)"),
+            Some(p50),
+            |v| format!("{v:.3}x"),
+            "<= 1.10",
+            |v| v <= 1.10,
+            detail.clone(),
+        ));
+        ratios.push(Ratio {
+            met: None,
+            ..ratio(
+                format!("pair p99 with a shadow policy / without, {c} client(s)"),
+                Some(p99),
+                |v| format!("{v:.3}x"),
+                "(reported)",
+                |_| true,
+                detail,
+            )
+        });
+    }
+    Ok((rows, ratios))
 }
 
 /// The client counts of `contended-cross`: those of --clients from 2 to

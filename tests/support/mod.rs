@@ -214,6 +214,20 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// `lockctl ARGS` against the broker at `url` with the admin token (the
+/// tests of its admin commands); its output once it exits.
+pub fn lockctl_admin(
+    url: &str,
+    args: &[&str],
+) -> impl std::future::Future<Output = std::io::Result<std::process::Output>> {
+    let mut command = tokio::process::Command::new(bin("lockctl"));
+    command
+        .args(args)
+        .env("LOCKBROKER_URL", url)
+        .env("LOCKBROKER_ADMIN_TOKEN", ADMIN);
+    async move { command.output().await }
+}
+
 /// A broker running as its own process, for tests that need several.
 pub struct BrokerProcess {
     child: tokio::process::Child,

@@ -5,6 +5,7 @@
 // never for a fixed time. Exits non-zero on the first failed check.
 
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { chromium } from 'playwright-core';
 
@@ -12,15 +13,20 @@ const base = process.env.LB_URL;
 const apiBase = process.env.LB_API ?? base;
 const key = process.env.LB_KEY;
 const admin = process.env.LB_ADMIN;
+// A shadow candidate for tenant LB_KEY's (a .wasm that stores keys with
+// `boom` as `renamed/KEY`, and agrees on every other key).
+const shadowWasm = process.env.LB_SHADOW_WASM;
 const executablePath = process.env.LB_CHROMIUM ?? '/usr/bin/chromium';
-assert.ok(base && key && admin, 'LB_URL, LB_KEY and LB_ADMIN are required');
+assert.ok(base && key && admin && shadowWasm, 'LB_URL, LB_KEY, LB_ADMIN and LB_SHADOW_WASM are required');
 
-/// A call to the broker's API from here, expecting 2xx.
-async function api(path, { method = 'GET', secret = key, body } = {}) {
+/// A call to the broker's API from here, expecting 2xx (`wasm`: a
+/// component's bytes as the body).
+async function api(path, { method = 'GET', secret = key, body, wasm } = {}) {
+  const type = wasm ? { 'Content-Type': 'application/wasm' } : body ? { 'Content-Type': 'application/json' } : {};
   const res = await fetch(apiBase + path, {
     method,
-    headers: { Authorization: `Bearer ${secret}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
-    body: body && JSON.stringify(body),
+    headers: { Authorization: `Bearer ${secret}`, ...type },
+    body: wasm ?? (body && JSON.stringify(body)),
   });
   const json = await res.json();
   assert.ok(res.ok, `${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
@@ -249,6 +255,71 @@ try {
   assert.equal(events[0].event, 'force_released');
   await shot(page, 'force-released');
   noProblems('in the admin views');
+
+  step("a tenant's policy page shows its versions and its shadow's report");
+  const tenantApi = (path, opts = {}) => api(`/v1/admin/tenants/default/policy${path}`, { secret: admin, ...opts });
+  const loaded = await tenantApi('?mode=shadow', { method: 'PUT', wasm: await readFile(shadowWasm) });
+  const candidate = loaded.shadow;
+  assert.equal(candidate.name, 'rename');
+  const inForce = loaded.policy.id;
+  // Three naming calls: the candidate names two keys otherwise.
+  for (const k of ['shadow-boom-1', 'shadow-2', 'shadow-boom-3']) {
+    const lease = await api(`/v1/locks/${k}/acquire`, { method: 'POST', body: { owner: 'shadow-test', ttl_ms: 120_000 } });
+    assert.equal(lease.storage_key, k, 'the policy in force names the key');
+  }
+  // Until the candidate has judged all three (a condition, polled).
+  for (;;) {
+    const { counts } = await tenantApi('/shadow');
+    const n = counts.naming;
+    if (n.agree + n.disagree + n.failed + n.dropped >= 3) break;
+    await new Promise((resolve) => { setTimeout(resolve, 50); });
+  }
+  await page.getByRole('link', { name: 'Policy versions and shadow' }).click();
+  await page.getByRole('heading', { name: 'Policy of default' }).waitFor();
+  await cell(inForce, 'Active', 'in force');
+  await cell('naming', 'Agree', '1');
+  await cell('naming', 'Disagree', '2');
+  await cell('naming', 'Failed', '0');
+  await cell('backoff', 'Agree', '0');
+  await row('renamed/shadow-boom-3').locator('td[data-label="In force"]', { hasText: '"shadow-boom-3"' }).waitFor();
+  await noHorizontalScroll('policy page at 1280px');
+  await shot(page, 'policy-shadow');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('policy page at 360px');
+  await shot(page, 'policy-shadow-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step('Promote asks first, then puts the candidate in force');
+  const promote = page.getByRole('button', { name: `Promote ${candidate.id}` });
+  page.once('dialog', (d) => d.dismiss());
+  await promote.click();
+  await page.getByRole('button', { name: 'Refresh' }).click();
+  await cell(inForce, 'Active', 'in force');
+  assert.equal((await tenantApi('/versions')).versions.find((v) => v.active).id, inForce, 'a dismissed promote changes nothing');
+  const promoted = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
+  await promote.focus();
+  await page.keyboard.press('Enter');
+  assert.match(await promoted, /Promote rename/);
+  await page.getByRole('status').filter({ hasText: `Promoted ${candidate.id}` }).waitFor();
+  await cell(candidate.id, 'Active', 'in force');
+  await cell(candidate.id, 'By', 'promote');
+  await cell(inForce, 'Active', '—');
+  await page.getByText('No shadow candidate is loaded').waitFor();
+  assert.equal((await tenantApi('/versions')).versions.find((v) => v.active).id, candidate.id);
+  await shot(page, 'policy-promoted');
+
+  step('Roll back puts the previous version back in force');
+  const dialog2 = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
+  await page.getByRole('button', { name: `Roll back to ${inForce}` }).click();
+  assert.match(await dialog2, new RegExp(`version ${inForce}`));
+  await page.getByRole('status').filter({ hasText: `Rolled back to ${inForce}` }).waitFor();
+  await cell(inForce, 'Active', 'in force');
+  await cell(inForce, 'By', 'rollback');
+  await cell(candidate.id, 'Active', '—');
+  await page.getByRole('button', { name: `Roll back to ${candidate.id}` }).waitFor();
+  assert.equal((await tenantApi('/versions')).versions.find((v) => v.active).id, inForce);
+  await shot(page, 'policy-rolled-back');
+  noProblems('in the policy page');
   console.log('console.mjs: all checks passed');
 } catch (err) {
   console.error(err);

@@ -8,7 +8,8 @@
 //! first; `force-release TENANT KEY` ends a stuck lease (admin); `watch
 //! ELECTION` prints changes of leader (`watch.rs`); `ls [PREFIX]` lists
 //! the live leases of a kind (`ls.rs`); `events [PREFIX]` follows the
-//! changes of the tenant's leases (`events.rs`); `policy upload|status`
+//! changes of the tenant's leases (`events.rs`); `policy
+//! upload|status|versions|rollback|shadow|shadow-report|shadow-drop|promote`
 //! uses the admin API (`policy.rs`).
 //! What is printed and the exit codes are in `output.rs`: 0 success (or
 //! CMD's own status for `run`), 1 the broker refused (a 429 also says how
@@ -349,6 +350,31 @@ enum PolicyCommand {
         tenant: String,
         version: Option<String>,
     },
+    /// Load a policy component (.wasm) as a tenant's shadow candidate: it
+    /// runs beside the policy in force on live traffic and decides nothing.
+    Shadow {
+        file: PathBuf,
+        /// The tenant whose shadow it becomes.
+        #[arg(long)]
+        tenant: String,
+    },
+    /// How a tenant's shadow candidate's answers compare with the policy
+    /// in force: counts per export and the latest disagreements.
+    ShadowReport {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Drop a tenant's shadow candidate (prints its last report).
+    ShadowDrop {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Put a tenant's shadow candidate in force (a new version; `policy
+    /// rollback` goes back) and end the shadow.
+    Promote {
+        #[arg(long)]
+        tenant: String,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -498,7 +524,7 @@ async fn main() -> ExitCode {
             count,
         } => events::events(&client, out, &prefix, after, count).await,
         Command::Policy(PolicyCommand::Upload { file, tenant }) => {
-            policy::upload(&client, out, &file, &tenant).await
+            policy::upload(&client, out, &file, &tenant, false).await
         }
         Command::Policy(PolicyCommand::Status { tenant }) => {
             policy::status(&client, out, tenant.as_deref()).await
@@ -508,6 +534,18 @@ async fn main() -> ExitCode {
         }
         Command::Policy(PolicyCommand::Rollback { tenant, version }) => {
             policy::rollback(&client, out, &tenant, version.as_deref()).await
+        }
+        Command::Policy(PolicyCommand::Shadow { file, tenant }) => {
+            policy::upload(&client, out, &file, &tenant, true).await
+        }
+        Command::Policy(PolicyCommand::ShadowReport { tenant }) => {
+            policy::shadow_report(&client, out, &tenant, false).await
+        }
+        Command::Policy(PolicyCommand::ShadowDrop { tenant }) => {
+            policy::shadow_report(&client, out, &tenant, true).await
+        }
+        Command::Policy(PolicyCommand::Promote { tenant }) => {
+            policy::promote(&client, out, &tenant).await
         }
     }
 }

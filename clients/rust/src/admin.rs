@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
-    ForceReleaseResponse, PolicyVersions, RollbackRequest, TenantInfo, TenantList,
+    ForceReleaseResponse, PolicyShadow, PolicyVersions, RollbackRequest, TenantInfo, TenantList,
 };
 
 use crate::{
@@ -35,14 +35,23 @@ impl Admin<'_> {
     /// # Errors
     /// `unauthenticated` / `forbidden` without the admin token.
     pub async fn tenants(&self) -> Result<TenantList> {
+        self.bodiless(Method::GET, "/v1/admin/tenants").await
+    }
+
+    /// A call without a body, answered at once; a `GET` (only) may be
+    /// retried.
+    async fn bodiless<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> Result<T> {
+        let idempotent = if method == Method::GET {
+            Idempotent::Yes
+        } else {
+            Idempotent::No
+        };
         self.client
-            .call(
-                Method::GET,
-                "/v1/admin/tenants",
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::Yes,
-            )
+            .call(method, path, None::<&()>, Duration::ZERO, idempotent)
             .await
     }
 
@@ -58,15 +67,7 @@ impl Admin<'_> {
             segment(tenant),
             segment(key)
         );
-        self.client
-            .call(
-                Method::POST,
-                &path,
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::No,
-            )
-            .await
+        self.bodiless(Method::POST, &path).await
     }
 
     /// The policy in force for `tenant` (its entry of [`Admin::tenants`]).
@@ -96,15 +97,7 @@ impl Admin<'_> {
     /// `not_found` when there is no such tenant.
     pub async fn policy_versions(&self, tenant: &str) -> Result<PolicyVersions> {
         let path = format!("/v1/admin/tenants/{}/policy/versions", segment(tenant));
-        self.client
-            .call(
-                Method::GET,
-                &path,
-                None::<&()>,
-                Duration::ZERO,
-                Idempotent::Yes,
-            )
-            .await
+        self.bodiless(Method::GET, &path).await
     }
 
     /// `POST /v1/admin/tenants/{tenant}/policy/rollback`: puts the kept
@@ -149,13 +142,65 @@ impl Admin<'_> {
     /// `not_found`.
     pub async fn upload_policy(&self, tenant: &str, wasm: impl Into<Bytes>) -> Result<TenantInfo> {
         let path = format!("/v1/admin/tenants/{}/policy", segment(tenant));
+        self.put_policy(&path, wasm.into()).await
+    }
+
+    /// `PUT /v1/admin/tenants/{tenant}/policy?mode=shadow`: validates the
+    /// component and loads it as `tenant`'s shadow candidate (replacing
+    /// any), which runs beside the policy in force and decides nothing;
+    /// the tenant, its `shadow` the candidate.
+    ///
+    /// # Errors
+    /// As [`Admin::upload_policy`] (the shadow before, if any, stays).
+    pub async fn shadow_policy(&self, tenant: &str, wasm: impl Into<Bytes>) -> Result<TenantInfo> {
+        let path = format!("/v1/admin/tenants/{}/policy?mode=shadow", segment(tenant));
+        self.put_policy(&path, wasm.into()).await
+    }
+
+    /// `GET /v1/admin/tenants/{tenant}/policy/shadow`: how `tenant`'s
+    /// shadow candidate's answers compare with the policy in force.
+    ///
+    /// # Errors
+    /// `not_found` when there is no such tenant or no shadow.
+    pub async fn shadow_report(&self, tenant: &str) -> Result<PolicyShadow> {
+        self.shadow_call(Method::GET, tenant).await
+    }
+
+    /// `DELETE /v1/admin/tenants/{tenant}/policy/shadow`: ends `tenant`'s
+    /// shadow; its last report.
+    ///
+    /// # Errors
+    /// `not_found` when there is no such tenant or no shadow.
+    pub async fn drop_shadow(&self, tenant: &str) -> Result<PolicyShadow> {
+        self.shadow_call(Method::DELETE, tenant).await
+    }
+
+    async fn shadow_call(&self, method: Method, tenant: &str) -> Result<PolicyShadow> {
+        let path = format!("/v1/admin/tenants/{}/policy/shadow", segment(tenant));
+        self.bodiless(method, &path).await
+    }
+
+    /// `POST /v1/admin/tenants/{tenant}/policy/promote`: puts `tenant`'s
+    /// shadow candidate in force (a version `promote`) and ends the
+    /// shadow; the kept versions after it.
+    ///
+    /// # Errors
+    /// `not_found` (no such tenant, or no shadow), `invalid_policy` (the
+    /// policy file could not be written).
+    pub async fn promote_policy(&self, tenant: &str) -> Result<PolicyVersions> {
+        let path = format!("/v1/admin/tenants/{}/policy/promote", segment(tenant));
+        self.bodiless(Method::POST, &path).await
+    }
+
+    /// A `PUT` of a policy component to `path`.
+    async fn put_policy(&self, path: &str, wasm: Bytes) -> Result<TenantInfo> {
         let bytes = self
             .client
             .call_bytes(
                 Method::PUT,
-                &path,
+                path,
                 Some("application/wasm"),
-                wasm.into(),
+                wasm,
                 // Validation compiles the component: allow it time.
                 Duration::from_secs(30),
                 Idempotent::Yes,

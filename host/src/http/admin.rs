@@ -4,24 +4,25 @@ use std::{future::Future, pin::Pin};
 
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
-    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyVersion,
-    PolicyVersions, ReloadAttempt, ReloadReport, ReloadStatus, RollbackRequest, TenantInfo,
+    ErrorBody, ErrorCode, ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyShadow,
+    PolicyVersion, PolicyVersions, ReloadAttempt, ReloadReport, ReloadStatus, RollbackRequest,
+    ShadowCandidate, ShadowCount, ShadowCounts, ShadowDisagreement, ShadowExport, TenantInfo,
     TenantList,
 };
 
 use super::{
     ok,
-    openapi::{TenantKeyPath, TenantPath, WasmComponent},
-    request::{authenticate_admin, name_lock, parse_json, read_body},
+    openapi::{PolicyUploadQuery, TenantKeyPath, TenantPath, WasmComponent},
+    request::{authenticate_admin, name_lock, parse_json, query_pairs, read_body, unknown_param},
     resource::{list, with_kind, ForKind, Resource},
     responses::{
-        AdminErrors, BadRequest, InvalidKey, NotFound, PolicyError, TooLarge, Unavailable,
+        AdminErrors, BadRequest, InvalidKey, NoShadow, NotFound, PolicyError, TooLarge, Unavailable,
     },
     ApiError, Response,
 };
 use crate::{
     app::App,
-    policy::{reload::RollbackError, LoadedBy},
+    policy::{reload::PromoteError, shadow, Loaded, LoadedBy, Shadow},
     reconfigure::{Attempt, Trigger},
     store::Kind,
     tenant::Tenant,
@@ -54,6 +55,15 @@ pub async fn handle(
             Ok(ok(&rollback_policy(app, req, &name).await?))
         }
         (_, ["tenants", _, "policy", "rollback"]) => Err(ApiError::method_not_allowed("POST")),
+        (&Method::GET, ["tenants", name, "policy", "shadow"]) => Ok(ok(&shadow_report(app, name)?)),
+        (&Method::DELETE, ["tenants", name, "policy", "shadow"]) => {
+            Ok(ok(&drop_shadow(app, name)?))
+        }
+        (_, ["tenants", _, "policy", "shadow"]) => Err(ApiError::method_not_allowed("GET, DELETE")),
+        (&Method::POST, ["tenants", name, "policy", "promote"]) => {
+            Ok(ok(&promote_policy(app, name).await?))
+        }
+        (_, ["tenants", _, "policy", "promote"]) => Err(ApiError::method_not_allowed("POST")),
         (&Method::POST, ["tenants", name, "locks", key, "release"]) => {
             Ok(ok(&force_release(app, name, key).await?))
         }
@@ -94,25 +104,43 @@ impl<'a> ForKind for TenantsList<'a> {
     }
 }
 
-/// Replace a tenant's policy
+/// Replace a tenant's policy, or load a shadow candidate
 ///
 /// Validates the WebAssembly component (the `lockbroker:policy@0.1.0`
 /// world, then a self-check call of each export) and swaps it in without a
 /// restart. Requests already in flight finish with the old policy.
+///
+/// With `?mode=shadow` the component, validated the same way, is loaded as
+/// the tenant's shadow candidate instead (replacing any shadow before): it
+/// runs beside the policy in force on live traffic and decides nothing.
+/// Each naming, fairness and backoff call (and timing, while the policy in
+/// force exports it) is also put to the candidate, off the request's path
+/// (a bounded queue; calls that do not fit are dropped, counted), under
+/// the tenant's time and memory limits; its answers are compared with
+/// those of the policy in force (`GET .../policy/shadow`, and
+/// `lockbroker_policy_shadow_total` in `/metrics`). A candidate that traps
+/// or overruns is counted and never felt by requests. Promote it with
+/// `POST .../policy/promote`. A shadow survives reloads of the policy in
+/// force, not a restart of the broker.
 #[utoipa::path(
     put,
     path = "/v1/admin/tenants/{tenant}/policy",
     operation_id = "putPolicy",
     tag = "admin",
-    params(TenantPath),
+    params(TenantPath, PolicyUploadQuery),
     request_body(content = WasmComponent, content_type = "application/wasm",
         description = "The policy component's bytes."),
     security(("adminToken" = [])),
     responses(
-        (status = 200, description = "The new policy is in force; `policy.sha256` is its digest.",
+        (status = 200, description = "The new policy is in force; `policy.sha256` is its digest \
+(with `mode=shadow`: the policy in force is unchanged, and `shadow` is the candidate).",
             body = TenantInfo),
         AdminErrors,
-        (status = 400, response = BadRequest),
+        (status = 400, description = "`bad_request`: an empty body, a `mode` other than \
+`active` or `shadow`, or another query parameter.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "bad_request",
+                "message": "mode must be active or shadow (got \"shadwo\")"}})),
         (status = 404, response = NotFound),
         (status = 413, response = TooLarge),
         (status = 422, description = "`invalid_policy`: the component is invalid, imports \
@@ -130,17 +158,17 @@ async fn upload_policy(
     req: Request<Incoming>,
     name: &str,
 ) -> Result<TenantInfo, ApiError> {
-    let tenant = app
-        .live()
-        .tenants
-        .get(name)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+    let tenant = live_tenant(app, name)?;
+    // Before the body: a mistyped mode must not put a candidate in force.
+    let mode = UploadMode::of(req.uri().query())?;
     let bytes = read_body(req, app.config.max_policy_bytes).await?;
     if bytes.is_empty() {
         return Err(ApiError::bad_request(
             "the body must be a policy component (application/wasm)",
         ));
+    }
+    if mode == UploadMode::Shadow {
+        return load_shadow(app, &tenant, bytes.to_vec()).await;
     }
     let uploaded = app.reloader.upload(&tenant.policy, bytes.to_vec()).await;
     app.audit("policy_upload", uploaded.is_ok());
@@ -160,8 +188,233 @@ async fn upload_policy(
             "policy upload refused"
         ),
     }
-    uploaded.map_err(|err| ApiError::new(ErrorCode::InvalidPolicy, err.0))?;
+    uploaded?;
     Ok(tenant_info(&tenant))
+}
+
+/// What a policy upload is for (`?mode=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UploadMode {
+    /// Put in force (the default).
+    Active,
+    /// Load as the shadow candidate.
+    Shadow,
+}
+
+impl UploadMode {
+    /// The mode a policy upload's query asks for.
+    ///
+    /// # Errors
+    /// 400 for another mode or another parameter.
+    fn of(query: Option<&str>) -> Result<UploadMode, ApiError> {
+        let mut mode = UploadMode::Active;
+        for (name, value) in query_pairs(query) {
+            if name != "mode" {
+                return Err(unknown_param(name, "mode"));
+            }
+            mode = match value {
+                "active" => UploadMode::Active,
+                "shadow" => UploadMode::Shadow,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "mode must be active or shadow (got {other:?})"
+                    )))
+                }
+            };
+        }
+        Ok(mode)
+    }
+}
+
+/// `PUT .../policy?mode=shadow`: loads `bytes` as `tenant`'s shadow.
+async fn load_shadow(app: &App, tenant: &Tenant, bytes: Vec<u8>) -> Result<TenantInfo, ApiError> {
+    let loaded = app.reloader.shadow(&tenant.policy, bytes).await;
+    app.audit("policy_shadow", loaded.is_ok());
+    match &loaded {
+        Ok(shadow) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_shadow",
+            tenant = %tenant.name,
+            sha256 = shadow.candidate().sha256.as_deref().unwrap_or(""),
+            "shadow policy loaded"
+        ),
+        Err(err) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_shadow",
+            tenant = %tenant.name,
+            error = %err.0,
+            "shadow policy refused"
+        ),
+    }
+    loaded?;
+    Ok(tenant_info(tenant))
+}
+
+/// Show a tenant's shadow policy report
+///
+/// How the shadow candidate's answers compare with those of the policy in
+/// force since it was loaded: per export, the calls it agreed on, disagreed
+/// on, failed (trapped, overran its time or memory, answered out of range)
+/// and the calls dropped because it fell behind; and the latest
+/// disagreements (at most 10, newest first) with their inputs and both
+/// answers, keys cut to 64 bytes. Counts are per broker.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/tenants/{tenant}/policy/shadow",
+    operation_id = "getPolicyShadow",
+    tag = "admin",
+    params(TenantPath),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The shadow candidate and its report.", body = PolicyShadow),
+        AdminErrors,
+        (status = 404, response = NoShadow),
+    )
+)]
+fn shadow_report(app: &App, name: &str) -> Result<PolicyShadow, ApiError> {
+    let tenant = live_tenant(app, name)?;
+    let shadow = tenant.policy.shadow().ok_or_else(|| no_shadow(name))?;
+    Ok(report_of(&tenant, &shadow))
+}
+
+/// Drop a tenant's shadow policy
+///
+/// Ends the shadow: the candidate is no longer asked. The policy in force
+/// does not change. The answer is the shadow's last report.
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/tenants/{tenant}/policy/shadow",
+    operation_id = "deletePolicyShadow",
+    tag = "admin",
+    params(TenantPath),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The shadow is dropped: its last report.", body = PolicyShadow),
+        AdminErrors,
+        (status = 404, response = NoShadow),
+    )
+)]
+fn drop_shadow(app: &App, name: &str) -> Result<PolicyShadow, ApiError> {
+    let tenant = live_tenant(app, name)?;
+    let dropped = tenant.policy.set_shadow(None);
+    app.audit("policy_shadow_drop", dropped.is_some());
+    let shadow = dropped.ok_or_else(|| no_shadow(name))?;
+    tracing::info!(
+        target: "lockbroker::audit",
+        action = "policy_shadow_drop",
+        tenant = %tenant.name,
+        sha256 = shadow.candidate().sha256.as_deref().unwrap_or(""),
+        "shadow policy dropped"
+    );
+    Ok(report_of(&tenant, &shadow))
+}
+
+/// Promote a tenant's shadow policy
+///
+/// Puts the shadow candidate in force, as an upload of it would: it is
+/// kept as a version (`loaded_by` `promote`; a rollback goes back to the
+/// version it replaced), a tenant with a `policy` file gets its bytes in
+/// that file (so it survives a restart), and history events name its
+/// version from now on. The shadow ends. Requests in flight finish with
+/// the policy they started with.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/tenants/{tenant}/policy/promote",
+    operation_id = "promotePolicy",
+    tag = "admin",
+    params(TenantPath),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The candidate is in force: the kept versions, it first and \
+`active`.", body = PolicyVersions),
+        AdminErrors,
+        (status = 404, response = NoShadow),
+        (status = 422, description = "`invalid_policy`: the tenant's policy file could not be \
+written. The policy in force and the shadow stay.",
+            body = ErrorBody,
+            example = json!({"error": {"code": "invalid_policy",
+                "message": "cannot write plugins/dist/team-a.wasm: permission denied"}})),
+    )
+)]
+async fn promote_policy(app: &App, name: &str) -> Result<PolicyVersions, ApiError> {
+    let tenant = live_tenant(app, name)?;
+    let promoted = app.reloader.promote(&tenant.policy).await;
+    app.audit("policy_promote", promoted.is_ok());
+    match &promoted {
+        Ok(loaded) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_promote",
+            tenant = %tenant.name,
+            version = %loaded.id(),
+            "shadow policy promoted"
+        ),
+        Err(err) => tracing::info!(
+            target: "lockbroker::audit",
+            action = "policy_promote",
+            tenant = %tenant.name,
+            error = %err,
+            "shadow policy promote refused"
+        ),
+    }
+    promoted?;
+    Ok(versions_of(&tenant))
+}
+
+fn no_shadow(tenant: &str) -> ApiError {
+    PromoteError::NoShadow(tenant.to_owned()).into()
+}
+
+/// A shadow candidate, as the admin API shows it.
+fn candidate_of(loaded: &Loaded) -> ShadowCandidate {
+    ShadowCandidate {
+        id: loaded.id(),
+        sha256: loaded.sha256.clone().unwrap_or_default(),
+        name: loaded.descriptor.name.clone(),
+        version: loaded.descriptor.version.clone(),
+        loaded_at: loaded.loaded_at.clone(),
+    }
+}
+
+/// `tenant`'s shadow and what it saw, as the admin API shows it.
+fn report_of(tenant: &Tenant, shadow: &Shadow) -> PolicyShadow {
+    let count = |export| {
+        let c = shadow.counts(export);
+        ShadowCount {
+            agree: c.agree,
+            disagree: c.disagree,
+            failed: c.failed,
+            dropped: c.dropped,
+        }
+    };
+    let export = |e| match e {
+        shadow::Export::Naming => ShadowExport::Naming,
+        shadow::Export::Fairness => ShadowExport::Fairness,
+        shadow::Export::Backoff => ShadowExport::Backoff,
+        shadow::Export::Timing => ShadowExport::Timing,
+    };
+    let current = tenant.policy.current();
+    PolicyShadow {
+        tenant: tenant.name.clone(),
+        candidate: candidate_of(shadow.candidate()),
+        active: (!current.stand_in).then(|| current.id()),
+        counts: ShadowCounts {
+            naming: count(shadow::Export::Naming),
+            fairness: count(shadow::Export::Fairness),
+            backoff: count(shadow::Export::Backoff),
+            timing: count(shadow::Export::Timing),
+        },
+        disagreements: shadow
+            .examples()
+            .into_iter()
+            .map(|e| ShadowDisagreement {
+                export: export(e.export),
+                at: e.at,
+                input: e.input,
+                active: e.active,
+                candidate: e.candidate,
+            })
+            .collect(),
+    }
 }
 
 /// List a tenant's policy versions
@@ -257,10 +510,7 @@ async fn rollback_policy(
             "policy rollback refused"
         ),
     }
-    rolled.map_err(|err| match err {
-        RollbackError::NotFound(why) => ApiError::not_found(why),
-        RollbackError::Load(err) => ApiError::new(ErrorCode::InvalidPolicy, err.0),
-    })?;
+    rolled?;
     Ok(versions_of(&tenant))
 }
 
@@ -399,6 +649,10 @@ pub fn tenant_info(tenant: &Tenant) -> TenantInfo {
             id: (!loaded.stand_in).then(|| loaded.id()),
         },
         last_error: tenant.policy.last_error(),
+        shadow: tenant
+            .policy
+            .shadow()
+            .map(|shadow| candidate_of(shadow.candidate())),
     }
 }
 

@@ -8,7 +8,11 @@ use lockbroker_api::{ErrorBody, ErrorCode, ErrorDetail};
 use super::{json_response, Response};
 use crate::{
     engine::{DbFailure, EngineError},
-    policy::{NamingError, PolicyFault},
+    policy::{
+        reload::{PromoteError, RollbackError},
+        wasm::LoadError,
+        NamingError, PolicyFault,
+    },
 };
 
 /// The retry hint while a tenant's first policy loads: a large component
@@ -215,5 +219,31 @@ impl From<PolicyFault> for ApiError {
             ErrorCode::PolicyError,
             format!("the tenant's naming policy failed: {fault}"),
         )
+    }
+}
+
+/// A component refused (an upload, a shadow, or a version that had to be
+/// compiled again): 422 `invalid_policy` with the reason.
+impl From<LoadError> for ApiError {
+    fn from(err: LoadError) -> ApiError {
+        ApiError::new(ErrorCode::InvalidPolicy, err.0)
+    }
+}
+
+impl From<RollbackError> for ApiError {
+    fn from(err: RollbackError) -> ApiError {
+        match err {
+            RollbackError::NotFound(why) => ApiError::not_found(why),
+            RollbackError::Load(err) => err.into(),
+        }
+    }
+}
+
+impl From<PromoteError> for ApiError {
+    fn from(err: PromoteError) -> ApiError {
+        match err {
+            PromoteError::NoShadow(_) => ApiError::not_found(err.to_string()),
+            PromoteError::Load(err) => err.into(),
+        }
     }
 }

@@ -76,6 +76,9 @@ commit."
         admin::upload_policy,
         admin::policy_versions,
         admin::rollback_policy,
+        admin::shadow_report,
+        admin::drop_shadow,
+        admin::promote_policy,
         admin::force_release,
         admin::reload,
         admin::reload_status,
@@ -557,6 +560,27 @@ pub struct TenantPath {
     /// The tenant's name from the config.
     #[param(example = "team-a", pattern = "^[a-z0-9-]{1,64}$")]
     tenant: String,
+}
+
+/// The query of a policy upload.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct PolicyUploadQuery {
+    /// `active` (the default): put the component in force. `shadow`: load
+    /// it as the tenant's shadow candidate, which runs beside the policy
+    /// in force and decides nothing (see `GET .../policy/shadow`).
+    #[param(inline)]
+    mode: Option<PolicyMode>,
+}
+
+/// What a policy upload is for.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum PolicyMode {
+    Active,
+    Shadow,
 }
 
 /// A policy upload's body: the bytes of a WebAssembly component.

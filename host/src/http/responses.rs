@@ -68,6 +68,9 @@ a string for an integer), or a value out of range.",
     NotFound: NotFound,
         "`not_found`: no such path or resource.",
         "no such path";
+    NoShadow: NotFound,
+        "`not_found`: no such tenant, or no shadow policy is loaded for it.",
+        "no shadow policy is loaded for tenant \"team-a\"";
     MethodNotAllowed: MethodNotAllowed,
         "`method_not_allowed`: the path exists but not with this method; the `Allow` header \
 names the method it takes.",

@@ -9,9 +9,14 @@
 //! since a different naming could merge or split locks; fairness and backoff
 //! fall back to the built-in policy; timing falls back to the tenant's
 //! configured delays. Every fault is counted and logged.
+//!
+//! A tenant may also have a shadow candidate ([`shadow`]): the calls its
+//! policy in force answers are put to the candidate too, off the
+//! request's path, and the answers compared.
 
 mod builtin;
 pub mod reload;
+pub mod shadow;
 pub mod versions;
 pub mod wasm;
 
@@ -21,7 +26,10 @@ use std::sync::{
 };
 
 pub use builtin::{Builtin, MAX_KEY_BYTES};
+pub use shadow::Shadow;
 pub use versions::{LoadedBy, Version, Versions};
+
+use shadow::Call;
 
 use crate::metrics::Metrics;
 
@@ -250,6 +258,11 @@ pub struct TenantPolicy {
     last_error: RwLock<Option<String>>,
     /// The versions kept, the one in force included (not stand-ins).
     versions: Mutex<Versions>,
+    /// The shadow candidate, if one is loaded.
+    shadow: RwLock<Option<Arc<Shadow>>>,
+    /// Whether one is: read on every policy call, so one atomic load
+    /// rather than the lock above (no shadow costs nothing more).
+    shadowed: AtomicBool,
     metrics: Arc<Metrics>,
 }
 
@@ -274,6 +287,8 @@ impl TenantPolicy {
             current: RwLock::new(loaded),
             last_error: RwLock::new(None),
             versions: Mutex::new(versions),
+            shadow: RwLock::new(None),
+            shadowed: AtomicBool::new(false),
             metrics,
         }
     }
@@ -341,6 +356,22 @@ impl TenantPolicy {
         *self.last_error.write().expect("policy lock") = None;
     }
 
+    /// The shadow candidate, if one is loaded.
+    pub fn shadow(&self) -> Option<Arc<Shadow>> {
+        if !self.shadowed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.shadow.read().expect("shadow lock").clone()
+    }
+
+    /// Makes `shadow` the shadow candidate (none: ends the shadow); the one
+    /// it replaces, if any.
+    pub fn set_shadow(&self, shadow: Option<Arc<Shadow>>) -> Option<Arc<Shadow>> {
+        let mut slot = self.shadow.write().expect("shadow lock");
+        self.shadowed.store(shadow.is_some(), Ordering::Release);
+        std::mem::replace(&mut *slot, shadow)
+    }
+
     /// Records a failed load; the policy in force stays.
     pub fn set_error(&self, error: String) {
         *self.last_error.write().expect("policy lock") = Some(error);
@@ -389,15 +420,13 @@ impl TenantPolicy {
         );
         let (tenant, key_owned) = (self.tenant.clone(), key.to_owned());
         let answer = call(&loaded, move |p| p.storage_key(&tenant, &key_owned)).await;
-        let answer = answer.and_then(|named| match named {
-            Ok(storage) if storage.is_empty() || storage.len() > MAX_STORAGE_KEY_BYTES => {
-                Err(PolicyFault::BadAnswer(format!(
-                    "storage key of {} bytes (1 to {MAX_STORAGE_KEY_BYTES} allowed)",
-                    storage.len()
-                )))
-            }
-            other => Ok(other),
-        });
+        let answer = answer.and_then(checked_naming);
+        if let (Some(shadow), Ok(named)) = (self.shadow(), &answer) {
+            shadow.offer(Call::Naming {
+                key: key.to_owned(),
+                active: named.clone(),
+            });
+        }
         match answer {
             Ok(Ok(storage)) => Ok((storage, version_of(&loaded))),
             Ok(Err(reason)) => Err(NamingError::Rejected(reason)),
@@ -421,15 +450,21 @@ impl TenantPolicy {
             &[("tenant", &self.tenant), ("export", "fairness")],
         );
         let len = waiters.len();
+        let shadowed = self.shadow().map(|s| (s, waiters.clone()));
         let key = key.to_owned();
-        let answer = call(&loaded, move |p| p.pick_next(&key, &waiters)).await;
-        match answer.and_then(|i| {
-            usize::try_from(i)
-                .ok()
-                .filter(|i| *i < len)
-                .ok_or_else(|| PolicyFault::BadAnswer(format!("index {i} of {len} waiters")))
-        }) {
-            Ok(index) => index,
+        let asked = key.clone();
+        let answer = call(&loaded, move |p| p.pick_next(&asked, &waiters)).await;
+        match answer.and_then(|i| checked_index(i, len)) {
+            Ok(index) => {
+                if let Some((shadow, waiters)) = shadowed {
+                    shadow.offer(Call::Fairness {
+                        key,
+                        waiters,
+                        active: index,
+                    });
+                }
+                index
+            }
             Err(fault) => {
                 self.fault(&loaded, "fairness", &fault);
                 builtin::pick_next(&[]) as usize
@@ -445,8 +480,17 @@ impl TenantPolicy {
             &[("tenant", &self.tenant), ("export", "backoff")],
         );
         let fallback = builtin::next_delay(&contention);
+        let shadowed = self.shadow().map(|s| (s, contention.clone()));
         match call(&loaded, move |p| p.next_delay(&contention)).await {
-            Ok(decision) => decision,
+            Ok(decision) => {
+                if let Some((shadow, contention)) = shadowed {
+                    shadow.offer(Call::Backoff {
+                        contention,
+                        active: decision,
+                    });
+                }
+                decision
+            }
             Err(fault) => {
                 self.fault(&loaded, "backoff", &fault);
                 fallback
@@ -478,7 +522,15 @@ impl TenantPolicy {
             .await
             .and_then(Timing::checked)
         {
-            Ok(timing) => timing,
+            Ok(timing) => {
+                if let Some(shadow) = self.shadow() {
+                    shadow.offer(Call::Timing {
+                        storage_key: storage_key.to_owned(),
+                        active: timing,
+                    });
+                }
+                timing
+            }
             Err(fault) => {
                 self.fault(&loaded, "timing", &fault);
                 Timing::default()
@@ -502,6 +554,36 @@ impl TenantPolicy {
             );
         }
     }
+}
+
+/// A naming answer, if its storage key is 1 to [`MAX_STORAGE_KEY_BYTES`]
+/// long (a rejection passes as it is).
+///
+/// # Errors
+/// [`PolicyFault::BadAnswer`] for a storage key out of range.
+pub(crate) fn checked_naming(
+    named: Result<String, String>,
+) -> Result<Result<String, String>, PolicyFault> {
+    match named {
+        Ok(storage) if storage.is_empty() || storage.len() > MAX_STORAGE_KEY_BYTES => {
+            Err(PolicyFault::BadAnswer(format!(
+                "storage key of {} bytes (1 to {MAX_STORAGE_KEY_BYTES} allowed)",
+                storage.len()
+            )))
+        }
+        other => Ok(other),
+    }
+}
+
+/// A fairness answer, if it is the index of one of `len` waiters.
+///
+/// # Errors
+/// [`PolicyFault::BadAnswer`] otherwise.
+pub(crate) fn checked_index(index: u32, len: usize) -> Result<usize, PolicyFault> {
+    usize::try_from(index)
+        .ok()
+        .filter(|i| *i < len)
+        .ok_or_else(|| PolicyFault::BadAnswer(format!("index {index} of {len} waiters")))
 }
 
 /// The id of `loaded`'s version; none for the built-in policy or a

@@ -16,6 +16,11 @@
 //! tenant's turn, and writes its bytes to the tenant's file (so a restart
 //! and the watcher agree), as an upload does.
 //!
+//! An upload may load a shadow candidate instead ([`Reloader::shadow`]):
+//! validated and compiled the same way, then run beside the policy in
+//! force ([`super::shadow`]); a promote ([`Reloader::promote`]) puts it in
+//! force as an upload would, in the tenant's turn.
+//!
 //! Loads of different tenants run at once (at most [`LOADS_AT_ONCE`]
 //! compiling), at start and on reload: a component that takes many seconds
 //! to compile holds up neither the other tenants' first loads nor their
@@ -49,7 +54,7 @@ use super::{
     now_rfc3339,
     versions::{write_atomically, Record},
     wasm::{Limits, LoadError, LoadOptions, WasmHost},
-    Builtin, Descriptor, Loaded, LoadedBy, Policy, PolicyFault, TenantPolicy,
+    Builtin, Descriptor, Loaded, LoadedBy, Policy, PolicyFault, Shadow, TenantPolicy,
 };
 use crate::{
     config::{Config, TenantConfig},
@@ -357,6 +362,62 @@ impl Reloader {
         Ok(self.put_in_force(policy, loaded, LoadedBy::Rollback, None))
     }
 
+    /// Validates `bytes` as [`Reloader::upload`] does and, if they pass,
+    /// loads them as `policy`'s shadow candidate (replacing any), which
+    /// runs beside the policy in force and decides nothing. Nothing is
+    /// written: a shadow does not survive a restart.
+    ///
+    /// # Errors
+    /// Why the component was refused; the shadow before, if any, stays.
+    pub async fn shadow(
+        &self,
+        policy: &TenantPolicy,
+        bytes: Vec<u8>,
+    ) -> Result<Arc<Shadow>, LoadError> {
+        let turn = self.turn(policy.tenant());
+        let _turn = turn.lock.lock().await;
+        let (loaded, bytes) = self.load(policy.tenant(), bytes).await?;
+        let shadow = Shadow::start(policy.tenant(), loaded, bytes, self.metrics.clone())
+            .map_err(|err| LoadError(format!("cannot start the shadow: {err}")))?;
+        let shadow = Arc::new(shadow);
+        let candidate = shadow.candidate();
+        tracing::info!(
+            tenant = %policy.tenant(),
+            policy = %candidate.descriptor.name,
+            version = %candidate.descriptor.version,
+            sha256 = candidate.sha256.as_deref().unwrap_or(""),
+            "shadow policy loaded"
+        );
+        policy.set_shadow(Some(shadow.clone()));
+        Ok(shadow)
+    }
+
+    /// Puts `policy`'s shadow candidate in force, as an upload of its
+    /// bytes would (kept as a version `promote`, written to the tenant's
+    /// file if any), and ends the shadow.
+    ///
+    /// # Errors
+    /// [`PromoteError::NoShadow`] without a shadow; [`PromoteError::Load`]
+    /// when the policy file cannot be written (the shadow goes on).
+    pub async fn promote(&self, policy: &TenantPolicy) -> Result<Arc<Loaded>, PromoteError> {
+        let turn = self.turn(policy.tenant());
+        let _turn = turn.lock.lock().await;
+        let shadow = policy
+            .shadow()
+            .ok_or_else(|| PromoteError::NoShadow(policy.tenant().to_owned()))?;
+        if let Some(file) = policy.file() {
+            let path = self.dir.join(file);
+            write_atomically(&path, shadow.bytes())
+                .map_err(|err| LoadError(format!("cannot write {}: {err}", path.display())))?;
+        }
+        policy.set_shadow(None);
+        let loaded = Loaded {
+            loaded_at: now_rfc3339(),
+            ..(**shadow.candidate()).clone()
+        };
+        Ok(self.put_in_force(policy, loaded, LoadedBy::Promote, Some(shadow.bytes())))
+    }
+
     /// `tenant`'s record of its versions on disk.
     fn record(&self, tenant: &str) -> Record {
         Record::new(&self.dir, tenant)
@@ -627,6 +688,17 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(LoadError(format!("policy load panicked: {e}"))))
+}
+
+/// Why a promote was refused (the policy in force stays).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PromoteError {
+    /// The tenant has no shadow candidate.
+    #[error("no shadow policy is loaded for tenant {0:?}")]
+    NoShadow(String),
+    /// The policy file could not be written.
+    #[error(transparent)]
+    Load(#[from] LoadError),
 }
 
 /// Why a rollback was refused (the policy in force stays).

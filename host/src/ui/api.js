@@ -34,14 +34,16 @@ export let skewMs = 0;
 
 const auth = (secret, extra = {}) => ({ Authorization: `Bearer ${secret}`, ...extra });
 
-/// One API call; the parsed JSON answer, or an ApiError.
-export async function call(path, { method = 'GET', secret, signal } = {}) {
-  const res = await fetch(path, { method, signal, headers: auth(secret, { Accept: 'application/json' }) });
+/// One API call (with `body`, a JSON request); the parsed JSON answer, or
+/// an ApiError.
+export async function call(path, { method = 'GET', secret, signal, body } = {}) {
+  const headers = auth(secret, { Accept: 'application/json', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) });
+  const res = await fetch(path, { method, signal, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const date = Date.parse(res.headers.get('date'));
   if (!Number.isNaN(date)) skewMs = date + 500 - Date.now();
-  const body = await res.json().catch(() => null);
-  if (!res.ok) throw new ApiError(res.status, body);
-  return body;
+  const answer = await res.json().catch(() => null);
+  if (!res.ok) throw new ApiError(res.status, answer);
+  return answer;
 }
 
 /// `?a=1&b=2` of the parameters that have a value.

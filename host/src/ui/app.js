@@ -1,6 +1,8 @@
 // The console: a tenant's leases (live), one key's page, and the admin's
-// tenants with their policies and leases. Views are picked by the URL's
-// hash; each view's fetches, stream and timers end with its AbortController.
+// tenants with their policies and leases, and a tenant's policy page
+// (versions with rollback, the shadow report with promote). Views are
+// picked by the URL's hash; each view's fetches, stream and timers end
+// with its AbortController.
 
 import { call, follow, query, segment, session, skewMs } from './api.js';
 
@@ -100,7 +102,7 @@ function debounced(fn, ms = 150) {
 /// A listing with tabs, a prefix filter and paging. `base` is the API path
 /// the kind is appended to; `hash(kind, prefix)` the URL of a tab; `href`
 /// a key's page, if any; `actions(item, reload)` extra cells of a row.
-function listing({ signal, secret, kind, prefix, base, hash, heading, href, actions, back: up }) {
+function listing({ signal, secret, kind, prefix, base, hash, heading, href, actions, back: up, aside }) {
   const spec = KINDS[kind];
   let cursor = null;
   let next = null;
@@ -153,7 +155,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
   const nav = h('nav', { 'aria-label': 'Kinds' }, tabs());
 
   view.replaceChildren(
-    ...(up ? [h('p', {}, h('a', { href: up[0] }, up[1]))] : []),
+    ...(up ? [h('p', {}, h('a', { href: up[0] }, up[1]), ...(aside ? [' · ', h('a', { href: aside[0] }, aside[1])] : []))] : []),
     h('h2', { tabindex: '-1' }, heading),
     nav,
     h('form', {
@@ -246,31 +248,140 @@ async function tenants({ signal, secret }) {
     const { tenants } = await call('/v1/admin/tenants', { secret, signal });
     body.replaceChildren(table([
       ['Tenant', (t) => h('a', { href: `#/admin/${segment(t.name)}/locks` }, t.name)],
-      ['Policy', (t) => t.policy.name], ['Version', (t) => t.policy.version],
+      ['Policy', (t) => h('a', { href: `#/admin/${segment(t.name)}/policy`, 'aria-label': `Policy of ${t.name}` }, t.policy.name)],
+      ['Version', (t) => t.policy.version],
       ['Loaded', (t) => (t.policy.name === 'loading' ? 'not yet' : when(t.policy.loaded_at))],
       ['File', (t) => t.policy.file ?? 'built-in'],
       ['Last error', (t) => (t.last_error ? h('span', { class: 'error' }, t.last_error) : 'none')],
+      ['Shadow', (t) => (t.shadow ? `${t.shadow.name} ${t.shadow.version}` : 'none')],
     ], tenants));
   } catch (err) {
     showError(err);
   }
 }
 
-/// The force-release button of an admin's lock row.
-const forceRelease = (tenant, secret, signal) => (item, reload) => h('button', {
-  type: 'button', class: 'danger', 'aria-label': `Force release ${keyOf(item)}`,
+/// A button that asks `question` first, then runs `action` (whose failure
+/// shows in the alert).
+const confirmed = (label, attrs, question, action) => h('button', {
+  type: 'button', ...attrs,
   onclick: async () => {
-    if (!window.confirm(`Force-release ${keyOf(item)}, held by ${item.owner} (token ${item.token})?`)) return;
+    if (!window.confirm(question())) return;
     try {
-      const r = await call(`/v1/admin/tenants/${segment(tenant)}/locks/${segment(keyOf(item))}/release`,
-        { method: 'POST', secret, signal });
-      await reload();
-      note(`Released ${r.key} from ${r.owner} (token ${r.token})${r.handed_off ? '; handed to the next waiter' : ''}.`);
+      await action();
     } catch (err) {
       showError(err);
     }
   },
-}, 'Force release');
+}, label);
+
+/// A tenant's policy page (admin): the versions kept, each but the one in
+/// force with a Roll back button, and the shadow candidate's report with a
+/// Promote button. Not live: Refresh reloads it (a re-render would take
+/// the keyboard focus away from the buttons).
+function policyPage({ signal, secret, tenant }) {
+  const base = `/v1/admin/tenants/${segment(tenant)}/policy`;
+  const versions = h('div', { class: 'results' });
+  const shadow = h('div', { class: 'results' });
+  const status = h('p', { class: 'status', role: 'status' });
+  let loads = 0;
+  let loading = Promise.resolve();
+  // After the load under way: its report fetch must not race the action
+  // that ends the shadow (a 404, logged by the browser as an error).
+  const post = async (path, body) => {
+    await loading;
+    return call(`${base}/${path}`, { method: 'POST', secret, signal, body });
+  };
+
+  const rollback = (v) => confirmed('Roll back', { class: 'danger', 'aria-label': `Roll back to ${v.id}` },
+    () => `Put version ${v.id} (${v.name} ${v.version}) back in force for ${tenant}?`,
+    async () => {
+      await post('rollback', { version: v.id });
+      await load();
+      note(`Rolled back to ${v.id} (${v.name} ${v.version}).`);
+    });
+
+  function shadowReport(report) {
+    const c = report.candidate;
+    const counts = ['naming', 'fairness', 'backoff', 'timing'].map((e) => ({ export: e, ...report.counts[e] }));
+    const promote = confirmed('Promote', { class: 'danger', 'aria-label': `Promote ${c.id}` },
+      () => `Promote ${c.name} ${c.version} (${c.id}) to be ${tenant}'s policy? It decides from then on.`,
+      async () => {
+        await post('promote', {});
+        await load();
+        note(`Promoted ${c.id} (${c.name} ${c.version}): it is in force.`);
+      });
+    return [
+      h('dl', { class: 'facts' },
+        h('dt', {}, 'Candidate'), h('dd', {}, `${c.name} ${c.version} `, h('code', {}, c.id)),
+        h('dt', {}, 'Loaded'), h('dd', {}, when(c.loaded_at)),
+        h('dt', {}, 'Compared with'), h('dd', {}, report.active ? h('code', {}, report.active) : 'no policy loaded')),
+      h('h4', {}, 'Answers per export'),
+      table([['Export', (r) => r.export], ['Agree', (r) => r.agree], ['Disagree', (r) => r.disagree],
+        ['Failed', (r) => r.failed], ['Dropped', (r) => r.dropped]], counts),
+      h('h4', {}, 'Latest disagreements (newest first)'),
+      report.disagreements.length
+        ? table([['When', (d) => h('time', { datetime: d.at }, when(d.at))], ['Call', (d) => d.export],
+          ['Input', (d) => d.input], ['In force', (d) => d.active], ['Candidate', (d) => d.candidate]], report.disagreements)
+        : h('p', { class: 'empty' }, 'No disagreements yet.'),
+      h('p', {}, promote),
+    ];
+  }
+
+  function load() {
+    loading = reload();
+    return loading;
+  }
+
+  async function reload() {
+    const seq = ++loads;
+    if (signal.aborted) return;
+    try {
+      const [kept, { tenants }] = await Promise.all([
+        call(`${base}/versions`, { secret, signal }),
+        call('/v1/admin/tenants', { secret, signal }),
+      ]);
+      // Asked only when there is one (a 404 would be logged as an error);
+      // one dropped in between is as good as none.
+      const report = tenants.find((t) => t.name === tenant)?.shadow
+        ? await call(`${base}/shadow`, { secret, signal }).catch((err) => {
+          if (err.status === 404) return null;
+          throw err;
+        })
+        : null;
+      if (seq !== loads) return;
+      versions.replaceChildren(table([
+        ['Id', (v) => h('code', {}, v.id)], ['Name', (v) => v.name], ['Version', (v) => v.version],
+        ['Loaded', (v) => when(v.loaded_at)], ['By', (v) => v.loaded_by],
+        ['Active', (v) => (v.active ? 'in force' : '—')],
+        ['Actions', (v) => (v.active ? '' : rollback(v))],
+      ], kept.versions));
+      shadow.replaceChildren(...(report ? shadowReport(report)
+        : [h('p', { class: 'empty' }, 'No shadow candidate is loaded (PUT …/policy?mode=shadow, or lockctl policy shadow).')]));
+    } catch (err) {
+      showError(err);
+    }
+  }
+
+  view.replaceChildren(
+    h('p', {}, h('a', { href: '#/admin' }, '← Tenants'), ' · ', h('a', { href: `#/admin/${segment(tenant)}/locks` }, 'Leases')),
+    h('h2', { tabindex: '-1' }, `Policy of ${tenant}`),
+    h('p', {}, h('button', { type: 'button', onclick: load }, 'Refresh')),
+    status,
+    h('h3', {}, 'Versions (newest first)'), versions,
+    h('h3', {}, 'Shadow candidate'), shadow);
+  load();
+}
+
+/// The force-release button of an admin's lock row.
+const forceRelease = (tenant, secret, signal) => (item, reload) => confirmed('Force release',
+  { class: 'danger', 'aria-label': `Force release ${keyOf(item)}` },
+  () => `Force-release ${keyOf(item)}, held by ${item.owner} (token ${item.token})?`,
+  async () => {
+    const r = await call(`/v1/admin/tenants/${segment(tenant)}/locks/${segment(keyOf(item))}/release`,
+      { method: 'POST', secret, signal });
+    await reload();
+    note(`Released ${r.key} from ${r.owner} (token ${r.token})${r.handed_off ? '; handed to the next waiter' : ''}.`);
+  });
 
 function signIn() {
   const input = h('input', { id: 'secret', type: 'password', required: true, autocomplete: 'off' });
@@ -320,11 +431,14 @@ function route() {
   const [first, second, ...rest] = path.split('/').filter(Boolean).map(decodeURIComponent);
   const ctx = { signal: current.signal, secret: me.secret, prefix };
   if (me.role === 'admin') {
-    if (first === 'admin' && second && KINDS[rest[0]]) {
+    if (first === 'admin' && second && rest[0] === 'policy') {
+      policyPage({ ...ctx, tenant: second });
+    } else if (first === 'admin' && second && KINDS[rest[0]]) {
       onTick = listing({
         ...ctx, kind: rest[0], base: `/v1/admin/tenants/${segment(second)}`, heading: `Tenant ${second}`,
         hash: (k, p) => `#/admin/${segment(second)}/${k}${query({ prefix: p })}`,
         actions: forceRelease(second, me.secret, current.signal), back: ['#/admin', '← Tenants'],
+        aside: [`#/admin/${segment(second)}/policy`, 'Policy versions and shadow'],
       });
     } else {
       tenants(ctx);

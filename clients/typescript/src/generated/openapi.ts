@@ -775,10 +775,23 @@ export interface paths {
         };
         get?: never;
         /**
-         * Replace a tenant's policy
+         * Replace a tenant's policy, or load a shadow candidate
          * @description Validates the WebAssembly component (the `lockbroker:policy@0.1.0`
          *     world, then a self-check call of each export) and swaps it in without a
          *     restart. Requests already in flight finish with the old policy.
+         *
+         *     With `?mode=shadow` the component, validated the same way, is loaded as
+         *     the tenant's shadow candidate instead (replacing any shadow before): it
+         *     runs beside the policy in force on live traffic and decides nothing.
+         *     Each naming, fairness and backoff call (and timing, while the policy in
+         *     force exports it) is also put to the candidate, off the request's path
+         *     (a bounded queue; calls that do not fit are dropped, counted), under
+         *     the tenant's time and memory limits; its answers are compared with
+         *     those of the policy in force (`GET .../policy/shadow`, and
+         *     `lockbroker_policy_shadow_total` in `/metrics`). A candidate that traps
+         *     or overruns is counted and never felt by requests. Promote it with
+         *     `POST .../policy/promote`. A shadow survives reloads of the policy in
+         *     force, not a restart of the broker.
          */
         put: operations["putPolicy"];
         post?: never;
@@ -832,6 +845,61 @@ export interface paths {
          *     version's bytes, so the rollback survives a restart.
          */
         post: operations["rollbackPolicy"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/policy/shadow": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a tenant's shadow policy report
+         * @description How the shadow candidate's answers compare with those of the policy in
+         *     force since it was loaded: per export, the calls it agreed on, disagreed
+         *     on, failed (trapped, overran its time or memory, answered out of range)
+         *     and the calls dropped because it fell behind; and the latest
+         *     disagreements (at most 10, newest first) with their inputs and both
+         *     answers, keys cut to 64 bytes. Counts are per broker.
+         */
+        get: operations["getPolicyShadow"];
+        put?: never;
+        post?: never;
+        /**
+         * Drop a tenant's shadow policy
+         * @description Ends the shadow: the candidate is no longer asked. The policy in force
+         *     does not change. The answer is the shadow's last report.
+         */
+        delete: operations["deletePolicyShadow"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/policy/promote": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Promote a tenant's shadow policy
+         * @description Puts the shadow candidate in force, as an upload of it would: it is
+         *     kept as a version (`loaded_by` `promote`; a rollback goes back to the
+         *     version it replaced), a tenant with a `policy` file gets its bytes in
+         *     that file (so it survives a restart), and history events name its
+         *     version from now on. The shadow ends. Requests in flight finish with
+         *     the policy they started with.
+         */
+        post: operations["promotePolicy"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1595,6 +1663,72 @@ export interface components {
          * @enum {string}
          */
         PolicyLoadedBy: "startup" | "file" | "upload" | "rollback" | "promote";
+        /**
+         * @description `GET /v1/admin/tenants/{tenant}/policy/shadow` (and, as its last
+         *     report, the answer to its `DELETE`): how a shadow candidate's answers
+         *     compare with those of the policy in force, on live traffic.
+         * @example {
+         *       "active": "9e8d7c6b5a49",
+         *       "candidate": {
+         *         "id": "3f2a9c1b0d4e",
+         *         "loaded_at": "2026-11-21T10:00:00.000Z",
+         *         "name": "team-prefix",
+         *         "sha256": "3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+         *         "version": "0.2.0"
+         *       },
+         *       "counts": {
+         *         "backoff": {
+         *           "agree": 12,
+         *           "disagree": 0,
+         *           "dropped": 0,
+         *           "failed": 0
+         *         },
+         *         "fairness": {
+         *           "agree": 3,
+         *           "disagree": 0,
+         *           "dropped": 0,
+         *           "failed": 0
+         *         },
+         *         "naming": {
+         *           "agree": 1480,
+         *           "disagree": 20,
+         *           "dropped": 0,
+         *           "failed": 0
+         *         },
+         *         "timing": {
+         *           "agree": 0,
+         *           "disagree": 0,
+         *           "dropped": 0,
+         *           "failed": 0
+         *         }
+         *       },
+         *       "disagreements": [
+         *         {
+         *           "active": "\"team-a/Orders/42\"",
+         *           "at": "2026-11-21T10:05:00.123Z",
+         *           "candidate": "\"team-a/orders/42\"",
+         *           "export": "naming",
+         *           "input": "key \"Orders/42\""
+         *         }
+         *       ],
+         *       "tenant": "team-a"
+         *     }
+         */
+        PolicyShadow: {
+            /** @description The tenant. */
+            tenant: string;
+            /** @description The candidate. */
+            candidate: components["schemas"]["ShadowCandidate"];
+            /**
+             * @description The id of the version in force now (the one compared against);
+             *     null while the tenant's policy file is loading or has never loaded.
+             */
+            active: string | null;
+            /** @description The candidate's answers so far, per export, since it was loaded. */
+            counts: components["schemas"]["ShadowCounts"];
+            /** @description The latest disagreements (at most 10), newest first. */
+            disagreements: components["schemas"]["ShadowDisagreement"][];
+        };
         /** @description One kept version of a tenant's policy. */
         PolicyVersion: {
             /**
@@ -2100,6 +2234,88 @@ export interface components {
             next: string | null;
         };
         /**
+         * @description A shadow candidate: a policy version loaded to run beside the one in
+         *     force without deciding anything.
+         */
+        ShadowCandidate: {
+            /** @description The first 12 hex digits of `sha256`: its version id once promoted. */
+            id: string;
+            /** @description sha256 of the component, lowercase hex. */
+            sha256: string;
+            /** @description The name the policy gives itself (`meta.describe`). */
+            name: string;
+            /** @description The policy's own version. */
+            version: string;
+            /**
+             * Format: date-time
+             * @description When it was loaded as the shadow, UTC with milliseconds.
+             */
+            loaded_at: string;
+        };
+        /** @description How one export's calls went for a shadow candidate. */
+        ShadowCount: {
+            /**
+             * Format: int64
+             * @description Calls the candidate answered as the policy in force did (two
+             *     rejections of a key agree, whatever their reasons).
+             */
+            agree: number;
+            /**
+             * Format: int64
+             * @description Calls it answered otherwise.
+             */
+            disagree: number;
+            /**
+             * Format: int64
+             * @description Calls it trapped, overran its time or memory budget, or answered
+             *     out of range on (never felt by requests).
+             */
+            failed: number;
+            /**
+             * Format: int64
+             * @description Calls not put to it because its queue was full (it fell behind).
+             */
+            dropped: number;
+        };
+        /** @description A shadow candidate's answers so far, per export of the policy world. */
+        ShadowCounts: {
+            /** @description `storage-key`: the storage key (or the rejection) of a client's key. */
+            naming: components["schemas"]["ShadowCount"];
+            /** @description `pick-next`: which waiter is granted next. */
+            fairness: components["schemas"]["ShadowCount"];
+            /** @description `next-delay`: how long a refused client waits before trying again. */
+            backoff: components["schemas"]["ShadowCount"];
+            /**
+             * @description `timing`: a key's lock-delay and minimum hold (asked only while the
+             *     policy in force exports `timing`).
+             */
+            timing: components["schemas"]["ShadowCount"];
+        };
+        /**
+         * @description One call on which a shadow candidate disagreed with the policy in
+         *     force: its input and both answers, in words (keys cut to 64 bytes).
+         */
+        ShadowDisagreement: {
+            /** @description The export called. */
+            export: components["schemas"]["ShadowExport"];
+            /**
+             * Format: date-time
+             * @description When the candidate answered, UTC with milliseconds.
+             */
+            at: string;
+            /** @description The call's input: the key, the waiters, the contention. */
+            input: string;
+            /** @description The answer of the policy in force (the one used). */
+            active: string;
+            /** @description The candidate's answer. */
+            candidate: string;
+        };
+        /**
+         * @description An export of the policy world, as shadow reports name them.
+         * @enum {string}
+         */
+        ShadowExport: "naming" | "fairness" | "backoff" | "timing";
+        /**
          * @description `GET /healthz` (`ok`) and `GET /readyz` (`ready`).
          * @example {
          *       "status": "ok"
@@ -2151,7 +2367,8 @@ export interface components {
          *         "name": "builtin",
          *         "sha256": null,
          *         "version": "0.1.0"
-         *       }
+         *       },
+         *       "shadow": null
          *     }
          */
         TenantInfo: {
@@ -2174,6 +2391,7 @@ export interface components {
              *     stays in force); null when it succeeded.
              */
             last_error: string | null;
+            shadow: components["schemas"]["ShadowCandidate"] | null;
         };
         /** @description `GET /v1/admin/tenants`. */
         TenantList: {
@@ -2295,6 +2513,23 @@ export interface components {
                  *       "error": {
                  *         "code": "method_not_allowed",
                  *         "message": "this method is not allowed on this path"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description `not_found`: no such tenant, or no shadow policy is loaded for it. */
+        NoShadow: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "code": "not_found",
+                 *         "message": "no shadow policy is loaded for tenant \"team-a\""
                  *       }
                  *     }
                  */
@@ -4094,7 +4329,14 @@ export interface operations {
     };
     putPolicy: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description `active` (the default): put the component in force. `shadow`: load
+                 *     it as the tenant's shadow candidate, which runs beside the policy
+                 *     in force and decides nothing (see `GET .../policy/shadow`).
+                 */
+                mode?: "active" | "shadow";
+            };
             header?: never;
             path: {
                 /**
@@ -4112,7 +4354,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The new policy is in force; `policy.sha256` is its digest. */
+            /** @description The new policy is in force; `policy.sha256` is its digest (with `mode=shadow`: the policy in force is unchanged, and `shadow` is the candidate). */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4121,7 +4363,23 @@ export interface operations {
                     "application/json": components["schemas"]["TenantInfo"];
                 };
             };
-            400: components["responses"]["BadRequest"];
+            /** @description `bad_request`: an empty body, a `mode` other than `active` or `shadow`, or another query parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "bad_request",
+                     *         "message": "mode must be active or shadow (got \"shadwo\")"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4237,6 +4495,113 @@ export interface operations {
                      *       "error": {
                      *         "code": "invalid_policy",
                      *         "message": "the bytes of version 0123456789ab are gone"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getPolicyShadow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The shadow candidate and its report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyShadow"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NoShadow"];
+            405: components["responses"]["MethodNotAllowed"];
+        };
+    };
+    deletePolicyShadow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The shadow is dropped: its last report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyShadow"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NoShadow"];
+            405: components["responses"]["MethodNotAllowed"];
+        };
+    };
+    promotePolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The candidate is in force: the kept versions, it first and `active`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyVersions"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NoShadow"];
+            405: components["responses"]["MethodNotAllowed"];
+            /** @description `invalid_policy`: the tenant's policy file could not be written. The policy in force and the shadow stay. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_policy",
+                     *         "message": "cannot write plugins/dist/team-a.wasm: permission denied"
                      *       }
                      *     }
                      */
