@@ -102,6 +102,12 @@ struct Held {
     until: Instant,
     /// A release is handing the lease on: its outcome is not known yet.
     handing: bool,
+    /// A release through this broker is under way (from `waiting_behind`
+    /// to `settle_handing`): the tick leaves the key alone, whatever the
+    /// row shows meanwhile. (A release that hands to the database queue
+    /// takes no waiter here, so `handing` alone would let the tick read the
+    /// new holder before the record names it, and spill every waiter.)
+    releasing: bool,
     waiters: VecDeque<Waiting>,
 }
 
@@ -186,6 +192,7 @@ impl HeldHere {
             holds: 0,
             until,
             handing: false,
+            releasing: false,
             waiters: VecDeque::new(),
         });
         if held.token <= lease.token {
@@ -308,17 +315,31 @@ impl HeldHere {
         }
         let key = key_of(lock);
         let mut state = self.state();
-        let Some(held) = state.keys.get(&key) else {
+        let Some(held) = state.keys.get_mut(&key) else {
             return false;
         };
-        if held.owner != owner || held.token != token || held.handing || held.holds > 1 {
+        if held.owner != owner
+            || held.token != token
+            || held.handing
+            || held.releasing
+            || held.holds > 1
+        {
             return false;
         }
         if held.waiters.is_empty() {
             state.keys.remove(&key);
             return false;
         }
+        held.releasing = true;
         true
+    }
+
+    /// The release that `waiting_behind` let through has settled (see
+    /// `releasing`).
+    pub(super) fn release_settled(&self, lock: &LockRef) {
+        if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
+            held.releasing = false;
+        }
     }
 
     /// The newest database waiter id the first waiter here saw when it
@@ -446,7 +467,7 @@ impl HeldHere {
         let Some(held) = state.keys.get(&key) else {
             return;
         };
-        if held.handing || held.owner != owner || held.token != token {
+        if held.handing || held.releasing || held.owner != owner || held.token != token {
             return;
         }
         state.forget(&key);
@@ -467,7 +488,7 @@ impl HeldHere {
         self.state()
             .keys
             .values()
-            .filter(|h| !h.waiters.is_empty() && !h.handing)
+            .filter(|h| !h.waiters.is_empty() && !h.handing && !h.releasing)
             .map(|h| Watched {
                 lock: h.lock.clone(),
                 owner: h.owner.clone(),
@@ -482,7 +503,7 @@ impl HeldHere {
         let now = Instant::now();
         self.state()
             .keys
-            .retain(|_, h| !h.waiters.is_empty() || h.handing || h.until > now);
+            .retain(|_, h| !h.waiters.is_empty() || h.handing || h.releasing || h.until > now);
     }
 
     /// Waiters here for `tenant`'s key of `kind` stored as `storage_key`.
@@ -909,6 +930,7 @@ impl Engine {
         outcome: Result<Handing, EngineError>,
         lost: bool,
     ) -> Result<Option<u32>, EngineError> {
+        self.held_here.release_settled(lock);
         let spill = |waiter: Option<Waiting>, all: bool| match waiter {
             Some(waiter) => self.held_here.spill(lock, waiter, all),
             None if all => self.held_here.lost(lock, was.0, was.1),
