@@ -258,12 +258,12 @@ impl Conn {
     /// A write whose answer nobody reads, inside a transaction: queued to
     /// go with the transaction's next statement or its `COMMIT` (one round
     /// trip fewer). Its error, if any, is that statement's. Outside a
-    /// transaction it runs at once.
+    /// transaction, or on Galera (`Conn::batches`), it runs at once.
     ///
     /// # Errors
     /// The statement's, when it runs at once.
     pub async fn defer<'q>(&mut self, sql: &'q str, params: impl Params<'q>) -> sqlx::Result<()> {
-        if !self.in_transaction() {
+        if !self.may_defer() {
             return self.execute(sql, params).await.map(|_| ());
         }
         let text = render(sql, &params);
