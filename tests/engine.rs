@@ -61,6 +61,7 @@ impl Pacing for TestPacing {
 /// An engine on a fresh database, with its heartbeat, waker and reaper.
 struct Harness {
     engine: Engine,
+    metrics: Arc<Metrics>,
     scope: Scope,
     pacing: Arc<TestPacing>,
     db: String,
@@ -91,7 +92,13 @@ impl Harness {
             group_commit: true,
         };
         let metrics = Arc::new(Metrics::default());
-        let engine = Engine::new(store, metrics, stopped.clone(), settings, broker_name());
+        let engine = Engine::new(
+            store,
+            metrics.clone(),
+            stopped.clone(),
+            settings,
+            broker_name(),
+        );
         engine.heartbeat().await.expect("heartbeat");
         let pacing = Arc::new(TestPacing {
             newest_first,
@@ -116,6 +123,7 @@ impl Harness {
         ];
         Harness {
             engine,
+            metrics,
             scope,
             pacing,
             db,
@@ -797,5 +805,70 @@ async fn release_marks(fifo: bool) {
         (state.owner.as_deref(), state.token),
         (Some("c"), Some(c.token))
     );
+    h.stop().await;
+}
+
+/// A release through this broker that hands the key to a waiter of the
+/// database queue (it arrived before the waiters here) commits, then
+/// settles: the waiters here now wait for the new holder's lease. The
+/// waker's tick run inside that window (a test seam places it there) must
+/// not take the new holder, not yet recorded, for a lease lost elsewhere
+/// and spill the waiters here to the database path: under load it did,
+/// and every handoff of the key then went through the queue (issue #21's
+/// 128-client collapse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_inside_a_handoff_to_the_queue_leaves_the_waiters_here() {
+    let h = Harness::start().await;
+    let lock = h.lock("hot");
+    let spilled = || h.metrics.counter("lockbroker_waiters_spilled_total", &[]);
+    let holder = h
+        .engine
+        .acquire(&lock, &Ask::new("h", 30_000))
+        .await
+        .unwrap();
+    // x and z queue in the database (nothing is waited for here yet).
+    let mut queued = queue_up(&h, &lock, &["x", "z"], 0).await;
+    let z = queued.pop().unwrap();
+    let x = queued.pop().unwrap();
+    // h's release hands to x through the queue: the key is contended, and
+    // x's lease is recorded here.
+    h.engine.release(&lock, "h", holder.token).await.unwrap();
+    let x = tokio::time::timeout(PATIENCE, x)
+        .await
+        .expect("handed to x")
+        .unwrap()
+        .unwrap();
+    // y waits here, in memory, behind z (queued in the database first).
+    let y = spawn({
+        let (engine, lock) = (h.engine.clone(), lock.clone());
+        async move {
+            engine
+                .acquire(&lock, &Ask::new("y", 30_000).wait(20_000))
+                .await
+        }
+    });
+    h.until_queued(&lock, 2).await;
+    let before = spilled();
+
+    h.engine.tick_inside_next_release_here();
+    h.engine.release(&lock, "x", x.token).await.unwrap();
+    let z = tokio::time::timeout(PATIENCE, z)
+        .await
+        .expect("handed to z")
+        .unwrap()
+        .unwrap();
+    assert_eq!(z.token, x.token + 1, "z arrived before y: z goes first");
+    assert_eq!(spilled(), before, "the waiter here stayed here");
+    assert_eq!(h.waiters(&lock).await, 1, "y still waits");
+
+    // z's release hands to y from memory.
+    h.engine.release(&lock, "z", z.token).await.unwrap();
+    let y = tokio::time::timeout(PATIENCE, y)
+        .await
+        .expect("handed to y")
+        .unwrap()
+        .unwrap();
+    assert_eq!(y.token, z.token + 1);
+    assert_eq!(spilled(), before);
     h.stop().await;
 }

@@ -40,7 +40,10 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Mutex,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex,
+    },
     time::Duration,
 };
 
@@ -77,6 +80,10 @@ type KeyId = (String, String);
 #[derive(Default)]
 pub(super) struct HeldHere {
     state: Mutex<State>,
+    /// Test seam (`Engine::tick_inside_next_release_here`): the next
+    /// release here runs the waker's tick between its commit and its
+    /// settling.
+    tick_inside_release: AtomicBool,
 }
 
 #[derive(Default)]
@@ -817,6 +824,13 @@ impl Engine {
             // Re-entered through another broker: not counted here.
             self.held_here.released_one(lock, owner, token, *holds);
         }
+        if self
+            .held_here
+            .tick_inside_release
+            .swap(false, Ordering::SeqCst)
+        {
+            let _ = self.check_held_here(1).await;
+        }
         let lost = matches!(outcome, Err(EngineError::LeaseLost));
         let waiter = taken.into_inner().expect("taken waiter");
         let holds = self.settle_handing(lock, (owner, token), waiter, outcome, lost)?;
@@ -824,6 +838,18 @@ impl Engine {
             released: holds.is_none(),
             hold_count: holds.unwrap_or(0),
         })
+    }
+
+    /// Test seam: the next release through this broker that hands a key
+    /// on from here (`release_here`) runs the waker's tick after its commit
+    /// and before it settles what the commit did: the window in which the
+    /// tick once took the new holder of a handoff to the database queue for
+    /// a lease lost elsewhere and spilled every waiter here (`releasing`).
+    #[doc(hidden)]
+    pub fn tick_inside_next_release_here(&self) {
+        self.held_here
+            .tick_inside_release
+            .store(true, Ordering::SeqCst);
     }
 
     /// The lease `owner` held with `token` ended without this broker (it
