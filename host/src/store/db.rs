@@ -220,6 +220,10 @@ async fn prepare_one(url: &str, pool: &Pool) -> anyhow::Result<()> {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut conn = pool.acquire(deadline).await?;
+    if all_applied(&mut conn).await {
+        conn.done();
+        return Ok(());
+    }
     if let Err(err) = MIGRATOR.run(&mut *conn).await {
         // Error 1419: creating `lockbroker_token_valid` on a server that
         // logs binaries needs SUPER (or log_bin_trust_function_creators).
@@ -234,6 +238,38 @@ async fn prepare_one(url: &str, pool: &Pool) -> anyhow::Result<()> {
     }
     conn.done();
     Ok(())
+}
+
+/// Whether the database's migrations are exactly this build's, all
+/// applied (`_sqlx_migrations`: the same versions, checksums, each done).
+/// Then nothing is run: the migrator's first statement, a `CREATE TABLE IF
+/// NOT EXISTS` of its own table, needs `CREATE` even when the table
+/// exists, and a broker whose user may only read and write the tables
+/// (the migrations run by `lockbroker migrate` as another user) must
+/// start. Anything else (no table yet, a migration missing, one this
+/// build does not know, a changed checksum) goes to the migrator, which
+/// applies or refuses as before.
+async fn all_applied(conn: &mut Conn) -> bool {
+    let applied: Vec<(i64, Vec<u8>, bool)> = match conn
+        .fetch_all(
+            "SELECT version, checksum, success FROM _sqlx_migrations",
+            (),
+        )
+        .await
+    {
+        Ok(rows) => rows,
+        Err(_) => return false,
+    };
+    let ours: Vec<_> = MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .collect();
+    applied.len() == ours.len()
+        && ours.iter().all(|m| {
+            applied.iter().any(|(version, checksum, done)| {
+                *version == m.version && *done && checksum.as_slice() == &*m.checksum
+            })
+        })
 }
 
 /// A URL with its password replaced by `***`.
