@@ -17,48 +17,22 @@ use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
     ErrorBody, ErrorCode, Lease, LockEventKind, PolicyLoadedBy, PolicyShadow, PolicyVersions,
-    ShadowCount, ShadowExport, TenantInfo, TenantList,
+    ShadowCount, ShadowExport, TenantInfo,
 };
 use lockbroker_tests::{
-    config, dist, eventually_some, fresh_db_name, lockctl_admin, Broker, Client, PolicyDir, Reply,
-    ADMIN,
+    active_version, dist, eventually_some, lockctl_admin, put_policy, tenant_info, Client,
+    PolicyDir, Reply, ADMIN,
 };
 use serde_json::json;
 
 /// The longest a shadow may take to judge the calls of a test.
 const JUDGED_WITHIN: Duration = Duration::from_secs(60);
 
-/// A broker whose `default` tenant has the policy file `p.wasm` in `dir`
-/// (`default.wasm`), each policy call bounded by `deadline_ms`.
-async fn broker(dir: &PolicyDir, deadline_ms: u64) -> Broker {
-    dir.install("default.wasm", "p.wasm");
-    let db = fresh_db_name();
-    let mut cfg = config(&db);
-    cfg.policy_dir = dir.0.clone();
-    cfg.tenants[0].policy = Some("p.wasm".into());
-    cfg.policy_deadline_ms = deadline_ms;
-    Broker::start_with(db, cfg).await
-}
-
-/// `PUT /v1/admin/tenants/{tenant}/policy{query}` with `bytes`.
-async fn put(admin: &Client, tenant: &str, query: &str, bytes: Vec<u8>) -> Reply {
-    admin
-        .send(
-            Method::PUT,
-            &format!("/v1/admin/tenants/{tenant}/policy{query}"),
-            &[("content-type", "application/wasm")],
-            Bytes::from(bytes),
-            Duration::ZERO,
-        )
-        .await
-        .unwrap()
-}
-
 /// Loads `component` (of `plugins/dist`) as `default`'s shadow; the
 /// tenant as the answer shows it.
 async fn load_shadow(admin: &Client, component: &str) -> TenantInfo {
     let bytes = std::fs::read(dist(component)).unwrap();
-    let r = put(admin, "default", "?mode=shadow", bytes).await;
+    let r = put_policy(admin, "default", "?mode=shadow", bytes).await;
     assert_eq!(r.status, 200, "{r:?}");
     r.ok()
 }
@@ -113,24 +87,12 @@ async fn granted(c: &Client, key: &str, owner: &str) -> String {
     r.ok::<Lease>().storage_key
 }
 
-async fn tenant(admin: &Client, name: &str) -> TenantInfo {
-    let list: TenantList = admin.get("/v1/admin/tenants").await.unwrap().ok();
-    list.tenants.into_iter().find(|t| t.name == name).unwrap()
-}
-
-fn active(v: &PolicyVersions) -> &str {
-    let mut on = v.versions.iter().filter(|v| v.active);
-    let one = on.next().expect("one version is active");
-    assert!(on.next().is_none(), "only one version is active: {v:?}");
-    &one.id
-}
-
 #[tokio::test]
 async fn a_candidate_that_disagrees_on_known_keys_is_counted_exactly() {
     let dir = PolicyDir::new("lb-shadow");
-    let broker = broker(&dir, 200).await;
+    let broker = dir.broker(200).await;
     let admin = broker.client_with(Some(ADMIN));
-    let before = tenant(&admin, "default").await;
+    let before = tenant_info(&admin, "default").await;
     assert_eq!(before.shadow, None);
 
     let info = load_shadow(&admin, "fixtures/rename.wasm").await;
@@ -142,7 +104,7 @@ async fn a_candidate_that_disagrees_on_known_keys_is_counted_exactly() {
         "the policy in force is unchanged"
     );
     assert_eq!(
-        tenant(&admin, "default").await.shadow,
+        tenant_info(&admin, "default").await.shadow,
         Some(candidate.clone())
     );
 
@@ -224,7 +186,7 @@ async fn a_candidate_that_disagrees_on_known_keys_is_counted_exactly() {
 async fn a_candidate_that_traps_or_loops_is_counted_and_never_felt() {
     let dir = PolicyDir::new("lb-shadow");
     // A looping call runs to this deadline (in the shadow's thread).
-    let broker = broker(&dir, 50).await;
+    let broker = dir.broker(50).await;
     let admin = broker.client_with(Some(ADMIN));
     let c = broker.client();
     for (round, candidate) in ["fixtures/trap.wasm", "fixtures/loop.wasm"]
@@ -291,9 +253,9 @@ async fn a_candidate_that_traps_or_loops_is_counted_and_never_felt() {
 #[tokio::test]
 async fn promote_puts_the_candidate_in_force_and_a_rollback_goes_back() {
     let dir = PolicyDir::new("lb-shadow");
-    let broker = broker(&dir, 200).await;
+    let broker = dir.broker(200).await;
     let admin = broker.client_with(Some(ADMIN));
-    let plain = tenant(&admin, "default").await.policy.id.unwrap();
+    let plain = tenant_info(&admin, "default").await.policy.id.unwrap();
     let candidate = load_shadow(&admin, "fixtures/rename.wasm")
         .await
         .shadow
@@ -304,7 +266,7 @@ async fn promote_puts_the_candidate_in_force_and_a_rollback_goes_back() {
     let r = promote(&admin, "default").await;
     assert_eq!(r.status, 200, "{r:?}");
     let versions: PolicyVersions = r.ok();
-    assert_eq!(active(&versions), candidate.id);
+    assert_eq!(active_version(&versions), candidate.id);
     let first = &versions.versions[0];
     assert_eq!(
         (
@@ -322,7 +284,7 @@ async fn promote_puts_the_candidate_in_force_and_a_rollback_goes_back() {
     // The shadow ended; the candidate is in force, and in the file.
     let r = shadow_call(&admin, Method::GET).await;
     assert_eq!((r.status, r.code()), (404, Some(ErrorCode::NotFound)));
-    let now = tenant(&admin, "default").await;
+    let now = tenant_info(&admin, "default").await;
     assert_eq!(
         (now.policy.id.as_deref(), now.shadow),
         (Some(&candidate.id[..]), None)
@@ -346,7 +308,7 @@ async fn promote_puts_the_candidate_in_force_and_a_rollback_goes_back() {
         .await
         .unwrap();
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(active(&r.ok()), plain);
+    assert_eq!(active_version(&r.ok()), plain);
     assert_eq!(granted(&c, "p-boom-3", "me").await, "p-boom-3");
     broker.stop().await;
 }
@@ -354,7 +316,7 @@ async fn promote_puts_the_candidate_in_force_and_a_rollback_goes_back() {
 #[tokio::test]
 async fn a_shadow_survives_a_reload_of_the_policy_in_force_not_a_restart() {
     let dir = PolicyDir::new("lb-shadow");
-    let mut broker = broker(&dir, 200).await;
+    let mut broker = dir.broker(200).await;
     let admin = broker.client_with(Some(ADMIN));
     let candidate = load_shadow(&admin, "fixtures/rename.wasm")
         .await
@@ -371,7 +333,7 @@ async fn a_shadow_survives_a_reload_of_the_policy_in_force_not_a_restart() {
     // goes on, compared with the new one.
     dir.install("team-prefix.wasm", "p.wasm");
     let prefix = eventually_some("the file reloaded", JUDGED_WITHIN, || async {
-        let t = tenant(&admin, "default").await;
+        let t = tenant_info(&admin, "default").await;
         (t.policy.name == "team-prefix").then_some(t)
     })
     .await;
@@ -390,16 +352,16 @@ async fn a_shadow_survives_a_reload_of_the_policy_in_force_not_a_restart() {
     let admin = broker.client_with(Some(ADMIN));
     let r = shadow_call(&admin, Method::GET).await;
     assert_eq!((r.status, r.code()), (404, Some(ErrorCode::NotFound)));
-    assert_eq!(tenant(&admin, "default").await.shadow, None);
+    assert_eq!(tenant_info(&admin, "default").await.shadow, None);
     broker.stop().await;
 }
 
 #[tokio::test]
 async fn no_shadow_bad_requests_and_dropping_one() {
     let dir = PolicyDir::new("lb-shadow");
-    let broker = broker(&dir, 200).await;
+    let broker = dir.broker(200).await;
     let admin = broker.client_with(Some(ADMIN));
-    let before = tenant(&admin, "default").await;
+    let before = tenant_info(&admin, "default").await;
 
     // No shadow: 404 for the report, its drop and a promote.
     for method in [Method::GET, Method::DELETE] {
@@ -422,7 +384,7 @@ async fn no_shadow_bad_requests_and_dropping_one() {
     // in force (before the body is even read).
     let bytes = std::fs::read(dist("fixtures/rename.wasm")).unwrap();
     for query in ["?mode=shadwo", "?shadow", "?mode=shadow&x=1"] {
-        let r = put(&admin, "default", query, bytes.clone()).await;
+        let r = put_policy(&admin, "default", query, bytes.clone()).await;
         assert_eq!(
             (r.status, r.code()),
             (400, Some(ErrorCode::BadRequest)),
@@ -431,15 +393,15 @@ async fn no_shadow_bad_requests_and_dropping_one() {
     }
     // Not a component: 422, and the tenant's load error stays clear.
     let garbage = std::fs::read(dist("fixtures/garbage.wasm")).unwrap();
-    let r = put(&admin, "default", "?mode=shadow", garbage).await;
+    let r = put_policy(&admin, "default", "?mode=shadow", garbage).await;
     assert_eq!(
         (r.status, r.code()),
         (422, Some(ErrorCode::InvalidPolicy)),
         "{r:?}"
     );
-    let r = put(&admin, "default", "?mode=shadow", Vec::new()).await;
+    let r = put_policy(&admin, "default", "?mode=shadow", Vec::new()).await;
     assert_eq!((r.status, r.code()), (400, Some(ErrorCode::BadRequest)));
-    assert_eq!(tenant(&admin, "default").await, before);
+    assert_eq!(tenant_info(&admin, "default").await, before);
 
     // Wrong methods; a tenant's key.
     let r = admin
@@ -462,7 +424,7 @@ async fn no_shadow_bad_requests_and_dropping_one() {
 
     // `mode=active` is the plain upload; a shadow is dropped with its
     // last report, and the policy in force stays.
-    let r = put(&admin, "default", "?mode=active", bytes.clone()).await;
+    let r = put_policy(&admin, "default", "?mode=active", bytes.clone()).await;
     assert_eq!(r.status, 200, "{r:?}");
     let rename = r.ok::<TenantInfo>().policy;
     assert_eq!(rename.name, "rename");
@@ -473,7 +435,7 @@ async fn no_shadow_bad_requests_and_dropping_one() {
     assert_eq!(last.candidate, candidate);
     let r = shadow_call(&admin, Method::GET).await;
     assert_eq!((r.status, r.code()), (404, Some(ErrorCode::NotFound)));
-    let now = tenant(&admin, "default").await;
+    let now = tenant_info(&admin, "default").await;
     assert_eq!((now.policy, now.shadow), (rename, None));
     broker.stop().await;
 }
@@ -481,7 +443,7 @@ async fn no_shadow_bad_requests_and_dropping_one() {
 #[tokio::test]
 async fn lockctl_policy_shadow_report_and_promote() {
     let dir = PolicyDir::new("lb-shadow");
-    let broker = broker(&dir, 200).await;
+    let broker = dir.broker(200).await;
     let admin = broker.client_with(Some(ADMIN));
     let lockctl = |args: &[&str]| lockctl_admin(broker.url(), args);
     let file = dist("fixtures/rename.wasm");
@@ -526,7 +488,7 @@ async fn lockctl_policy_shadow_report_and_promote() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let versions: PolicyVersions = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(active(&versions), report.candidate.id);
+    assert_eq!(active_version(&versions), report.candidate.id);
 
     // No shadow any more: refused (exit 1) with the API's error.
     let out = lockctl(&["--json", "policy", "shadow-report", "--tenant", "default"])

@@ -14,42 +14,22 @@ use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
     ErrorBody, ErrorCode, Lease, LockEventKind, PolicyLoadedBy, PolicyVersions, TenantInfo,
-    TenantList,
 };
 use lockbroker_tests::{
-    config, dist, eventually, fresh_db_name, lockctl_admin, Broker, Client, PolicyDir, Reply,
-    ADMIN, KEY, OTHER_KEY,
+    active_version, dist, eventually, lockctl_admin, put_policy, tenant_info, Client, PolicyDir,
+    Reply, ADMIN, KEY, OTHER_KEY,
 };
 use serde_json::json;
 
-/// A broker whose `default` tenant has the policy file `p.wasm` in `dir`
-/// (installed from `plugins/dist/default.wasm`: keys named as sent).
-async fn broker(dir: &PolicyDir) -> Broker {
-    dir.install("default.wasm", "p.wasm");
-    let db = fresh_db_name();
-    let mut cfg = config(&db);
-    cfg.policy_dir = dir.0.clone();
-    cfg.tenants[0].policy = Some("p.wasm".into());
-    // What is tested is the swap, not the deadline: a loaded machine can
-    // deschedule a call past the 5 ms default.
-    cfg.policy_deadline_ms = 200;
-    Broker::start_with(db, cfg).await
-}
+/// Each policy call's bound: what is tested is the swap, not the deadline,
+/// and a loaded machine can deschedule a call past the 5 ms default.
+const DEADLINE_MS: u64 = 200;
 
 /// Uploads `component` (of `plugins/dist`) as `default`'s policy; its
 /// version id.
 async fn upload(admin: &Client, component: &str) -> String {
     let bytes = std::fs::read(dist(component)).unwrap();
-    let r = admin
-        .send(
-            Method::PUT,
-            "/v1/admin/tenants/default/policy",
-            &[("content-type", "application/wasm")],
-            Bytes::from(bytes),
-            Duration::ZERO,
-        )
-        .await
-        .unwrap();
+    let r = put_policy(admin, "default", "", bytes).await;
     assert_eq!(r.status, 200, "{r:?}");
     let info: TenantInfo = r.ok();
     let id = info.policy.id.expect("a loaded policy has an id");
@@ -73,13 +53,6 @@ fn ids(v: &PolicyVersions) -> Vec<&str> {
     v.versions.iter().map(|v| v.id.as_str()).collect()
 }
 
-fn active(v: &PolicyVersions) -> &str {
-    let mut on = v.versions.iter().filter(|v| v.active);
-    let one = on.next().expect("one version is active");
-    assert!(on.next().is_none(), "only one version is active: {v:?}");
-    &one.id
-}
-
 /// `POST .../policy/rollback` with `body` (none: no body at all).
 async fn rollback(admin: &Client, tenant: &str, body: Option<serde_json::Value>) -> Reply {
     let path = format!("/v1/admin/tenants/{tenant}/policy/rollback");
@@ -94,15 +67,13 @@ async fn rollback(admin: &Client, tenant: &str, body: Option<serde_json::Value>)
 
 /// The id of the policy in force for `tenant`.
 async fn in_force(admin: &Client, tenant: &str) -> Option<String> {
-    let list: TenantList = admin.get("/v1/admin/tenants").await.unwrap().ok();
-    let t = list.tenants.into_iter().find(|t| t.name == tenant).unwrap();
-    t.policy.id
+    tenant_info(admin, tenant).await.policy.id
 }
 
 #[tokio::test]
 async fn versions_are_listed_newest_first_after_two_uploads() {
     let dir = PolicyDir::new("lb-versions");
-    let broker = broker(&dir).await;
+    let broker = dir.broker(DEADLINE_MS).await;
     let admin = broker.client_with(Some(ADMIN));
     let start = versions(&admin, "default").await;
     assert_eq!(start.tenant, "default");
@@ -118,7 +89,7 @@ async fn versions_are_listed_newest_first_after_two_uploads() {
     let priority = upload(&admin, "priority.wasm").await;
     let listed = versions(&admin, "default").await;
     assert_eq!(ids(&listed), [&priority, &prefix, &first.id]);
-    assert_eq!(active(&listed), priority);
+    assert_eq!(active_version(&listed), priority);
     let by: Vec<_> = listed.versions.iter().map(|v| v.loaded_by).collect();
     assert_eq!(
         by,
@@ -166,7 +137,7 @@ async fn versions_are_listed_newest_first_after_two_uploads() {
 #[tokio::test]
 async fn rollback_names_a_version_or_the_previous_one() {
     let dir = PolicyDir::new("lb-versions");
-    let broker = broker(&dir).await;
+    let broker = dir.broker(DEADLINE_MS).await;
     let admin = broker.client_with(Some(ADMIN));
     let first = versions(&admin, "default").await.versions[0].id.clone();
     let prefix = upload(&admin, "team-prefix.wasm").await;
@@ -176,7 +147,7 @@ async fn rollback_names_a_version_or_the_previous_one() {
     let r = rollback(&admin, "default", None).await;
     assert_eq!(r.status, 200, "{r:?}");
     let after: PolicyVersions = r.ok();
-    assert_eq!(active(&after), prefix);
+    assert_eq!(active_version(&after), prefix);
     assert_eq!(after.versions[0].loaded_by, PolicyLoadedBy::Rollback);
     assert_eq!(in_force(&admin, "default").await, Some(prefix.clone()));
     // The file follows, so a restart keeps it.
@@ -186,10 +157,10 @@ async fn rollback_names_a_version_or_the_previous_one() {
     );
     // Again: back to the one just replaced.
     let r = rollback(&admin, "default", Some(json!({}))).await;
-    assert_eq!(active(&r.ok()), priority);
+    assert_eq!(active_version(&r.ok()), priority);
     // By id, or by sha256.
     let r = rollback(&admin, "default", Some(json!({"version": first}))).await;
-    assert_eq!(active(&r.ok()), first);
+    assert_eq!(active_version(&r.ok()), first);
     let sha = versions(&admin, "default")
         .await
         .versions
@@ -198,7 +169,7 @@ async fn rollback_names_a_version_or_the_previous_one() {
         .and_then(|v| v.sha256.clone())
         .unwrap();
     let r = rollback(&admin, "default", Some(json!({"version": sha}))).await;
-    assert_eq!(active(&r.ok()), prefix);
+    assert_eq!(active_version(&r.ok()), prefix);
     let c = broker.client();
     let lease: Lease = c.acquire("Job-A", "me", 30_000, 0).await.unwrap().ok();
     assert_eq!(lease.storage_key, "default/job-a");
@@ -234,7 +205,7 @@ struct Grant {
 #[tokio::test]
 async fn rollback_under_load_fails_no_request_and_swaps_at_once() {
     let dir = PolicyDir::new("lb-versions");
-    let broker = broker(&dir).await;
+    let broker = dir.broker(DEADLINE_MS).await;
     let admin = broker.client_with(Some(ADMIN));
     let plain = versions(&admin, "default").await.versions[0].id.clone();
     let prefix = upload(&admin, "team-prefix.wasm").await;
@@ -286,7 +257,7 @@ async fn rollback_under_load_fails_no_request_and_swaps_at_once() {
         let r = rollback(&admin, "default", None).await;
         let answered = Instant::now();
         assert_eq!(r.status, 200, "{r:?}");
-        assert_eq!(active(&r.ok()), expected.as_str());
+        assert_eq!(active_version(&r.ok()), expected.as_str());
         rollbacks.push((sent, answered, expected.clone()));
         // Go on once grants sent well after the answer came back.
         eventually(
@@ -338,7 +309,7 @@ async fn rollback_under_load_fails_no_request_and_swaps_at_once() {
 #[tokio::test]
 async fn history_events_name_the_policy_version() {
     let dir = PolicyDir::new("lb-versions");
-    let broker = broker(&dir).await;
+    let broker = dir.broker(DEADLINE_MS).await;
     let admin = broker.client_with(Some(ADMIN));
     let plain = versions(&admin, "default").await.versions[0].id.clone();
     let c = broker.client();
@@ -402,7 +373,7 @@ async fn history_events_name_the_policy_version() {
 #[tokio::test]
 async fn versions_and_a_rollback_survive_a_restart() {
     let dir = PolicyDir::new("lb-versions");
-    let mut broker = broker(&dir).await;
+    let mut broker = dir.broker(DEADLINE_MS).await;
     let admin = broker.client_with(Some(ADMIN));
     let plain = versions(&admin, "default").await.versions[0].id.clone();
     let prefix = upload(&admin, "team-prefix.wasm").await;
@@ -433,7 +404,7 @@ async fn versions_and_a_rollback_survive_a_restart() {
     // bytes (the previous one: priority).
     let r = rollback(&admin, "default", None).await;
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(active(&r.ok()), priority);
+    assert_eq!(active_version(&r.ok()), priority);
     assert_eq!(
         std::fs::read(dir.0.join("p.wasm")).unwrap(),
         std::fs::read(dist("priority.wasm")).unwrap()
@@ -444,7 +415,7 @@ async fn versions_and_a_rollback_survive_a_restart() {
 #[tokio::test]
 async fn lockctl_policy_versions_and_rollback() {
     let dir = PolicyDir::new("lb-versions");
-    let broker = broker(&dir).await;
+    let broker = dir.broker(DEADLINE_MS).await;
     let admin = broker.client_with(Some(ADMIN));
     let plain = versions(&admin, "default").await.versions[0].id.clone();
     let prefix = upload(&admin, "team-prefix.wasm").await;
@@ -461,7 +432,7 @@ async fn lockctl_policy_versions_and_rollback() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let rolled: PolicyVersions = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(active(&rolled), plain);
+    assert_eq!(active_version(&rolled), plain);
 
     // By id, in words.
     let out = lockctl(&["policy", "rollback", "--tenant", "default", &prefix])

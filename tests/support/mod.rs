@@ -58,7 +58,7 @@ pub use galera::GaleraCluster;
 pub use history::{History, Outcome, Recorder, Release503, Report, Violation};
 pub use load::{run_clients, run_clients_with, Load};
 pub use mariadb::PrivateMariaDb;
-pub use policies::{dist, PolicyDir};
+pub use policies::{active_version, dist, put_policy, tenant_info, PolicyDir};
 pub use proxy::{Fault, Proxy};
 pub use sse::{SseEvent, SseStream};
 
