@@ -839,15 +839,7 @@ async fn a_tick_inside_a_handoff_to_the_queue_leaves_the_waiters_here() {
         .unwrap()
         .unwrap();
     // y waits here, in memory, behind z (queued in the database first).
-    let y = spawn({
-        let (engine, lock) = (h.engine.clone(), lock.clone());
-        async move {
-            engine
-                .acquire(&lock, &Ask::new("y", 30_000).wait(20_000))
-                .await
-        }
-    });
-    h.until_queued(&lock, 2).await;
+    let y = queue_up(&h, &lock, &["y"], 1).await.pop().unwrap();
     let before = spilled();
 
     h.engine.tick_inside_next_release_here();

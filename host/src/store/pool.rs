@@ -534,16 +534,11 @@ impl Conn {
         !self.queued.is_empty()
     }
 
-    /// Whether a transaction is begun (sent or not).
-    pub(super) fn in_transaction(&self) -> bool {
-        self.tx != Tx::None
-    }
-
     /// Whether a write whose answer nobody reads may wait to go with the
-    /// next statement (inside a transaction, where statements may travel
-    /// together: [`Conn::batches`]).
+    /// next statement: inside a transaction (begun, sent or not), where
+    /// statements may travel together ([`Conn::batches`]).
     pub(super) fn may_defer(&self) -> bool {
-        self.in_transaction() && self.batches()
+        self.tx != Tx::None && self.batches()
     }
 
     /// Queues `sql` (complete, values written in) to go with the next
