@@ -392,7 +392,10 @@ impl Client {
     ///
     /// A retry whose wait would pass the deadline is not made: the last
     /// try's answer or failure is the call's, at once. A try still running
-    /// at the deadline is [`Error::Timeout`]. `refused` finds the body of
+    /// at the deadline is [`Error::Timeout`], unless the call is idempotent
+    /// and an earlier try failed: then that failure, which says more than
+    /// "no answer" (a retry that had not connected by the deadline on a
+    /// loaded machine turned "connection refused" into a timeout). `refused` finds the body of
     /// an error answer in what `exchange` keeps of it.
     async fn with_retries<T, F, Fut>(
         &self,
@@ -410,9 +413,14 @@ impl Client {
         let attempts = policy.attempts.max(1);
         // Tries that met a 503 or no connection; 429s that were waited out.
         let (mut failed, mut throttled) = (0, 0);
+        // What the try before this one got, if it is to be retried.
+        let mut earlier = None;
         loop {
             let Ok(outcome) = tokio::time::timeout_at(deadline, exchange()).await else {
-                return Err(Error::Timeout(budget));
+                return match earlier {
+                    Some(earlier) if idempotent == Idempotent::Yes => earlier,
+                    _ => Err(Error::Timeout(budget)),
+                };
             };
             let (wait, otherwise) = match outcome {
                 Ok(answer) if answer.status == 503 => {
@@ -454,7 +462,10 @@ impl Client {
                 }
             };
             match wait {
-                Some(wait) if Instant::now() + wait < deadline => tokio::time::sleep(wait).await,
+                Some(wait) if Instant::now() + wait < deadline => {
+                    earlier = Some(otherwise);
+                    tokio::time::sleep(wait).await
+                }
                 _ => return otherwise,
             }
         }
