@@ -14,8 +14,8 @@ use std::{
 };
 
 use lockbroker_tests::{
-    config_at, eventually, fresh_db_name, run_clients_with, server_host_port, server_url,
-    server_userinfo, Broker, Client, History, Load, Proxy, Release503, Report, KEY,
+    config_at, eventually, fresh_db_name, run_clients_with, server_url, Broker, Client, History,
+    Load, Release503, Report, KEY,
 };
 use sqlx::{Connection, MySqlConnection};
 use tokio::sync::Mutex;
@@ -144,12 +144,8 @@ async fn batched_grants_and_releases_check_clean_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_batch_commit_answers_are_settled_under_load() {
     let _turn = TURNS.lock().await;
-    let proxy = Proxy::start(&server_host_port()).await;
-    let name = fresh_db_name();
-    let server = format!("mysql://{}@{}", server_userinfo(), proxy.addr);
-    let mut config = config_at(&server, &name);
-    config.db_timeout_ms = DB_TIMEOUT_MS;
-    let broker = Broker::start_with(name.clone(), config).await;
+    let (proxy, broker) = Broker::behind_proxy(DB_TIMEOUT_MS).await;
+    let name = broker.db.clone();
     let c = broker.client();
     let history = Arc::new(History::new());
     let load = {
@@ -199,12 +195,8 @@ async fn lost_batch_commit_answers_are_settled_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batches_cut_or_stalled_mid_flight_answer_503_or_what_committed() {
     let _turn = TURNS.lock().await;
-    let proxy = Proxy::start(&server_host_port()).await;
-    let name = fresh_db_name();
-    let server = format!("mysql://{}@{}", server_userinfo(), proxy.addr);
-    let mut config = config_at(&server, &name);
-    config.db_timeout_ms = DB_TIMEOUT_MS;
-    let broker = Broker::start_with(name.clone(), config).await;
+    let (proxy, broker) = Broker::behind_proxy(DB_TIMEOUT_MS).await;
+    let name = broker.db.clone();
     let history = Arc::new(History::new());
     let load = {
         let (url, history) = (broker.url().to_owned(), history.clone());

@@ -774,16 +774,7 @@ async fn database_connections_have_tcp_keepalive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_commits_are_settled() {
     let _turn = TURNS.lock().await;
-    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
-    let name = fresh_db_name();
-    let server = format!(
-        "mysql://{}@{}",
-        lockbroker_tests::server_userinfo(),
-        proxy.addr
-    );
-    let mut config = config_at(&server, &name);
-    config.db_timeout_ms = DB_TIMEOUT_MS;
-    let broker = Broker::start_with(name.clone(), config).await;
+    let (proxy, broker) = Broker::behind_proxy(DB_TIMEOUT_MS).await;
     let c = broker.client();
     let hits = || proxy.commits_hit.load(Ordering::SeqCst);
     // A first grant creates the key's row, so the next ones are one

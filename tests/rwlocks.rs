@@ -13,9 +13,9 @@ use lockbroker_api::{
     ErrorCode, ReleaseRequest, RenewRequest, RwAcquireRequest, RwLease, RwLockStatus, RwMode,
 };
 use lockbroker_tests::{
-    config, config_at, eventually, fresh_db_name,
+    config, eventually, fresh_db_name,
     history::{Op, Request},
-    Broker, Client, History, Outcome, Proxy, Reply,
+    Broker, Client, History, Outcome, Reply,
 };
 use serde_json::json;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
@@ -389,16 +389,7 @@ async fn departed_waiters_never_hold_the_rwlock() {
 /// and is tried again: one grant, not two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_commits_are_settled_by_the_header_mark() {
-    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
-    let name = fresh_db_name();
-    let server = format!(
-        "mysql://{}@{}",
-        lockbroker_tests::server_userinfo(),
-        proxy.addr
-    );
-    let mut config = config_at(&server, &name);
-    config.db_timeout_ms = 2000;
-    let broker = Broker::start_with(name, config).await;
+    let (proxy, broker) = Broker::behind_proxy(2000).await;
     let c = broker.client();
     let hits = || proxy.commits_hit.load(Ordering::SeqCst);
     // A first grant creates the key's header.
@@ -453,16 +444,7 @@ async fn lost_commits_are_settled_by_the_header_mark() {
 /// read takes its own transaction: granted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn combined_reads_and_releases_settle_lost_commits_by_the_batch_mark() {
-    let proxy = Proxy::start(&lockbroker_tests::server_host_port()).await;
-    let name = fresh_db_name();
-    let server = format!(
-        "mysql://{}@{}",
-        lockbroker_tests::server_userinfo(),
-        proxy.addr
-    );
-    let mut config = config_at(&server, &name);
-    config.db_timeout_ms = 2000;
-    let broker = Broker::start_with(name, config).await;
+    let (proxy, broker) = Broker::behind_proxy(2000).await;
     let c = broker.client();
     let hits = || proxy.commits_hit.load(Ordering::SeqCst);
     // A first grant creates the key's header.
@@ -502,6 +484,97 @@ async fn combined_reads_and_releases_settle_lost_commits_by_the_batch_mark() {
         text.contains("lockbroker_lost_commits_total{outcome=\"not_committed\"} 1"),
         "{text}"
     );
+    broker.stop().await;
+}
+
+/// Statements of the database `db` (other tests share the server) that
+/// read a rwlock header with a lock: while the test holds every header,
+/// each is waiting for it. (From the process list: a lock wait in the
+/// optimizer's first read does not always show in `INNODB_TRX`.)
+async fn header_waits(pool: &sqlx::MySqlPool, db: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = ? AND ID <> CONNECTION_ID() \
+         AND INFO LIKE '%FROM rwlocks WHERE%FOR UPDATE%'",
+    )
+    .bind(db)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A read's `COMMIT` answer is lost, and the next transaction of the key
+/// (a writer that queues, waiting on the header behind it) takes the
+/// header before the broker reads it back and writes its own mark over the
+/// read's: the read is still found committed, because the writer's header
+/// read saw the read's mark (`engine::marks`), not taken for a commit that
+/// never happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_commit_overwritten_by_the_next_transaction_is_found_committed() {
+    use sqlx::Connection;
+    // Long enough for both to wait on the header inside InnoDB (the
+    // sessions' lock wait timeout is half of it) while the test sets up.
+    let (proxy, broker) = Broker::behind_proxy(20_000).await;
+    let name = broker.db.clone();
+    let c = broker.client();
+    let first = granted(&acquire(&c, "d", "r0", RwMode::Read, 60_000, 0).await);
+    assert_eq!(release(&c, "d", "r0", first.token).await.status, 200);
+
+    // Hold the header so that the read and then the writer wait behind it.
+    let mut holder = lockbroker_tests::db_conn(&name).await;
+    let looking = sqlx::MySqlPool::connect(&format!("{}/{name}", lockbroker_tests::server_url()))
+        .await
+        .unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    let rows: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT rw_key FROM rwlocks FOR UPDATE")
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one header");
+    let read = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "d", "r1", RwMode::Read, 60_000, 0).await })
+    };
+    eventually(
+        "the read waits on the header",
+        Duration::from_secs(10),
+        || async { header_waits(&looking, &name).await == 1 },
+    )
+    .await;
+    let write = {
+        let c = c.clone();
+        tokio::spawn(async move { acquire(&c, "d", "w", RwMode::Write, 60_000, 20_000).await })
+    };
+    eventually(
+        "the writer waits behind it",
+        Duration::from_secs(10),
+        || async { header_waits(&looking, &name).await == 2 },
+    )
+    .await;
+    proxy.lose_next_commit_answer();
+    tx.rollback().await.unwrap();
+
+    let r1 = granted(&read.await.unwrap());
+    assert_eq!(
+        proxy.commits_hit.load(Ordering::SeqCst),
+        1,
+        "the fault hit the read's COMMIT"
+    );
+    assert_eq!(r1.token, first.token + 1);
+    until_waiters(&c, "d", 1).await;
+    let text = c.get("/metrics").await.unwrap().text();
+    assert!(
+        text.contains("lockbroker_lost_commits_total{outcome=\"committed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("lockbroker_lost_commits_total{outcome=\"not_committed\"}"),
+        "{text}"
+    );
+    // The writer queued behind the read and gets the key when it ends.
+    assert_eq!(release(&c, "d", "r1", r1.token).await.status, 200);
+    let w = granted(&write.await.unwrap());
+    assert_eq!(w.token, r1.token + 1);
     broker.stop().await;
 }
 

@@ -137,6 +137,18 @@ impl Broker {
         Broker::start_with(db.clone(), config(&db)).await
     }
 
+    /// A broker on a fresh database of the shared server that it reaches
+    /// through a new [`Proxy`] (to put faults between the two), with
+    /// `db_timeout_ms`.
+    pub async fn behind_proxy(db_timeout_ms: u64) -> (Proxy, Broker) {
+        let proxy = Proxy::start(&server_host_port()).await;
+        let db = fresh_db_name();
+        let server = format!("mysql://{}@{}", server_userinfo(), proxy.addr);
+        let mut config = config_at(&server, &db);
+        config.db_timeout_ms = db_timeout_ms;
+        (proxy, Broker::start_with(db, config).await)
+    }
+
     /// A broker with `config` (whose database is `db`).
     pub async fn start_with(db: String, config: Config) -> Broker {
         let server = Server::start(config.clone()).await.expect("broker starts");

@@ -37,6 +37,8 @@
 //! - `wake`: push wake-ups, telling another broker that its waiter was
 //!   granted (a hint; its poll is the fallback).
 //! - `settle`: commits whose outcome is unknown, found out.
+//! - `marks`: rwlock marks whose commit is in doubt, and whether a later
+//!   header read of this broker saw them (for `settle`).
 //! - `detach`: operations that run to their end when their caller leaves.
 //!
 //! Every database call of an operation is bounded by its [`Budget`]
@@ -59,6 +61,7 @@ mod history;
 mod lease;
 mod listing;
 mod lock;
+mod marks;
 mod multilock;
 pub mod pacing;
 mod queue;
@@ -401,6 +404,8 @@ pub struct Inner {
     batcher: batch::Batcher,
     /// Rwlock operations gathered per key for its next combined transaction.
     combiner: rw_batch::Combiner,
+    /// Rwlock marks whose commit is in flight or in doubt (`marks`).
+    marks: Arc<marks::Marks>,
     /// The feed of every change, for event streams.
     feed: events::Feed,
     /// Keys (tenant, storage key) with a timer to hand them on when their
@@ -447,6 +452,7 @@ impl Engine {
             wake: wake::Wake::default(),
             batcher: batch::Batcher::default(),
             combiner: rw_batch::Combiner::default(),
+            marks: Arc::default(),
             feed: events::Feed::default(),
             delayed: Mutex::new(std::collections::HashSet::new()),
             gates,

@@ -459,6 +459,8 @@ impl Engine {
         let Some(header) = rwlocks::header(tx, tenant, key, locking).await? else {
             return Ok(None);
         };
+        // Committed: proof for a commit of this broker still in doubt.
+        self.marks.saw(header.changed_by);
         let mut header = header;
         let mut readers = rwlocks::readers(tx, tenant, key).await?;
         // Leases that ran out end here, recorded with the transaction: the

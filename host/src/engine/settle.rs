@@ -17,6 +17,7 @@ use chrono::NaiveDateTime;
 use tokio::time::Instant;
 
 use super::{
+    marks::Marks,
     seat::{self, Seat},
     Budget, DbFailure, Engine, EngineError, LockRef,
 };
@@ -78,6 +79,11 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let events = conn.take_events();
         crate::store::history::append(&mut conn, &events).await?;
+        // Watched from before the COMMIT is sent until it is settled.
+        let _watching = match &expect {
+            Expect::Marked { mark, .. } => Some(self.marks.watch(*mark)),
+            _ => None,
+        };
         match conn.commit().await {
             Ok(()) => Ok(()),
             Err(err) => {
@@ -154,7 +160,13 @@ impl Engine {
             return;
         }
         let (engine, lock) = (self.clone(), lock.clone());
+        // Taken while the commit's own watch still holds (see `marks`).
+        let watching = match &expect {
+            Expect::Marked { mark, .. } => Some(self.marks.watch(*mark)),
+            _ => None,
+        };
         tokio::spawn(async move {
+            let _watching = watching;
             let budget = Budget {
                 deadline: Instant::now() + UNDO_FOR,
             };
@@ -189,7 +201,7 @@ impl Engine {
         let mut conn = self.conn(budget).await?;
         end_session(&mut conn, session).await?;
         conn.begin().await?;
-        let happened = happened(&mut conn, lock, expect).await?;
+        let happened = happened(&mut conn, lock, expect, &self.marks).await?;
         conn.rollback().await?;
         Ok(happened)
     }
@@ -255,7 +267,7 @@ impl Engine {
         conn.begin().await?;
         let mut found = 0;
         for (lock, expect) in members {
-            if happened(&mut conn, lock, expect).await? {
+            if happened(&mut conn, lock, expect, &self.marks).await? {
                 found += 1;
             }
         }
@@ -285,8 +297,15 @@ async fn end_session(conn: &mut Conn, session: &Session) -> Result<(), EngineErr
 
 /// Whether the row (or queue) `expect` is about shows it, read with a
 /// locking read in `conn`'s transaction (which waits for any transaction
-/// still holding it).
-async fn happened(conn: &mut Conn, lock: &LockRef, expect: &Expect) -> Result<bool, EngineError> {
+/// still holding it); for a rwlock's mark, or whether a header read of
+/// this broker saw it before another transaction overwrote it (`marks`:
+/// asked after the locking read returned).
+async fn happened(
+    conn: &mut Conn,
+    lock: &LockRef,
+    expect: &Expect,
+    marks: &Marks,
+) -> Result<bool, EngineError> {
     Ok(match expect {
         Expect::Lease {
             seat,
@@ -311,7 +330,9 @@ async fn happened(conn: &mut Conn, lock: &LockRef, expect: &Expect) -> Result<bo
             let exists = waiters::get(conn, *id).await?.is_some();
             exists == matches!(expect, Expect::Waiter { .. })
         }
-        Expect::Marked { mark, .. } => Engine::rw_marked(conn, lock, *mark).await?,
+        Expect::Marked { mark, .. } => {
+            Engine::rw_marked(conn, lock, *mark).await? || marks.seen(*mark)
+        }
         Expect::Unchecked => false,
     })
 }
