@@ -11,7 +11,7 @@ use std::{
 use lockbroker_client::Client;
 use lockbroker_tests::{
     history::{Op, Request},
-    Broker, History, Outcome, KEY,
+    Broker, History, Outcome, Proxy, KEY,
 };
 
 fn client(broker: &Broker) -> Client {
@@ -134,5 +134,29 @@ async fn every_kind_is_listed_and_recorded_through_the_same_calls() {
     // History is generic too: a semaphore's grants.
     let history = c.semaphores().history("ls/pool", None).await.unwrap();
     assert_eq!(history.events.len(), 2, "{history:?}");
+    broker.stop().await;
+}
+
+/// A connection the client pooled is not used again once it has idled
+/// 5 s, well before the broker closes it (10 s by default): a request
+/// sent just as the broker closes its connection would be lost, and an
+/// acquire's outcome unknown. (The test waits out the idle time itself.)
+#[tokio::test]
+async fn a_connection_idle_for_5_s_is_not_used_again() {
+    let broker = Broker::start().await;
+    let proxy = Proxy::start(broker.url().trim_start_matches("http://")).await;
+    let client = Client::new(&format!("http://{}", proxy.addr), KEY).unwrap();
+    client.locks().status("idle").await.unwrap();
+    client.locks().status("idle").await.unwrap();
+    assert_eq!(proxy.accepted(), 1, "a busy connection is used again");
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    let guard = client
+        .lock("idle")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(proxy.accepted(), 2, "the idle one was let go");
+    guard.release().await.unwrap();
     broker.stop().await;
 }

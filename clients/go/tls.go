@@ -26,9 +26,15 @@ func newTransport(s settings) (*http.Transport, error) {
 		TLSHandshakeTimeout: 5 * time.Second,
 		MaxIdleConns:        64,
 		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     60 * time.Second,
+		IdleConnTimeout:     idleAtMost,
 	}, nil
 }
+
+// idleAtMost is how long a pooled connection may idle and still be used:
+// well under the broker's idle close (its header_read_timeout_ms, 10 s by
+// default), since a request sent on a connection just as the broker closes
+// it is lost on the way, and an acquire's outcome is then unknown.
+const idleAtMost = 5 * time.Second
 
 // tlsConfig is the TLS configuration the options ask for (nil: Go's
 // defaults, the system's roots).

@@ -91,6 +91,7 @@ pub struct Proxy {
     pub addr: SocketAddr,
     state: watch::Sender<State>,
     live: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
     commit_fault: Arc<AtomicU8>,
     /// `COMMIT`s a commit fault hit so far.
     pub commits_hit: Arc<AtomicUsize>,
@@ -110,6 +111,7 @@ impl Proxy {
             last_kill: Fault::Cut,
         });
         let live = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let commit = Commits {
             fault: Arc::new(AtomicU8::new(COMMIT_PASSES)),
             hit: Arc::new(AtomicUsize::new(0)),
@@ -118,13 +120,14 @@ impl Proxy {
             listener,
             upstream.to_owned(),
             state_rx,
-            live.clone(),
+            (live.clone(), accepted.clone()),
             commit.clone(),
         ));
         Proxy {
             addr,
             state,
             live,
+            accepted,
             commit_fault: commit.fault,
             commits_hit: commit.hit,
             task,
@@ -179,6 +182,11 @@ impl Proxy {
         self.live.load(Ordering::SeqCst)
     }
 
+    /// Connections accepted so far, closed or not.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
     fn kill(&self, how: Fault) {
         self.state.send_modify(|s| {
             s.fault = how;
@@ -207,13 +215,14 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: String,
     state: watch::Receiver<State>,
-    live: Arc<AtomicUsize>,
+    (live, accepted): (Arc<AtomicUsize>, Arc<AtomicUsize>),
     commits: Commits,
 ) {
     loop {
         let Ok((inbound, _)) = listener.accept().await else {
             continue;
         };
+        accepted.fetch_add(1, Ordering::SeqCst);
         let now = *state.borrow();
         match now.fault {
             Fault::Cut => drop(inbound),

@@ -2,7 +2,7 @@
 //! the request, send it, hand back the status and the body. Timeouts,
 //! retries and the meaning of statuses are the caller's ([`crate::Client`]).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -10,7 +10,7 @@ use hyper::{body::Incoming, header, Method, Request, Response};
 use hyper_rustls::HttpsConnector;
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client as HyperClient},
-    rt::TokioExecutor,
+    rt::{TokioExecutor, TokioTimer},
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
@@ -45,6 +45,12 @@ pub(crate) enum Failure {
 
 type Connector = HttpsConnector<HttpConnector>;
 
+/// A pooled connection idle this long is not used again. The broker closes
+/// a connection idle for its `header_read_timeout_ms` (10 s by default); a
+/// request sent just as it does is lost on the way, and an acquire's
+/// outcome is then unknown. Well under the broker's, so that never happens.
+pub(crate) const IDLE_AT_MOST: Duration = Duration::from_secs(5);
+
 /// A connection pool to one broker.
 #[derive(Clone)]
 pub(crate) struct Transport {
@@ -78,7 +84,10 @@ impl Transport {
             .wrap_connector(http);
         Ok(Transport {
             base: base.into(),
-            http: HyperClient::builder(TokioExecutor::new()).build(connector),
+            http: HyperClient::builder(TokioExecutor::new())
+                .pool_idle_timeout(IDLE_AT_MOST)
+                .pool_timer(TokioTimer::new())
+                .build(connector),
         })
     }
 
