@@ -395,8 +395,9 @@ impl Client {
     /// at the deadline is [`Error::Timeout`], unless the call is idempotent
     /// and an earlier try failed: then that failure, which says more than
     /// "no answer" (a retry that had not connected by the deadline on a
-    /// loaded machine turned "connection refused" into a timeout). `refused` finds the body of
-    /// an error answer in what `exchange` keeps of it.
+    /// loaded machine turned "connection refused" into a timeout).
+    /// `refused` finds the body of an error answer in what `exchange` keeps
+    /// of it.
     async fn with_retries<T, F, Fut>(
         &self,
         idempotent: Idempotent,

@@ -14,9 +14,9 @@
 //! overwrote the mark held the header before that read got it, so it had
 //! noted the mark before it wrote.
 //!
-//! Transactions of other brokers note nothing here; the combined
-//! transactions of one key in this broker (`rw_batch`), which follow one
-//! another closely, are the case this is for.
+//! Transactions of other brokers note nothing here; this broker's own
+//! transactions on one key, which follow one another closely (a combined
+//! read, a writer queued right behind it), are the case this is for.
 
 use std::{
     collections::HashMap,

@@ -17,7 +17,7 @@ use chrono::NaiveDateTime;
 use tokio::time::Instant;
 
 use super::{
-    marks::Marks,
+    marks::{Marks, Watching},
     seat::{self, Seat},
     Budget, DbFailure, Engine, EngineError, LockRef,
 };
@@ -80,10 +80,7 @@ impl Engine {
         let events = conn.take_events();
         crate::store::history::append(&mut conn, &events).await?;
         // Watched from before the COMMIT is sent until it is settled.
-        let _watching = match &expect {
-            Expect::Marked { mark, .. } => Some(self.marks.watch(*mark)),
-            _ => None,
-        };
+        let _watching = self.watch(&expect);
         match conn.commit().await {
             Ok(()) => Ok(()),
             Err(err) => {
@@ -161,10 +158,7 @@ impl Engine {
         }
         let (engine, lock) = (self.clone(), lock.clone());
         // Taken while the commit's own watch still holds (see `marks`).
-        let watching = match &expect {
-            Expect::Marked { mark, .. } => Some(self.marks.watch(*mark)),
-            _ => None,
-        };
+        let watching = self.watch(&expect);
         tokio::spawn(async move {
             let _watching = watching;
             let budget = Budget {
@@ -177,6 +171,14 @@ impl Engine {
                 }
             }
         });
+    }
+
+    /// A watch of the rwlock mark `expect` is about, if any (`marks`).
+    fn watch(&self, expect: &Expect) -> Option<Watching> {
+        match expect {
+            Expect::Marked { mark, .. } => Some(self.marks.watch(*mark)),
+            _ => None,
+        }
     }
 
     /// Whether the commit of `session` left what `expect` says, found out
