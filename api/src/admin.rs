@@ -207,7 +207,8 @@ pub struct ShadowCount {
     /// Calls it trapped, overran its time or memory budget, or answered
     /// out of range on (never felt by requests).
     pub failed: u64,
-    /// Calls not put to it because its queue was full (it fell behind).
+    /// Calls not put to it because it fell behind (its queue was full) or
+    /// had used its share of CPU (a tenth of a core on average).
     pub dropped: u64,
 }
 

@@ -150,10 +150,11 @@ struct Args {
     /// policy; skipped without it).
     #[arg(long, env = "LOCKBENCH_ADMIN_TOKEN")]
     admin_token: Option<String>,
-    /// The shadow candidate of `policy-shadow` (a .wasm component),
-    /// loaded beside the policy of the --wasm-api-key tenant.
-    #[arg(long, value_name = "FILE")]
-    shadow_policy: Option<PathBuf>,
+    /// The shadow candidates of `policy-shadow` (.wasm components, comma
+    /// separated), each loaded in turn beside the policy of the
+    /// --wasm-api-key tenant.
+    #[arg(long, value_name = "FILE", value_delimiter = ',')]
+    shadow_policy: Vec<PathBuf>,
     /// The name of the --wasm-api-key tenant (`policy-shadow`'s admin
     /// calls name it).
     #[arg(long, default_value = "wasm")]
@@ -161,7 +162,8 @@ struct Args {
     /// Client counts of `policy-shadow`.
     #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "1")]
     shadow_clients: Vec<usize>,
-    /// Rounds of `policy-shadow` (each: without and with the shadow).
+    /// Rounds of `policy-shadow` (each: without a shadow and with each
+    /// candidate).
     #[arg(long, default_value_t = 5)]
     shadow_rounds: usize,
     /// A line for the header (e.g. the commit measured).
@@ -756,26 +758,38 @@ async fn policy_shadow(
     args: &Args,
     duration: Duration,
 ) -> anyhow::Result<(Vec<Row>, Vec<Ratio>)> {
-    let (Some(api_key), Some(admin_token), Some(file)) =
-        (&args.wasm_api_key, &args.admin_token, &args.shadow_policy)
-    else {
+    let (Some(api_key), Some(admin_token)) = (&args.wasm_api_key, &args.admin_token) else {
         bail!("it needs --wasm-api-key, --admin-token and --shadow-policy");
     };
+    if args.shadow_policy.is_empty() {
+        bail!("it needs --shadow-policy");
+    }
+    let mut candidates = Vec::new();
+    for file in &args.shadow_policy {
+        candidates.push(shadow::Candidate {
+            name: file.file_stem().map_or_else(
+                || file.display().to_string(),
+                |s| s.to_string_lossy().into(),
+            ),
+            bytes: std::fs::read(file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?,
+        });
+    }
     let setup = shadow::Setup {
         tenant: &args.wasm_tenant,
         api_key,
         admin_token,
-        candidate: std::fs::read(file)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?,
+        candidates,
         rounds: args.shadow_rounds.max(1),
     };
     let (rows, measured) = shadow::scenario(broker, &setup, &args.shadow_clients, duration).await?;
     let mut ratios = Vec::new();
-    for (c, p50, p99) in measured {
+    for m in measured {
         let detail = format!("medians of {} rounds each", setup.rounds);
+        let (c, name) = (m.clients, &m.candidate);
         ratios.push(ratio(
-            format!("pair p50 with a shadow policy / without, {c} client(s)"),
-            Some(p50),
+            format!("pair p50 with shadow {name} / without, {c} client(s)"),
+            Some(m.p50),
             |v| format!("{v:.3}x"),
             "<= 1.10",
             |v| v <= 1.10,
@@ -784,8 +798,8 @@ async fn policy_shadow(
         ratios.push(Ratio {
             met: None,
             ..ratio(
-                format!("pair p99 with a shadow policy / without, {c} client(s)"),
-                Some(p99),
+                format!("pair p99 with shadow {name} / without, {c} client(s)"),
+                Some(m.p99),
                 |v| format!("{v:.3}x"),
                 "(reported)",
                 |_| true,

@@ -1,14 +1,17 @@
 //! `policy-shadow`: what a shadow candidate costs the requests of its
-//! tenant (issue #23: the active path's latency within 10 % of no shadow).
+//! tenant (issue #23: the active path's latency within 10 % of no shadow,
+//! with a candidate that disagrees, one that traps and one that loops).
 //!
 //! Uncontended acquire/release pairs on a tenant with a WebAssembly policy,
-//! without a shadow and with one loaded (`PUT .../policy?mode=shadow`),
-//! alternated for several rounds in one run (each round starts with the
-//! other side, so neither always runs warmer): a row for each side, pooled
-//! over the rounds, and ratios of the medians of the rounds' p50s and p99s
-//! (with shadow / without). The shadow is dropped after each of its runs
-//! (`DELETE .../policy/shadow`), whose last report says how many calls it
-//! judged, disagreed on, failed and dropped.
+//! without a shadow and with each candidate loaded in turn (`PUT
+//! .../policy?mode=shadow`), alternated for several rounds in one run (each
+//! round starts one side later, so no side always runs warmer): a row for
+//! each side, pooled over the rounds, and per candidate the ratios of the
+//! medians of the rounds' p50s and p99s (with that shadow / without). Keys
+//! contain `boom`, the test fixtures' trigger, so a `trap` or `loop`
+//! candidate misbehaves on every naming call. Each shadow is dropped after
+//! its run (`DELETE .../policy/shadow`), whose last report says how many
+//! naming calls it judged, disagreed on, failed and dropped.
 
 use std::time::Duration;
 
@@ -23,14 +26,19 @@ use crate::{
     run::{merge, percentiles, Run},
 };
 
+/// A shadow candidate: its name (the file's stem) and component bytes.
+pub struct Candidate {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
 /// What the scenario needs besides the broker.
 pub struct Setup<'a> {
     /// The tenant with the WebAssembly policy, and its API key.
     pub tenant: &'a str,
     pub api_key: &'a str,
     pub admin_token: &'a str,
-    /// The candidate component's bytes.
-    pub candidate: Vec<u8>,
+    pub candidates: Vec<Candidate>,
     pub rounds: usize,
 }
 
@@ -40,72 +48,89 @@ struct Side {
     pooled: Run,
     p50s: Vec<f64>,
     p99s: Vec<f64>,
+    /// The shadow's naming counts, summed over its runs.
+    judged: ShadowCount,
 }
 
-/// The scenario at each client count of `clients`: its rows, and per
-/// count `(clients, p50 ratio, p99 ratio)` with shadow / without.
+/// A candidate's ratios at a client count: with that shadow / without.
+pub struct Measured {
+    pub clients: usize,
+    pub candidate: String,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+/// The scenario at each client count of `clients`: its rows, and the
+/// ratios of each candidate.
 ///
 /// # Errors
-/// The shadow cannot be loaded or dropped.
+/// A shadow cannot be loaded or dropped.
 pub async fn scenario(
     b: &Broker,
     setup: &Setup<'_>,
     clients: &[usize],
     duration: Duration,
-) -> anyhow::Result<(Vec<Row>, Vec<(usize, f64, f64)>)> {
+) -> anyhow::Result<(Vec<Row>, Vec<Measured>)> {
     let admin = b
         .try_client(Some(setup.admin_token))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let path = format!("/v1/admin/tenants/{}/policy", setup.tenant);
     // None left over from an interrupted run (a 404 when none is).
     delete_shadow(&admin, &path).await?;
+    // Side 0 runs without a shadow, side i with candidate i - 1.
+    let sides = setup.candidates.len() + 1;
     let mut rows = Vec::new();
-    let mut ratios = Vec::new();
+    let mut measured = Vec::new();
     for &c in clients {
-        let mut off = Side::default();
-        let mut on = Side::default();
-        let mut judged = Vec::new();
+        let mut measure: Vec<Side> = (0..sides).map(|_| Side::default()).collect();
         for round in 0..setup.rounds {
-            for shadowed in [round % 2 == 1, round % 2 == 0] {
-                if shadowed {
-                    load(&admin, &path, &setup.candidate).await?;
+            for turn in 0..sides {
+                let s = (round + turn) % sides;
+                let candidate = s.checked_sub(1).map(|i| &setup.candidates[i]);
+                if let Some(candidate) = candidate {
+                    load(&admin, &path, &candidate.bytes).await?;
                 }
-                let prefix = format!("sh{}-", u8::from(shadowed));
+                let label = candidate.map_or("off", |k| k.name.as_str());
                 let run = lock_tallies(
                     b,
                     setup.api_key,
-                    &prefix,
+                    &format!("sh{s}-boom-"),
                     LockMode::Uncontended,
                     c,
                     duration,
                 )
                 .await;
-                let side = if shadowed { &mut on } else { &mut off };
+                let side = &mut measure[s];
                 let lat: Vec<u32> = run.tallies.iter().flat_map(|t| t.lat_us.clone()).collect();
                 if let Some(p) = percentiles(lat) {
                     side.p50s.push(p.p50_ms);
                     side.p99s.push(p.p99_ms);
                     eprintln!(
-                        "lockbench: policy-shadow {} c={c} round {round}: pair p50 {:.3} ms, p99 {:.3} ms",
-                        if shadowed { "on" } else { "off" },
+                        "lockbench: policy-shadow {label} c={c} round {round}: pair p50 {:.3} ms, p99 {:.3} ms",
                         p.p50_ms,
                         p.p99_ms
                     );
                 }
                 side.pooled.extend(run);
-                if shadowed {
-                    judged.push(drop_shadow(&admin, &path).await?);
+                if candidate.is_some() {
+                    let n = drop_shadow(&admin, &path).await?;
+                    side.judged.agree += n.agree;
+                    side.judged.disagree += n.disagree;
+                    side.judged.failed += n.failed;
+                    side.judged.dropped += n.dropped;
                 }
             }
         }
-        let (p50_off, p50_on) = (median(&off.p50s), median(&on.p50s));
-        let (p99_off, p99_on) = (median(&off.p99s), median(&on.p99s));
-        for (label, side, p50, p99) in [
-            ("policy-shadow: without", off, p50_off, p99_off),
-            ("policy-shadow: with shadow", on, p50_on, p99_on),
-        ] {
+        let (p50_off, p99_off) = (median(&measure[0].p50s), median(&measure[0].p99s));
+        for (s, side) in measure.into_iter().enumerate() {
+            let (p50, p99) = (median(&side.p50s), median(&side.p99s));
+            let candidate = s.checked_sub(1).map(|i| setup.candidates[i].name.as_str());
+            let label = match candidate {
+                None => "policy-shadow: without".to_owned(),
+                Some(name) => format!("policy-shadow: with {name}"),
+            };
             let m = merge(side.pooled);
-            let mut row = Row::new(label, c, duration * setup.rounds as u32, &m);
+            let mut row = Row::new(&label, c, duration * setup.rounds as u32, &m);
             row.handoff = None;
             row.note.clear();
             row.add_note(format!(
@@ -117,29 +142,28 @@ pub async fn scenario(
             if m.errors > 0 {
                 row.add_note(format!("{} errors", m.errors));
             }
+            if let Some(name) = candidate {
+                let n = side.judged;
+                row.add_note(format!(
+                    "shadow naming calls: {} agree, {} disagree, {} failed, {} dropped",
+                    n.agree, n.disagree, n.failed, n.dropped
+                ));
+                row.add_note(format!(
+                    "with/without: p50 {:.3}, p99 {:.3}",
+                    p50 / p50_off,
+                    p99 / p99_off
+                ));
+                measured.push(Measured {
+                    clients: c,
+                    candidate: name.to_owned(),
+                    p50: p50 / p50_off,
+                    p99: p99 / p99_off,
+                });
+            }
             rows.push(row);
         }
-        if let Some(last) = rows.last_mut() {
-            let total = judged.iter().fold(ShadowCount::default(), |mut t, n| {
-                t.agree += n.agree;
-                t.disagree += n.disagree;
-                t.failed += n.failed;
-                t.dropped += n.dropped;
-                t
-            });
-            last.add_note(format!(
-                "shadow naming calls: {} agree, {} disagree, {} failed, {} dropped",
-                total.agree, total.disagree, total.failed, total.dropped
-            ));
-            last.add_note(format!(
-                "with/without: p50 {:.3}, p99 {:.3}",
-                p50_on / p50_off,
-                p99_on / p99_off
-            ));
-        }
-        ratios.push((c, p50_on / p50_off, p99_on / p99_off));
     }
-    Ok((rows, ratios))
+    Ok((rows, measured))
 }
 
 /// Loads the candidate as the tenant's shadow.

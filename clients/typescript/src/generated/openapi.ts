@@ -785,7 +785,8 @@ export interface paths {
          *     runs beside the policy in force on live traffic and decides nothing.
          *     Each naming, fairness and backoff call (and timing, while the policy in
          *     force exports it) is also put to the candidate, off the request's path
-         *     (a bounded queue; calls that do not fit are dropped, counted), under
+         *     (a bounded queue, and at most a tenth of a core on average; calls that
+         *     do not fit are dropped, counted), under
          *     the tenant's time and memory limits; its answers are compared with
          *     those of the policy in force (`GET .../policy/shadow`, and
          *     `lockbroker_policy_shadow_total` in `/metrics`). A candidate that traps
@@ -863,7 +864,8 @@ export interface paths {
          * @description How the shadow candidate's answers compare with those of the policy in
          *     force since it was loaded: per export, the calls it agreed on, disagreed
          *     on, failed (trapped, overran its time or memory, answered out of range)
-         *     and the calls dropped because it fell behind; and the latest
+         *     and the calls dropped because it fell behind or had used its share of
+         *     CPU; and the latest
          *     disagreements (at most 10, newest first) with their inputs and both
          *     answers, keys cut to 64 bytes. Counts are per broker.
          */
@@ -2273,7 +2275,8 @@ export interface components {
             failed: number;
             /**
              * Format: int64
-             * @description Calls not put to it because its queue was full (it fell behind).
+             * @description Calls not put to it because it fell behind (its queue was full) or
+             *     had used its share of CPU (a tenth of a core on average).
              */
             dropped: number;
         };

@@ -13,7 +13,9 @@
 //! force; one thread per shadow, at the lowest scheduling priority, puts
 //! the calls to the candidate. When the candidate falls behind (it is slow,
 //! it loops until its deadline on every call, or the machine is busy) the
-//! queue fills and further calls are dropped, counted. The candidate was
+//! queue fills and further calls are dropped, counted; and the thread
+//! takes at most a tenth of a core on average ([`budget`]): calls met
+//! while its budget is overdrawn are dropped, counted. The candidate was
 //! loaded as any version is (validated, self-checked) and runs under the
 //! tenant's limits (deadline, memory), so a trap or an overrun costs only
 //! its own thread's time, and counts as `failed`.
@@ -24,6 +26,7 @@
 //! tenant's policy file or limits, or when the broker stops (it is not
 //! recorded on disk: after a restart there is none).
 
+pub mod budget;
 mod judge;
 
 use std::{
@@ -33,7 +36,10 @@ use std::{
         mpsc::{self, Receiver, SyncSender, TrySendError},
         Arc, Mutex,
     },
+    time::{Duration, Instant},
 };
+
+use budget::Budget;
 
 pub(crate) use judge::Call;
 pub use judge::KEY_BYTES;
@@ -171,6 +177,24 @@ impl Shadow {
         bytes: Vec<u8>,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Shadow> {
+        Shadow::start_budgeted(
+            tenant,
+            candidate,
+            bytes,
+            metrics,
+            (budget::SHARE, budget::BURST),
+        )
+    }
+
+    /// [`Shadow::start`] with a CPU budget of `(share, burst)` (tests use
+    /// small ones).
+    fn start_budgeted(
+        tenant: &str,
+        candidate: Loaded,
+        bytes: Vec<u8>,
+        metrics: Arc<Metrics>,
+        (share, burst): (f64, Duration),
+    ) -> std::io::Result<Shadow> {
         let candidate = Arc::new(candidate);
         let tenant: Arc<str> = Arc::from(tenant);
         let tally = Arc::new(Tally::default());
@@ -180,6 +204,7 @@ impl Shadow {
             candidate: candidate.clone(),
             tally: tally.clone(),
             metrics: metrics.clone(),
+            budget: Budget::new(share, burst, Instant::now()),
         };
         std::thread::Builder::new()
             .name(format!("shadow-{tenant}"))
@@ -258,20 +283,29 @@ struct Worker {
     candidate: Arc<Loaded>,
     tally: Arc<Tally>,
     metrics: Arc<Metrics>,
+    budget: Budget,
 }
 
 impl Worker {
     /// Until the shadow ends (its queue's sender is dropped, or it says
     /// so): each call judged, counted, and kept as an example if the
-    /// answers differ.
-    fn run(self, queued: Receiver<Call>) {
+    /// answers differ; or, while the budget is overdrawn, dropped.
+    fn run(mut self, queued: Receiver<Call>) {
         lowest_priority();
         while let Ok(call) = queued.recv() {
             if self.tally.ended.load(Ordering::Relaxed) {
                 return;
             }
             let export = call.export();
-            let outcome = match judge(&self.tenant, &*self.candidate.policy, call) {
+            let started = Instant::now();
+            if !self.budget.allows(started) {
+                self.tally.add(export, Outcome::Dropped);
+                count(&self.metrics, &self.tenant, export, Outcome::Dropped);
+                continue;
+            }
+            let verdict = judge(&self.tenant, &*self.candidate.policy, call);
+            self.budget.spend(started.elapsed());
+            let outcome = match verdict {
                 Verdict::Agree => Outcome::Agree,
                 Verdict::Disagree(words) => {
                     self.tally.keep(Example {
@@ -384,6 +418,56 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// A candidate whose naming takes `took` of CPU (spinning).
+    struct Slow {
+        took: Duration,
+    }
+    impl Policy for Slow {
+        fn describe(&self) -> Result<Descriptor, PolicyFault> {
+            Builtin.describe()
+        }
+        fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
+            let started = Instant::now();
+            while started.elapsed() < self.took {
+                std::hint::spin_loop();
+            }
+            Builtin.storage_key(t, k)
+        }
+        fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
+            Builtin.pick_next(k, w)
+        }
+        fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
+            Builtin.next_delay(c)
+        }
+    }
+
+    #[test]
+    fn a_shadow_past_its_cpu_budget_drops_calls_and_counts_them() {
+        let metrics = Arc::new(Metrics::default());
+        let candidate = Loaded {
+            policy: Arc::new(Slow {
+                took: Duration::from_millis(20),
+            }),
+            ..Loaded::builtin()
+        };
+        // 30 ms at once, then a tenth of wall time: two 20 ms calls, then
+        // (the ten offered at once) nothing until 10 ms more are back.
+        let budget = (0.10, Duration::from_millis(30));
+        let shadow =
+            Shadow::start_budgeted("t", candidate, Vec::new(), metrics.clone(), budget).unwrap();
+        for n in 0..10 {
+            shadow.offer(naming_call(&format!("job{n}")));
+        }
+        wait_until("every call is judged or dropped", || {
+            let c = shadow.counts(Export::Naming);
+            c.agree + c.dropped == 10
+        });
+        let c = shadow.counts(Export::Naming);
+        // Two, or three if this machine stalled the thread for 100 ms.
+        assert!((2..=3).contains(&c.agree), "{c:?}");
+        assert_eq!(c.failed + c.disagree, 0, "{c:?}");
     }
 
     #[test]
