@@ -1,6 +1,7 @@
 """What the conformance suites (``clients/CONFORMANCE.md``, C01–C21) of the sync and the async
 client share: the brokers and tenants the harness hands over, the stand-ins the scenarios allow
-(in ``helpers``), and interrupting the main thread.
+(in ``helpers``), interrupting the main thread, and what a scenario expects once its client has
+done its part (``check_*``: one definition of each expectation, whichever client is tested).
 
 ``tests/python_client.rs`` starts the brokers with ``lockbroker_tests::Conformance`` and sets
 the variables read here; missing, the tests fail (``helpers.env``).
@@ -11,10 +12,12 @@ import contextlib
 import signal
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, Iterator, Optional, TypeVar, Union
+import unittest
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Tuple, Type, TypeVar, Union
 
 import lockbroker
-from helpers import POLL_EVERY, FakeBroker, env
+from helpers import POLL_EVERY, FakeBroker, env, unique
+from lockbroker.retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -23,6 +26,15 @@ TENANT = "default"
 
 #: A 503 as the broker sends it, without a hint (so the client's own backoff shows).
 UNAVAILABLE = (503, {"error": {"code": "unavailable", "message": "database down"}})
+
+#: How late past a deadline a call may fail ("by the deadline, within a small slack").
+SLACK = 0.25
+
+
+def require_brokers() -> None:
+    """Fails the suite at once when the harness's brokers are not given (a module's ``setUpModule``)."""
+    url()
+    key()
 
 
 def url() -> str:
@@ -61,6 +73,144 @@ def forwarder(answers: Optional[list] = None) -> FakeBroker:
     """A stand-in in front of the real broker that forwards (after ``answers``, if any) and
     records every request and what it got: for counting requests and their timing."""
     return FakeBroker(list(answers or []) + ["forward"], upstream=url())
+
+
+def stand_in(case: unittest.TestCase, answers: list, upstream: bool = True) -> FakeBroker:
+    """A scripted stand-in (``helpers.FakeBroker``), forwarding to the real broker if ``upstream``,
+    closed when the test ends."""
+    fake = FakeBroker(answers, upstream=url() if upstream else None)
+    case.addCleanup(fake.close)
+    return fake
+
+
+def tls_environment() -> Dict[str, str]:
+    """C20: the environment of a client of the TLS broker with the accepted certificate."""
+    files = tls_files()
+    return {
+        "LOCKBROKER_URL": tls_url(),
+        "LOCKBROKER_API_KEY": key(),
+        "LOCKBROKER_CA_FILE": files["ca_file"],
+        "LOCKBROKER_CLIENT_CERT": files["client_cert"],
+        "LOCKBROKER_CLIENT_KEY": files["client_key"],
+    }
+
+
+def refused_tls_options() -> Dict[str, Dict[str, str]]:
+    """C20: the client options the TLS broker refuses (or that refuse it), by case."""
+    files = tls_files()
+    return {
+        "no client certificate": {"ca_file": files["ca_file"]},
+        "the stranger's certificate": tls_files("STRANGER"),
+        "no CA file": {"client_cert": files["client_cert"], "client_key": files["client_key"]},
+    }
+
+
+def four_hundreds(make: Callable[..., Any], fake_url: str, held: str) -> List[Tuple[int, Type[Exception], Callable[[], Any]]]:
+    """C10: ``(status, exception, call)`` for each 4xx answer, the calls made by clients of
+    ``make`` (``lockbroker.Client`` or ``AsyncClient``) through the stand-in at ``fake_url``;
+    ``held`` is a key another owner holds."""
+    c = make(fake_url, key(), backoff=0.01)
+    admin = make(fake_url, env("LOCKBROKER_ADMIN_TOKEN"))
+    return [
+        (400, lockbroker.BadRequest, lambda: c.locks.acquire(unique("c10"), "me", ttl=0.001)),
+        (401, lockbroker.Unauthenticated, lambda: make(fake_url, "not-a-key").locks.status(held)),
+        (404, lockbroker.NotFound, lambda: admin.force_release(TENANT, unique("c10"))),
+        (409, lockbroker.LockHeld, lambda: c.locks.acquire(held, "me", ttl=30)),
+        (422, lockbroker.InvalidKey, lambda: c.locks.status("bad\x01key")),
+    ]
+
+
+# -- what the scenarios expect ------------------------------------------------------------
+
+
+def check_waited_then_held(case: unittest.TestCase, started: float, caught: Any) -> None:
+    """C03: a wait of 300 ms for a held lock took about that long and ended typed, with a hint."""
+    elapsed = time.monotonic() - started
+    case.assertGreaterEqual(elapsed, 0.25, "it waited")
+    case.assertLess(elapsed, 3.0, "for about 300 ms")
+    case.assertIsNotNone(caught.exception.retry_after_ms)
+
+
+def check_lost_unconfirmed(case: unittest.TestCase, lease: Any) -> None:
+    """C06: a lease whose renewals go unanswered is lost (now) before it could have ended."""
+    case.assertLess(time.monotonic(), lease.held_until, "before the TTL passed since the last confirmed renewal was sent")
+    case.assertIsInstance(lease.lost_reason, lockbroker.Unavailable)
+
+
+def check_503s_retried(case: unittest.TestCase, fake: FakeBroker, backoff: float) -> None:
+    """C09: two 503s, then the answer, after growing jittered delays."""
+    case.assertEqual([a[0] for a in fake.answered], [503, 503, 200])
+    sent = [at for _, _, at in fake.requests]
+    case.assertGreaterEqual(sent[1] - sent[0], backoff / 2, "half to all of the backoff")
+    case.assertGreaterEqual(sent[2] - sent[1], backoff, "then half to all of twice as much")
+    delays = {RetryPolicy(4, backoff, 2.0).backoff_delay(1) for _ in range(20)}
+    case.assertGreater(len(delays), 1, "jittered")
+
+
+def check_503s_given_up_at_the_deadline(case: unittest.TestCase, started: float, caught: Any, fake: FakeBroker) -> None:
+    """C09: 503s retried until a deadline of 1 s, then raised as they came."""
+    case.assertLess(time.monotonic() - started, 1.0 + SLACK, "by the deadline, not after")
+    case.assertEqual((caught.exception.status, caught.exception.code), (503, "unavailable"))
+    case.assertGreater(len(fake.requests), 2, "retried until then")
+
+
+def check_unreachable_retried_to_the_deadline(case: unittest.TestCase, started: float) -> None:
+    """C09: connection failures retried too, until a deadline of 1 s."""
+    elapsed = time.monotonic() - started
+    case.assertGreaterEqual(elapsed, 0.5, "connection failures are retried too")
+    case.assertLess(elapsed, 1.0 + SLACK, "by the deadline, not after")
+
+
+def check_429s_waited_out(case: unittest.TestCase, fake: FakeBroker) -> None:
+    """C12: a burst past the rate met 429s, each retried only after its ``retry_after_ms``."""
+    refused = [i for i, a in enumerate(fake.answered) if a is not None and a[0] == 429]
+    case.assertTrue(refused, "the burst met 429")
+    for i in refused:
+        _, code, retry_after_ms = fake.answered[i]
+        case.assertEqual(code, "rate_limited")
+        waited = fake.requests[i + 1][2] - fake.requests[i][2]
+        case.assertGreaterEqual(waited, retry_after_ms / 1000.0 - 0.01, "retry_after_ms waited out before trying again")
+
+
+def check_429_raised_within_the_deadline(case: unittest.TestCase, started: float, caught: Any) -> None:
+    """C12: within a deadline of 0.1 s, a 429 whose hint ends past it is raised at once."""
+    case.assertLess(time.monotonic() - started, 0.1 + SLACK, "failed at once, not after the hint")
+    case.assertEqual((caught.exception.status, caught.exception.code), (429, "rate_limited"))
+    case.assertGreater(caught.exception.retry_after_ms, 0, "carrying the broker's hint")
+
+
+def check_observed_across_the_break(case: unittest.TestCase, seen: List[Any], b: Any) -> None:
+    """C16: observe saw the vacancy first and the second leader last, across a broken connection."""
+    case.assertEqual(seen[-1].leader, "c16-b", "observe went on after its connection broke")
+    case.assertEqual(seen[-1].term, b.term)
+    case.assertEqual(seen[0].leader, None)
+
+
+def check_history(case: unittest.TestCase, events: List[Any], lease: Any) -> None:
+    """C17: the history of a lock held once, newest first."""
+    case.assertEqual(
+        [(e.event, e.owner, e.token) for e in events[:2]],
+        [("released", lease.owner, lease.token), ("granted", lease.owner, lease.token)],
+    )
+    case.assertGreaterEqual(events[0].at, events[1].at)
+
+
+def check_events(case: unittest.TestCase, events: List[Any], stream: Any, prefix: str, first: Any) -> None:
+    """C19: a lock held once under ``prefix`` came as two events with increasing ids."""
+    case.assertEqual(
+        [(e.event, e.kind, e.storage_key, e.token) for e in events],
+        [("granted", "lock", prefix + "one", first.token), ("released", "lock", prefix + "one", first.token)],
+    )
+    case.assertTrue(all(e.id is not None for e in events) and events[0].id < events[1].id)
+    case.assertEqual(stream.last_id, events[1].id)
+
+
+def check_resumed(case: unittest.TestCase, resumed: List[Any], events: List[Any], prefix: str, second: Any) -> None:
+    """C19: a stream started after the last id got what followed, nothing already seen."""
+    case.assertEqual([(e.event, e.storage_key, e.token) for e in resumed], [
+        ("granted", prefix + "two", second.token), ("released", prefix + "two", second.token)
+    ], "nothing already seen")
+    case.assertGreater(resumed[0].id, events[1].id)
 
 
 async def eventually_async(what: str, timeout: float, check: Callable[[], Union[T, Awaitable[T]]]) -> T:

@@ -1,6 +1,6 @@
 """The client's pure parts: the renewal thread's rules, the event-stream
-parser, time parsing, the retry and lease-clock rules, options, and the async
-client's HTTP reading, without a broker."""
+reader, time parsing, the retry and lease-clock rules, options, and the async
+client's HTTP reading, without a broker (the shared plans: ``test_plans.py``)."""
 
 import asyncio
 import threading
@@ -13,7 +13,9 @@ from lockbroker.errors import error_for
 from lockbroker.models import parse_time
 from lockbroker.clock import LeaseClock
 from lockbroker.renewal import Renewer
-from lockbroker.sse import events
+from lockbroker.running import Runner
+from lockbroker.sse import MAX_EVENT_LINES, Messages
+from lockbroker.steps import Broke
 
 
 def renewer(renew, ttl, lost):
@@ -91,39 +93,63 @@ class Renewal(unittest.TestCase):
         self.assertFalse(lost.is_set())
 
 
+def read_events(lines):
+    """The events the shared reader (``sse.Messages``) makes of ``lines``, walked by the sync runner;
+    an exception in ``lines`` is what the read raises."""
+    script = iter(lines)
+
+    class Lines(Runner):
+        def do_read_line(self, step):
+            line = next(script)
+            if isinstance(line, BaseException):
+                raise line
+            return line
+
+    messages = Messages(response=None, end=None, idle_timeout=5.0, what="the test stream")
+    runner, got = Lines(), []
+    while True:
+        message = runner.run(messages.next())
+        if message is None:
+            return got
+        got.append(message)
+
+
 class EventStream(unittest.TestCase):
     def test_events_comments_and_multi_line_data(self):
-        stream = iter(
-            [
-                b": keep-alive\n",
-                b"\n",
-                b"event: leader\n",
-                b'data: {"leader": "a",\n',
-                b'data:  "term": 1}\n',
-                b"\n",
-                b"event: leader\r\n",
-                b'data: {"leader": null}\r\n',
-                b"\r\n",
-                b"event: leader\n",
-                b'data: {"leader": "cut off"}\n',
-                b"",
-            ]
-        )
-        got = list(events(lambda: next(stream)))
+        lines = [
+            b": keep-alive\n",
+            b"\n",
+            b"event: leader\n",
+            b'data: {"leader": "a",\n',
+            b'data:  "term": 1}\n',
+            b"\n",
+            b"event: leader\r\n",
+            b'data: {"leader": null}\r\n',
+            b"\r\n",
+            b"event: leader\n",
+            b'data: {"leader": "cut off"}\n',
+            b"",
+        ]
+        got = read_events(lines)
         self.assertEqual(got, [("leader", {"leader": "a", "term": 1}, None), ("leader", {"leader": None}, None)])
 
-    def test_readline_none_stops(self):
-        lines = iter([b"event: leader\n", b"data: {}\n", b"\n", None, b"event: x\n"])
-        self.assertEqual(list(events(lambda: next(lines))), [("leader", {}, None)])
-
     def test_an_id_holds_until_the_next_one(self):
-        lines = iter(
-            [b"id: 7\n", b"event: granted\n", b'data: {"token": 1}\n', b"\n",
-             b"event: reset\n", b"data: {}\n", b"\n",
-             b"id: 9\n", b"data: {}\n", b"\n", b""]
-        )
-        got = [(m.event, m.id) for m in events(lambda: next(lines))]
-        self.assertEqual(got, [("granted", "7"), ("reset", "7"), ("message", "9")])
+        lines = [b"id: 7\n", b"event: granted\n", b'data: {"token": 1}\n', b"\n",
+                 b"event: reset\n", b"data: {}\n", b"\n",
+                 b"id: 9\n", b"data: {}\n", b"\n", b""]
+        self.assertEqual([(m.event, m.id) for m in read_events(lines)], [("granted", "7"), ("reset", "7"), ("message", "9")])
+
+    def test_silence_and_a_break_are_unreachable(self):
+        with self.assertRaises(lockbroker.Unreachable) as caught:
+            read_events([b"event: leader\n", Broke(TimeoutError("timed out"), timed_out=True)])
+        self.assertIn("nothing for 5.0 s on the test stream", str(caught.exception))
+        with self.assertRaises(lockbroker.Unreachable) as caught:
+            read_events([Broke(ConnectionResetError("reset by peer"), timed_out=False)])
+        self.assertIn("the test stream broke: reset by peer", str(caught.exception))
+
+    def test_an_endless_event_is_not_an_event_stream(self):
+        with self.assertRaises(ValueError):
+            read_events([b"data: 1\n"] * (MAX_EVENT_LINES + 1))
 
 
 class Times(unittest.TestCase):
@@ -179,10 +205,6 @@ class KindFields(unittest.TestCase):
             c.locks.renew("k", "me", 1, slot=0)
         with self.assertRaises(ValueError):
             c.rwlocks.acquire("k", "me", mode="upgrade")
-
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class RetryRules(unittest.TestCase):
@@ -330,3 +352,7 @@ class AsyncHttp(unittest.IsolatedAsyncioTestCase):
 
         with self.assertRaises(BadAnswer):
             await self.answer(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+
+if __name__ == "__main__":
+    unittest.main()

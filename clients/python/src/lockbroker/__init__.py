@@ -9,12 +9,40 @@ A Python script guards its work with one ``with`` statement::
         run_job(fencing_token=lease.token)
 
 The async client is the same with ``async with`` (:class:`AsyncClient`,
-``lockbroker.aio``). Standard library only. The package, one module per
-concern:
+``lockbroker.aio``). Standard library only.
+
+Why the package is laid out as it is: the two clients do the same things in
+the same order and differ only in how they wait (a blocked thread, or an
+``await``). So every procedure is written once, without I/O, as a *plan*:
+a generator that yields a step (connect, send, read a line, sleep, ...)
+wherever it needs I/O or time to pass, and goes on with the step's outcome
+(``steps.py``). Each client is a front end that does the steps, blocking or
+awaited, and offers the same calls. The modules, one job each:
+
+Shared by both clients, without I/O:
+
+- ``options``: the arguments and environment variables (URL, key, TLS);
+  ``clientbase``: a client built from them, and its multi-lock plans;
+- ``specs``: what each kind's calls are; ``wire``: a call, its headers and
+  the exception an error answer becomes; ``kindbase``: a kind, its calls and
+  plans bound to it;
+- ``steps``: the steps a plan yields, and how a front end walks one;
+- ``exchange``: one call and its retries (the transport, as a plan);
+  ``retry``: what is retried and after how long; ``deadlines``: the
+  caller's deadline (:func:`deadline`);
+- ``acquiring``: a guard's acquire, and what it gives back when interrupted;
+  ``listing``: the listing, page after page;
+- ``renewing``: a held lease's renewals; ``clock``: when a lease is renewed
+  and when it counts as lost; ``heldbase``: what a held lease is (its
+  fields, its release once);
+- ``resuming``: the event stream and ``observe``, connected again when they
+  break; ``sse``: the Server-Sent Events format and reading one stream;
+- ``models``: the typed answers; ``errors``: the exceptions; ``guards``:
+  the guards by name (``lock``, ``campaign``, ...).
+
+The sync front end (threads):
 
 - ``client``: :class:`Client`: the kinds, multi-locks, events, admin;
-  ``guards``: the guards by name (``lock``, ``campaign``, ...), shared with
-  :class:`AsyncClient`;
 - ``kinds``: one lease model for every kind (``client.locks``,
   ``client.semaphores``, ``client.rwlocks``, ``client.elections``):
   acquire, renew, release, status, history, listing, guards;
@@ -22,20 +50,10 @@ concern:
   :class:`Leader`, :class:`MultiLease`): held leases that renew themselves
   and release on ``with`` exit; ``renewal``: their renewal thread;
 - ``events``: the event stream, resumed with ``Last-Event-ID``;
-- ``transport``: HTTP with ``http.client``;
-- ``aio``: the async client (its own kinds, handles, renewal task, streams
-  and HTTP/1.1 over asyncio streams).
+- ``running``: plans walked by blocking; ``transport``: their HTTP steps
+  with ``http.client``.
 
-Shared by both clients, without I/O:
-
-- ``options``: the arguments and environment variables (URL, key, TLS);
-- ``specs``: what each kind's calls are; ``wire``: a call, its headers and
-  the exception an error answer becomes;
-- ``retry``: what is retried and after how long; ``deadlines``: the
-  caller's deadline (:func:`deadline`); ``clock``: when a lease is renewed
-  and when it counts as lost;
-- ``models``: the typed answers; ``errors``: the exceptions; ``sse``: the
-  Server-Sent Events format.
+``aio``: the async front end, the same over asyncio streams.
 """
 
 from ._version import __version__

@@ -9,31 +9,26 @@ The client adds the guards by their usual names (``lock``, ``semaphore``,
 ``guards.py``), multi-locks, the admin force-release and the event stream.
 
 Durations are seconds (floats), as elsewhere in Python; the broker's
-``*_ms`` fields are filled from them.
+``*_ms`` fields are filled from them. What the client is built from, and its
+multi-lock plans, are shared with the async client (``clientbase.py``).
 """
 
-import logging
-import ssl
-import time
 from typing import Any, Dict, List, Optional
 
-from . import specs
-from .errors import Busy, LockbrokerError, OutcomeUnknown
+from . import acquiring, specs
+from .clientbase import ClientBase
 from .events import EventStream
 from .guards import GuardNames
 from .handles import MultiLease
 from .kinds import Elections, Locks, RwLocks, Semaphores, default_owner
 from .models import ForceReleased, MultiLockGrant, MultiLockReleased
-from .options import Options
-from .specs import MAX_WAIT, own_deadline
+from .specs import MAX_WAIT
 from .transport import Transport
-
-log = logging.getLogger("lockbroker")
 
 __all__ = ["MAX_WAIT", "Client", "default_owner"]
 
 
-class Client(GuardNames):
+class Client(GuardNames, ClientBase):
     """A connection to one broker as one tenant.
 
     The guards (``guards.py``) return the held lease, acquired, renewed in a
@@ -72,34 +67,14 @@ class Client(GuardNames):
             or TLS files that cannot be loaded.
     """
 
-    def __init__(
-        self,
-        url: Optional[str] = None,
-        api_key: Optional[str] = None,
-        timeout: float = 10.0,
-        *,
-        retries: int = 4,
-        backoff: float = 0.1,
-        max_backoff: float = 2.0,
-        ca_file: Optional[str] = None,
-        client_cert: Optional[str] = None,
-        client_key: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-    ) -> None:
-        options = Options.build(
-            url, api_key, timeout, retries, backoff, max_backoff, ca_file, client_cert, client_key, ssl_context
-        )
-        self.timeout = timeout
-        self.backoff = backoff
-        self._http = Transport(options)
-        self.locks = Locks(self, self._http)
-        self.semaphores = Semaphores(self, self._http)
-        self.rwlocks = RwLocks(self, self._http)
-        self.elections = Elections(self, self._http)
-
-    @property
-    def url(self) -> str:
-        return self._http.url
+    _transport_type = Transport
+    _kind_types = (Locks, Semaphores, RwLocks, Elections)
+    _multi_lease_type = MultiLease
+    _http: Transport
+    locks: Locks
+    semaphores: Semaphores
+    rwlocks: RwLocks
+    elections: Elections
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
@@ -157,49 +132,21 @@ class Client(GuardNames):
         Raises:
             LockHeld: some key stayed busy after ``wait`` (none is held).
         """
-        fresh = owner is None
-        owner = owner or default_owner()
-        sent = time.monotonic()
-        try:
-            grant = self.acquire_multi(keys, owner, ttl, wait)
-        except LockbrokerError as err:
-            if fresh and isinstance(err, OutcomeUnknown):
-                self._give_back_multi(keys, owner)
-            raise
-        except BaseException:
-            if fresh:
-                self._give_back_multi(keys, owner)
-            raise
-        return MultiLease(self, grant, ttl, sent)
+        return self._http.run(self._multilocking(keys, ttl, wait, owner))
 
     def try_multilock(self, keys: List[str], ttl: float = 30.0, owner: Optional[str] = None) -> Optional[MultiLease]:
         """Like :meth:`multilock` with no wait, but None when some key is busy."""
-        try:
-            return self.multilock(keys, ttl=ttl, wait=0.0, owner=owner)
-        except Busy:
-            return None
+        return self._http.run(acquiring.trying(self._multilocking(keys, ttl, 0.0, owner)))
 
     def _renew_multi_once(
         self, owner: str, locks: List[Dict[str, Any]], ttl: float, read_timeout: float, deadline: float
     ) -> Any:
         """One multi-lock renewal, for a :class:`MultiLease`'s renewal thread (no retries)."""
-        return self._http.call(specs.renew_multi(owner, locks, ttl, read_timeout=read_timeout, retries=0, deadline=deadline))
+        return self._http.call(self._multi_renewal(owner, locks, ttl, read_timeout, deadline))
 
     def _release_multi_own(self, owner: str, locks: List[Dict[str, Any]]) -> Any:
         """A :class:`MultiLease`'s release, within a deadline of its own."""
-        return self._http.call(specs.release_multi(owner, locks, deadline=own_deadline(self.timeout)))
-
-    def _give_back_multi(self, keys: List[str], owner: str) -> None:
-        """After a multi-lock acquire whose answer this process did not see: releases the keys
-        ``owner`` holds now, if any (best effort)."""
-        deadline = own_deadline(self.timeout)
-        try:
-            statuses = [self._http.call(specs.LOCKS.status(key, deadline=deadline)) for key in keys]
-            held = specs.multi_held_by(statuses, owner)
-            if held:
-                self._http.call(specs.release_multi(owner, held, deadline=deadline))
-        except LockbrokerError as err:
-            log.warning("lockbroker: could not give back an interrupted multi-lock (it ends by its TTL): %s", err)
+        return self._http.call(self._own_multi_release(owner, locks))
 
     # -- admin -----------------------------------------------------------------
 

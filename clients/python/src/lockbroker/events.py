@@ -5,19 +5,18 @@ An :class:`EventStream` connects when it is made (so a change made after
 the stream breaks or the broker ends it (a restart, a lost connection, an
 idle connection), it connects again with ``Last-Event-ID``: the broker
 sends what was missed meanwhile, as long as its history keeps it, else an
-``Event`` named ``"reset"`` first.
+``Event`` named ``"reset"`` first. How it is read and resumed is shared
+with the async client (``resuming.py``); here it is iterated, blocking.
 """
 
-import time
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from . import specs, sse
-from .errors import Unavailable
 from .models import Event
+from .resuming import EventFeed
 from .transport import Transport
 
 
-class EventStream:
+class EventStream(EventFeed):
     """An open event stream: iterate it, close it (or use ``with``).
 
     Attributes:
@@ -35,21 +34,9 @@ class EventStream:
         timeout: Optional[float] = None,
         idle_timeout: float = 45.0,
     ) -> None:
-        self.last_id = after
-        self.reconnects = 0
+        super().__init__(http.exchange, prefix, after, timeout, idle_timeout)
         self._http = http
-        self._prefix = prefix
-        self._end = None if timeout is None else time.monotonic() + timeout
-        self._idle_timeout = idle_timeout
-        self._closed = False
-        self._messages: Iterator[sse.Message] = self._connect()
-
-    def _connect(self) -> Iterator[sse.Message]:
-        self._response = self._http.open(specs.events(self._prefix, self.last_id, self._http.timeout, self._end))
-        return sse.read(self._response, self._end, self._idle_timeout, "the event stream")
-
-    def _over(self) -> bool:
-        return self._closed or (self._end is not None and time.monotonic() >= self._end)
+        http.run(self._connecting())
 
     def __iter__(self) -> "EventStream":
         return self
@@ -60,34 +47,14 @@ class EventStream:
         Raises:
             Unavailable: the broker could not be reached again (after the client's retries).
         """
-        broke = 0
-        while not self._over():
-            try:
-                message = next(self._messages)
-            except (StopIteration, Unavailable):
-                # Ended, broken or idle: connect again where we were, unless
-                # that is what the caller's timeout ended. A stream that keeps
-                # ending at once is given the transport's backoff.
-                if self._over():
-                    break
-                broke += 1
-                if broke > 1:
-                    time.sleep(self._http.retry.backoff_delay(broke - 1))
-                self.reconnects += 1
-                self._response.close()
-                self._messages = self._connect()
-                continue
-            event = Event.from_json(dict(message.data, event=message.event))
-            if event.id is not None:
-                self.last_id = event.id
-            return event
-        self.close()
-        raise StopIteration
+        event = self._http.run(self._next())
+        if event is None:
+            raise StopIteration
+        return event
 
     def close(self) -> None:
         """Closes the connection; iterating ends."""
-        self._closed = True
-        self._response.close()
+        self._close()
 
     def __enter__(self) -> "EventStream":
         return self

@@ -12,23 +12,23 @@ what is its own: :class:`Permit` (a semaphore's ``slot``), :class:`RwLease`
 locks at once. They are acquired before they are returned, like
 ``open()``: ``with client.lock(...) as lease`` and
 ``lease = client.lock(...); ...; lease.release()`` both work.
+
+What does not wait (the fields, the release's rules) is shared with the
+async handles, in ``heldbase.py``; here are the thread and the ``with``.
 """
 
-import logging
 import threading
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .clock import LeaseClock
-from .errors import LeaseLost, LockbrokerError
-from .models import Grant, MultiLockGrant
+from .heldbase import HeldBase, LeaderFields, LeaseBase, MultiLeaseBase, PermitFields, RwFields
 from .renewal import Renewer
-
-log = logging.getLogger("lockbroker")
+from .running import RUNNER
 
 H = TypeVar("H", bound="Held")
 
 
-class Held:
+class Held(HeldBase):
     """Something this process holds: renewed in the background until released.
 
     Attributes:
@@ -46,32 +46,7 @@ class Held:
         release: Callable[[], Any],
     ) -> None:
         self.lost = threading.Event()
-        self._what = what
-        self._release = release
-        self._released = False
-        self._guard = threading.Lock()
-        self._renewer = Renewer(renew, clock, self.lost, what).start()
-
-    @property
-    def held_until(self) -> float:
-        """The ``time.monotonic()`` instant until which the lease is surely held: when the request
-        of its last confirmed grant or renewal was sent, plus the TTL (``clock.py``)."""
-        return self._renewer.clock.held_until
-
-    @property
-    def renewals(self) -> int:
-        """How many renewals the broker has confirmed so far."""
-        return self._renewer.renewals
-
-    @property
-    def lost_reason(self) -> Optional[LockbrokerError]:
-        """The failure that made the lease lost (None while it is held, or when lost on release)."""
-        return self._renewer.last_error
-
-    def raise_if_lost(self) -> None:
-        """Raises :class:`LeaseLost` if the lease was lost: a check to put between steps of long work."""
-        if self.lost.is_set():
-            raise LeaseLost(None, "lease_lost", f"the lease was lost: {self.lost_reason}")
+        self._begin(what, release, Renewer(renew, clock, self.lost, what).start())
 
     def release(self) -> Any:
         """Stops renewing and releases now (once; later calls return None). Returns the broker's
@@ -86,18 +61,7 @@ class Held:
             LeaseLost: the lease had ended unnoticed (``lost`` is set now).
             LockbrokerError: the broker could not be asked.
         """
-        with self._guard:
-            if self._released:
-                return None
-            self._released = True
-        self._renewer.stop()
-        try:
-            return self._release()
-        except LeaseLost:
-            if self.lost.is_set():  # known already: nothing of ours to give back
-                return None
-            self.lost.set()
-            raise
+        return RUNNER.run(self._releasing())
 
     def close(self) -> None:
         """Releases the lease if it is still held; never raises (what a ``with`` block's end does).
@@ -106,10 +70,7 @@ class Held:
         ``lease_lost`` sets ``lost``; any failure is logged on the
         ``lockbroker`` logger.
         """
-        try:
-            self.release()
-        except LockbrokerError as err:
-            log.warning("lockbroker: releasing %s failed (it ends by its TTL): %s", self._what, err)
+        RUNNER.run(self._closing())
 
     def __enter__(self: H) -> H:
         return self
@@ -118,11 +79,8 @@ class Held:
         """Releases the lease as :meth:`close` does; exceptions of the block pass on."""
         self.close()
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._what}, lost={self.lost.is_set()})"
 
-
-class Lease(Held):
+class Lease(LeaseBase, Held):
     """A held lease of one key of any kind (a lock's is exactly this).
 
     ``key``, ``owner`` and ``token`` (the fencing token: pass it to what the
@@ -130,73 +88,26 @@ class Lease(Held):
     acquire (:class:`LockGrant`, :class:`SemaphoreGrant`, ...).
     """
 
-    def __init__(self, kind: Any, grant: Grant, ttl: float, confirmed_at: float) -> None:
-        self.grant = grant
-        self.key: str = grant.key
-        self.owner: str = grant.owner
-        self.token: int = grant.token
-        ids = kind.spec.lease_ids(grant)
-        client = kind.client
-        super().__init__(
-            kind.spec.describe(grant),
-            LeaseClock(ttl, confirmed_at, client.timeout, client.backoff),
-            lambda read_timeout, deadline: kind.renew_once(grant.key, ids, ttl, read_timeout, deadline),
-            lambda: kind.release_ids(grant.key, ids),
-        )
 
-
-class Permit(Lease):
+class Permit(PermitFields, Lease):
     """A held semaphore permit: ``slot`` (0 to permits - 1) and its own fencing ``token``."""
 
-    @property
-    def slot(self) -> int:
-        return self.grant.slot
 
-
-class RwLease(Lease):
+class RwLease(RwFields, Lease):
     """A held read or write lease of a reader-writer lock (``mode``)."""
 
-    @property
-    def mode(self) -> str:
-        return self.grant.mode
 
-
-class Leader(Lease):
+class Leader(LeaderFields, Lease):
     """Leadership of an election ``name``, won by ``candidate``; ``term`` is the fencing token."""
-
-    @property
-    def name(self) -> str:
-        return self.key
-
-    @property
-    def candidate(self) -> str:
-        return self.owner
-
-    @property
-    def term(self) -> int:
-        return self.token
 
     def resign(self) -> None:
         """Steps down now (once). Raises as :meth:`Held.release`."""
         self.release()
 
 
-class MultiLease(Held):
+class MultiLease(MultiLeaseBase, Held):
     """Several locks held together (a multi-lock): renewed and released as one.
 
     ``tokens`` maps each key (as named) to its own fencing token; pass each
     to what that key protects.
     """
-
-    def __init__(self, client: Any, grant: MultiLockGrant, ttl: float, confirmed_at: float) -> None:
-        self.owner = grant.owner
-        self.keys = [entry.key for entry in grant.locks]
-        self.tokens = {entry.key: entry.token for entry in grant.locks}
-        self.grant = grant
-        owner, held = grant.owner, [{"key": e.key, "token": e.token} for e in grant.locks]
-        super().__init__(
-            f"multi-lock {self.tokens!r} owner={owner!r}",
-            LeaseClock(ttl, confirmed_at, client.timeout, client.backoff),
-            lambda read_timeout, deadline: client._renew_multi_once(owner, held, ttl, read_timeout, deadline),
-            lambda: client._release_multi_own(owner, held),
-        )

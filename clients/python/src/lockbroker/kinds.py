@@ -13,62 +13,31 @@ Every acquire takes the same terms: ``ttl`` and ``wait`` (seconds) and
 ``priority``; a kind adds the fields its acquire needs (a semaphore's
 ``permits``, a rwlock's ``mode``) and the calls of its own (``validate``,
 ``observe``).
+
+What a kind sends, and the plans of what takes more than one call, are
+shared with the async client (``kindbase.py``); here each is sent, blocking.
 """
 
-import logging
-import os
-import socket
-import time
-import uuid
 from typing import Any, Dict, Generic, Iterator, List, Optional, Type, TypeVar
 
-from . import sse
-from .errors import Busy, DeadlineExceeded, LockbrokerError, OutcomeUnknown, Unavailable
+from . import models
+from .acquiring import default_owner  # noqa: F401  (here since 0.1: ``lockbroker.kinds.default_owner``)
 from .handles import Leader, Lease, Permit, RwLease
-from .models import (
-    Leadership,
-    LockEvent,
-    LockGrant,
-    LockStatus,
-    Model,
-    RwGrant,
-    RwLockStatus,
-    SemaphoreGrant,
-    SemaphoreStatus,
-    Term,
-    Validity,
-)
-from .specs import ELECTIONS, LOCKS, MAX_WAIT, PAGE_SIZE, RWLOCKS, SEMAPHORES, LeaderChanges, Spec, own_deadline
+from .kindbase import G, KindBase, S
+from .specs import ELECTIONS, LOCKS, MAX_WAIT, PAGE_SIZE, RWLOCKS, SEMAPHORES
 from .transport import Transport
 
-log = logging.getLogger("lockbroker")
-
-G = TypeVar("G", bound=Model)
-S = TypeVar("S", bound=Model)
 L = TypeVar("L", bound=Lease)
 
 
-def default_owner() -> str:
-    """``host:pid:uuid``: unique per call, so two ``with`` blocks of one process never re-enter each other's lock."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-
-
-class Kind(Generic[G, S, L]):
+class Kind(KindBase, Generic[G, S, L]):
     """The calls every kind shares. ``client.locks`` is one, ``client.semaphores`` another, ..."""
 
-    spec: Spec = Spec()
     handle_type: Type[Lease] = Lease
 
     def __init__(self, client: Any, http: Transport) -> None:
         self.client = client
         self._http = http
-
-    @property
-    def noun(self) -> str:
-        return self.spec.noun
-
-    def __repr__(self) -> str:
-        return f"<{self.spec.path} of {self.client!r}>"
 
     # -- plain calls -------------------------------------------------------
 
@@ -84,7 +53,7 @@ class Kind(Generic[G, S, L]):
                 may have been granted (look at :meth:`status` for ``owner``).
             BadRequest, InvalidKey, Unauthenticated, Unavailable, ...: see ``errors``.
         """
-        return self._http.call(self.spec.acquire(key, owner, ttl, wait, priority, fields, self.client.timeout))
+        return self._http.call(self._acquisition(key, owner, ttl, wait, priority, fields))
 
     def renew(self, key: str, owner: str, token: int, ttl: float = 30.0, **ids: Any) -> G:
         """Extends a held lease to ``ttl`` seconds from now (``ids``: a semaphore's ``slot``).
@@ -112,17 +81,7 @@ class Kind(Generic[G, S, L]):
         a time and following each page's cursor. One live for the whole scan is yielded exactly
         once; one granted or released meanwhile may or may not be.
         """
-        left, cursor = limit, None
-        while left is None or left > 0:
-            items, cursor = self._http.call(self.spec.page(prefix, page_size if left is None else min(page_size, left), cursor))
-            for item in items:
-                yield item
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        return
-            if cursor is None:
-                return
+        yield from self._http.iterate(self._listing(prefix, limit, page_size))
 
     # -- guards --------------------------------------------------------------
 
@@ -148,77 +107,29 @@ class Kind(Generic[G, S, L]):
             Busy: still taken by others after ``wait``.
             OutcomeUnknown: the connection broke after the acquire was sent.
         """
-        self.spec.check(fields)  # before anything is sent: a mistake is not an interrupted acquire
-        fresh = owner is None
-        owner = owner or default_owner()
-        sent = time.monotonic()
-        grant = None
-        try:
-            grant = self.acquire(key, owner, ttl, wait, priority, **fields)
-            return self.handle_type(self, grant, ttl, sent)  # type: ignore[return-value]
-        except LockbrokerError as err:
-            if fresh and isinstance(err, OutcomeUnknown):
-                self._give_back(key, owner)
-            raise
-        except BaseException:
-            if grant is not None:
-                self._release_quietly(key, self.spec.lease_ids(grant))
-            elif fresh:
-                self._give_back(key, owner)
-            raise
+        return self._http.run(self._holding(key, ttl, wait, owner, priority, fields))
 
     def try_hold(
         self, key: str, ttl: float = 30.0, owner: Optional[str] = None, priority: int = 0, **fields: Any
     ) -> Optional[L]:
         """Like :meth:`hold` with no wait, but None when taken by others."""
-        try:
-            return self.hold(key, ttl, 0.0, owner, priority, **fields)
-        except Busy:
-            return None
+        return self._http.run(self._trying(key, ttl, owner, priority, fields))
 
     # -- what handles use ----------------------------------------------------
 
     def renew_once(self, key: str, ids: Dict[str, Any], ttl: float, read_timeout: float, deadline: float) -> Any:
         """One renewal for a handle's renewal thread, which does its own retrying (``clock.py``)."""
-        return self._http.call(self.spec.renew(key, ids, ttl, read_timeout=read_timeout, retries=0, deadline=deadline))
+        return self._http.call(self._renewal(key, ids, ttl, read_timeout, deadline))
 
     def release_ids(self, key: str, ids: Dict[str, Any]) -> Any:
         """Releases the lease ``ids`` names, within a deadline of its own (not the caller's)."""
-        return self._http.call(self.spec.release(key, ids, deadline=own_deadline(self.client.timeout)))
-
-    def _give_back(self, key: str, owner: str) -> None:
-        """After an acquire whose answer this process did not see: releases what ``owner`` holds
-        of ``key`` now, if anything (best effort; what is left ends by its TTL)."""
-        try:
-            status = self._http.call(self.spec.status(key, deadline=own_deadline(self.client.timeout)))
-            ids = self.spec.held_by(status, owner)
-        except LockbrokerError as err:
-            log.warning(
-                "lockbroker: could not find out whether %s %r was granted (if so it ends by its TTL): %s",
-                self.noun,
-                key,
-                err,
-            )
-            return
-        if ids is not None:
-            self._release_quietly(key, ids)
-
-    def _release_quietly(self, key: str, ids: Dict[str, Any]) -> None:
-        try:
-            self.release_ids(key, ids)
-        except LockbrokerError as err:
-            log.warning(
-                "lockbroker: releasing %s %r after an interrupted acquire failed (it ends by its TTL): %s",
-                self.noun,
-                key,
-                err,
-            )
+        return self._http.call(self._own_release(key, ids))
 
 
 class _Audited(Kind[G, S, L]):
     """A kind whose changes the broker records (locks, semaphores, rwlocks)."""
 
-    def history(self, key: str, limit: Optional[int] = None) -> List[LockEvent]:
+    def history(self, key: str, limit: Optional[int] = None) -> List[models.LockEvent]:
         """The latest events of ``key`` (grants, releases, expiries, handoffs, force-releases),
         newest first; ``limit`` 1 to 1000, None for the broker's default (100).
 
@@ -228,18 +139,18 @@ class _Audited(Kind[G, S, L]):
         return self._http.call(self.spec.history(key, limit))
 
 
-class Locks(_Audited[LockGrant, LockStatus, Lease]):
+class Locks(_Audited[models.LockGrant, models.LockStatus, Lease]):
     """``client.locks``: exclusive locks. The same owner acquiring again re-enters (same token,
     ``hold_count`` + 1); ``release`` gives one hold back."""
 
     spec, handle_type = LOCKS, Lease
 
-    def validate(self, key: str, token: int) -> Validity:
+    def validate(self, key: str, token: int) -> models.Validity:
         """Whether ``token`` is the live grant of ``key`` now (a sequencer check; may be stale on arrival)."""
         return self._http.call(LOCKS.validate(key, token))
 
 
-class Semaphores(_Audited[SemaphoreGrant, SemaphoreStatus, Permit]):
+class Semaphores(_Audited[models.SemaphoreGrant, models.SemaphoreStatus, Permit]):
     """``client.semaphores``: up to ``permits`` holders at once, each in its own slot.
 
     ``acquire(key, owner, permits=3)``; ``renew``/``release`` also take the
@@ -250,7 +161,7 @@ class Semaphores(_Audited[SemaphoreGrant, SemaphoreStatus, Permit]):
     spec, handle_type = SEMAPHORES, Permit
 
 
-class RwLocks(_Audited[RwGrant, RwLockStatus, RwLease]):
+class RwLocks(_Audited[models.RwGrant, models.RwLockStatus, RwLease]):
     """``client.rwlocks``: many readers or one writer, ``acquire(key, owner, mode="read")``.
 
     A queued writer blocks new readers. The same owner asking again for the
@@ -260,18 +171,20 @@ class RwLocks(_Audited[RwGrant, RwLockStatus, RwLease]):
     spec, handle_type = RWLOCKS, RwLease
 
 
-class Elections(Kind[Term, Leadership, Leader]):
+class Elections(Kind[models.Term, models.Leadership, Leader]):
     """``client.elections``: one leader at a time. ``acquire`` campaigns (the owner is the
     candidate, the token the term), ``release`` resigns; a leader campaigning again stays leader
     of the same term."""
 
     spec, handle_type = ELECTIONS, Leader
 
-    def leader(self, name: str) -> Leadership:
+    def leader(self, name: str) -> models.Leadership:
         """Who leads ``name`` now (``leader`` None when nobody does): :meth:`status`."""
         return self.status(name)
 
-    def observe(self, name: str, timeout: Optional[float] = None, idle_timeout: float = 45.0) -> Iterator[Leadership]:
+    def observe(
+        self, name: str, timeout: Optional[float] = None, idle_timeout: float = 45.0
+    ) -> Iterator[models.Leadership]:
         """Yields the leadership of ``name`` now, then once per change of leader.
 
         Every new term is seen, and a vacancy (``leader`` None) when the
@@ -286,30 +199,4 @@ class Elections(Kind[Term, Leadership, Leader]):
         Raises:
             Unavailable: the broker could not be reached again (after the client's retries).
         """
-        end = None if timeout is None else time.monotonic() + timeout
-        changes, breaks = LeaderChanges(), 0
-        read_timeout = idle_timeout if timeout is None else max(sse.MIN_WAIT, min(idle_timeout, timeout))
-        while end is None or time.monotonic() < end:
-            try:
-                response = self._http.open(ELECTIONS.observe(name, read_timeout, end))
-            except DeadlineExceeded:
-                return
-            except Unavailable:
-                if end is not None and time.monotonic() >= end:
-                    return
-                raise
-            try:
-                for message in sse.read(response, end, idle_timeout, f"observing {name!r}"):
-                    if message.event == "leader":
-                        breaks = 0
-                        leadership = Leadership.from_json(message.data)
-                        if changes.is_new(leadership):
-                            yield leadership
-            except Unavailable:
-                pass  # broken or idle: connect again
-            finally:
-                response.close()
-            breaks += 1
-            if breaks > 1:  # a stream that keeps ending at once is given the client's backoff
-                delay = self._http.retry.backoff_delay(breaks - 1)
-                time.sleep(delay if end is None else max(0.0, min(delay, end - time.monotonic())))
+        yield from self._http.iterate(self._observing(name, timeout, idle_timeout))

@@ -95,7 +95,7 @@ def transient(error: LockbrokerError) -> bool:
 
 
 class Retryable(Exception):
-    """Internal to the transports: a failure that may be tried again, carrying what to raise if not."""
+    """Internal to ``exchange.py``: a failure that may be tried again, carrying what to raise if not."""
 
     def __init__(self, error: LockbrokerError) -> None:
         super().__init__(str(error))
@@ -110,12 +110,18 @@ def broken_after_send(idempotent: bool, message: str) -> Exception:
     return OutcomeUnknown(None, "outcome_unknown", f"{message}; it may have been carried out (not sent again)")
 
 
-#: How long a TLS probe (see the transports' ``_tls_refusal``) waits for the broker's word after
+#: How long a TLS probe (``exchange.py``'s ``_tls_refusal``) waits for the broker's word after
 #: a handshake: a refusal comes at once, an acceptance is silence.
 TLS_PROBE_WAIT = 0.5
 
 
-def tls_broke(err: ssl.SSLError) -> bool:
+def tls_broke(err: BaseException) -> bool:
     """Whether a TLS error is the connection breaking (an EOF, a reset), not a refusal of a
     certificate (which raises ``TlsError``, final)."""
     return isinstance(err, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
+
+
+def tls_refused(err: BaseException) -> bool:
+    """Whether an I/O failure is a TLS handshake refused (the broker's certificate not trusted,
+    or this client's refused): final, ``TlsError``. A TLS connection that broke is not."""
+    return isinstance(err, ssl.SSLError) and not tls_broke(err)

@@ -4,7 +4,8 @@ A :class:`Spec` knows a kind's path, the names the API gives its owner and
 token, the fields its acquire needs and the ones that name a held lease, its
 answer types, and builds its :class:`~lockbroker.wire.Call` values. The sync
 kinds (``kinds.py``) and the async ones (``aio/kinds.py``) only send them,
-so a rule about a kind lives here once.
+so a rule about a kind lives here once. What takes more than one call is in the
+plans beside it (``acquiring.py``, ``listing.py``, ``resuming.py``).
 
 One model for every kind: ``acquire``, ``renew``, ``release``, ``status``,
 ``history``, one page of a listing; a kind adds only what is its own (a
@@ -232,21 +233,6 @@ class ElectionSpec(Spec):
 
 
 LOCKS, SEMAPHORES, RWLOCKS, ELECTIONS = LockSpec(), SemaphoreSpec(), RwLockSpec(), ElectionSpec()
-
-
-class LeaderChanges:
-    """Which leaderships an ``observe`` yields: each change, once, also across reconnects (a new
-    stream starts with the leadership now, which the last stream may have yielded already)."""
-
-    def __init__(self) -> None:
-        self._last: Optional[Tuple[Optional[str], Optional[int]]] = None
-
-    def is_new(self, leadership: Leadership) -> bool:
-        now = (leadership.leader, leadership.term)
-        if now == self._last:
-            return False
-        self._last = now
-        return True
 
 
 # -- multi-locks, admin, events ------------------------------------------------------

@@ -4,22 +4,22 @@ An event is ``id:``, ``event:`` and ``data:`` lines ended by a blank line;
 lines that start with ``:`` are comments (the broker's keep-alives). Data
 lines of one event are joined with newlines, as the SSE specification says,
 then read as JSON. :class:`Parser` reads lines as they come, whoever reads
-them; :func:`read` reads one open stream of the sync client with an idle
-timeout and an overall end (``observe`` and ``events`` are built on it; the
-async client has its own in ``aio/streams.py``).
+them; :class:`Messages` reads the events of one open stream as a plan
+(``steps.py``), with an idle timeout and an overall end, for both clients
+(``observe`` and ``events`` are built on it, in ``resuming.py``).
 """
 
 import json
-import socket
 import time
-from typing import Any, Callable, Iterator, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional
 
 from .errors import Unreachable
+from .steps import Broke, Plan, ReadLine
 
 #: The most lines one event may have: a stream that never ends an event is broken.
 MAX_EVENT_LINES = 1000
 
-#: The shortest socket timeout of a read (0 would make the socket non-blocking).
+#: The shortest wait for a line (a socket timeout of 0 would make the socket non-blocking).
 MIN_WAIT = 0.01
 
 
@@ -74,50 +74,46 @@ class Parser:
         return None
 
 
-def events(readline: Callable[[], Optional[bytes]]) -> Iterator[Message]:
-    """Yields a :class:`Message` for each complete event read through ``readline``.
+class Messages:
+    """The events of one open streaming ``response``, read as plans (``steps.py``) by both
+    clients, until it ends or until ``end`` (a ``time.monotonic()`` instant; None: never).
 
-    ``readline`` returns one line with its end, ``b""`` at the end of the
-    stream, or None to stop early.
+    Each :meth:`next` waits at most ``idle_timeout`` seconds for a line (the
+    broker sends a keep-alive comment every 15 s), and never past ``end``.
     """
-    parser = Parser()
-    while True:
-        raw = readline()
-        if not raw:  # None (stop) or b"" (the stream ended)
-            return
-        message = parser.feed(raw)
-        if message is not None:
-            yield message
 
+    def __init__(self, response: Any, end: Optional[float], idle_timeout: float, what: str) -> None:
+        self.response = response
+        self._end = end
+        self._idle_timeout = idle_timeout
+        self._what = what
+        self._parser = Parser()
 
-def read(response: Any, end: Optional[float], idle_timeout: float, what: str) -> Iterator[Message]:
-    """The events of an open streaming ``response`` until it ends, or until ``end`` (a
-    ``time.monotonic()`` instant; None: never). Closes the response when done.
+    def next(self) -> Plan[Optional[Message]]:
+        """The next event; None when the stream ended, or ``end`` came.
 
-    Raises:
-        Unreachable: nothing arrived for ``idle_timeout`` seconds (the broker
-            sends a keep-alive every 15 s), or the stream broke.
-    """
-    sock = getattr(response, "lockbroker_socket", None)
-
-    def readline() -> Optional[bytes]:
-        left = idle_timeout if end is None else min(idle_timeout, end - time.monotonic())
-        if left <= 0:
-            return None
-        if response.isclosed():  # its whole body was read (Python 3.13 closes the socket then)
-            return b""
-        try:
-            if sock is not None:
-                sock.settimeout(max(MIN_WAIT, left))
-            return response.readline()
-        except socket.timeout:
-            if end is not None and time.monotonic() >= end:
+        Raises:
+            Unreachable: nothing arrived for ``idle_timeout`` seconds, or the stream broke.
+            ValueError: what arrived is not an event stream (see :meth:`Parser.feed`).
+        """
+        while True:
+            left = self._idle_timeout if self._end is None else min(self._idle_timeout, self._end - time.monotonic())
+            if left <= 0:
                 return None
-            raise Unreachable(None, "unreachable", f"nothing for {idle_timeout} s on {what}") from None
-        except OSError as err:
-            raise Unreachable(None, "unreachable", f"{what} broke: {err}") from err
+            try:
+                line = yield ReadLine(self.response, max(MIN_WAIT, left))
+            except Broke as broke:
+                if not broke.timed_out:
+                    raise Unreachable(None, "unreachable", f"{self._what} broke: {broke.detail}") from broke.error
+                if self._end is not None and time.monotonic() >= self._end:
+                    return None
+                raise Unreachable(None, "unreachable", f"nothing for {self._idle_timeout} s on {self._what}") from None
+            if not line:
+                return None
+            message = self._parser.feed(line)
+            if message is not None:
+                return message
 
-    try:
-        yield from events(readline)
-    finally:
-        response.close()
+    def close(self) -> None:
+        """Closes the response (at once)."""
+        self.response.close()

@@ -15,12 +15,14 @@ The modules, one concern each:
   as async iterators;
 - ``handles``: :class:`Acquiring` (what a guard returns) and the held leases;
 - ``renewal``: the renewal task;
-- ``streams``: Server-Sent Events and the event stream;
-- ``transport``: the calls, their errors and retries; ``http``: HTTP/1.1
-  over asyncio streams.
+- ``streams``: the event stream;
+- ``running``: plans walked by awaiting each step; ``transport``: their
+  HTTP steps; ``http``: HTTP/1.1 over asyncio streams.
 
-Everything else (options, calls, retry and renewal rules, models, errors) is
-the sync client's, shared.
+Everything else is the sync client's, shared (see ``lockbroker``): the
+options, the calls, and every procedure as a plan (``steps.py``): the
+exchange and its retries, guards and their clean-up, listing, streams,
+renewal; the models and errors. Here is only the waiting.
 """
 
 from .client import AsyncClient

@@ -1,35 +1,28 @@
 """The async client: :class:`AsyncClient`, the sync :class:`~lockbroker.Client`'s calls as
 coroutines, over HTTP/1.1 on asyncio streams (``http.py``, standard library only).
 
-It shares with the sync client everything but the I/O: the options and
-their environment variables (``options.py``), the calls of each kind
-(``specs.py``), the retry rules (``retry.py``), the renewal rules
-(``clock.py``), the guard names (``guards.py``), the models and the errors.
-One client may be used by many tasks of one event loop.
+It shares with the sync client everything but the I/O: how it is built
+(``clientbase.py``, ``options.py``), the calls of each kind (``specs.py``)
+and the procedures that take more than one (plans, ``steps.py``: the
+exchange and its retries, guards and their clean-up, listing, streams,
+renewal), the guard names (``guards.py``), the models and the errors. One
+client may be used by many tasks of one event loop.
 """
 
-import asyncio
-import logging
-import ssl
-import time
 from typing import Any, Dict, List, Optional
 
-from .. import specs
-from ..errors import Busy, LockbrokerError, OutcomeUnknown
+from .. import acquiring, specs
+from ..clientbase import ClientBase
 from ..guards import GuardNames
-from ..kinds import default_owner
 from ..models import ForceReleased, MultiLockGrant, MultiLockReleased
-from ..options import Options
-from ..specs import MAX_WAIT, own_deadline
+from ..specs import MAX_WAIT
 from .handles import Acquiring, AsyncMultiLease
 from .kinds import AsyncElections, AsyncLocks, AsyncRwLocks, AsyncSemaphores
 from .streams import AsyncEventStream
 from .transport import AsyncTransport
 
-log = logging.getLogger("lockbroker")
 
-
-class AsyncClient(GuardNames):
+class AsyncClient(GuardNames, ClientBase):
     """A connection to one broker as one tenant, for asyncio.
 
     Takes the arguments of :class:`~lockbroker.Client` (and the same
@@ -49,34 +42,14 @@ class AsyncClient(GuardNames):
         ValueError: as :class:`~lockbroker.Client`.
     """
 
-    def __init__(
-        self,
-        url: Optional[str] = None,
-        api_key: Optional[str] = None,
-        timeout: float = 10.0,
-        *,
-        retries: int = 4,
-        backoff: float = 0.1,
-        max_backoff: float = 2.0,
-        ca_file: Optional[str] = None,
-        client_cert: Optional[str] = None,
-        client_key: Optional[str] = None,
-        ssl_context: Optional[ssl.SSLContext] = None,
-    ) -> None:
-        options = Options.build(
-            url, api_key, timeout, retries, backoff, max_backoff, ca_file, client_cert, client_key, ssl_context
-        )
-        self.timeout = timeout
-        self.backoff = backoff
-        self._http = AsyncTransport(options)
-        self.locks = AsyncLocks(self, self._http)
-        self.semaphores = AsyncSemaphores(self, self._http)
-        self.rwlocks = AsyncRwLocks(self, self._http)
-        self.elections = AsyncElections(self, self._http)
-
-    @property
-    def url(self) -> str:
-        return self._http.url
+    _transport_type = AsyncTransport
+    _kind_types = (AsyncLocks, AsyncSemaphores, AsyncRwLocks, AsyncElections)
+    _multi_lease_type = AsyncMultiLease
+    _http: AsyncTransport
+    locks: AsyncLocks
+    semaphores: AsyncSemaphores
+    rwlocks: AsyncRwLocks
+    elections: AsyncElections
 
     def __repr__(self) -> str:
         return f"AsyncClient(url={self.url!r})"
@@ -117,52 +90,21 @@ class AsyncClient(GuardNames):
             async with client.multilock(["account-1", "account-2"], ttl=30, wait=10) as held:
                 await transfer(fence=held.tokens)
         """
-        return Acquiring(lambda: self._multilock(keys, ttl, wait, owner))
+        return Acquiring(lambda: self._http.run(self._multilocking(keys, ttl, wait, owner)))
 
     async def try_multilock(
         self, keys: List[str], ttl: float = 30.0, owner: Optional[str] = None
     ) -> Optional[AsyncMultiLease]:
         """Like :meth:`multilock` with no wait, but None when some key is busy."""
-        try:
-            return await self._multilock(keys, ttl, 0.0, owner)
-        except Busy:
-            return None
-
-    async def _multilock(self, keys: List[str], ttl: float, wait: float, owner: Optional[str]) -> AsyncMultiLease:
-        fresh = owner is None
-        owner = owner or default_owner()
-        sent = time.monotonic()
-        try:
-            grant = await self.acquire_multi(keys, owner, ttl, wait)
-        except LockbrokerError as err:
-            if fresh and isinstance(err, OutcomeUnknown):
-                await asyncio.shield(self._give_back_multi(keys, owner))
-            raise
-        except BaseException:
-            if fresh:
-                await asyncio.shield(self._give_back_multi(keys, owner))
-            raise
-        return AsyncMultiLease(self, grant, ttl, sent)
+        return await self._http.run(acquiring.trying(self._multilocking(keys, ttl, 0.0, owner)))
 
     async def _renew_multi_once(
         self, owner: str, locks: List[Dict[str, Any]], ttl: float, read_timeout: float, deadline: float
     ) -> Any:
-        return await self._http.call(
-            specs.renew_multi(owner, locks, ttl, read_timeout=read_timeout, retries=0, deadline=deadline)
-        )
+        return await self._http.call(self._multi_renewal(owner, locks, ttl, read_timeout, deadline))
 
     async def _release_multi_own(self, owner: str, locks: List[Dict[str, Any]]) -> Any:
-        return await self._http.call(specs.release_multi(owner, locks, deadline=own_deadline(self.timeout)))
-
-    async def _give_back_multi(self, keys: List[str], owner: str) -> None:
-        deadline = own_deadline(self.timeout)
-        try:
-            statuses = [await self._http.call(specs.LOCKS.status(key, deadline=deadline)) for key in keys]
-            held = specs.multi_held_by(statuses, owner)
-            if held:
-                await self._http.call(specs.release_multi(owner, held, deadline=deadline))
-        except LockbrokerError as err:
-            log.warning("lockbroker: could not give back an interrupted multi-lock (it ends by its TTL): %s", err)
+        return await self._http.call(self._own_multi_release(owner, locks))
 
     # -- admin -----------------------------------------------------------------
 

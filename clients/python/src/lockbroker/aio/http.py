@@ -7,10 +7,12 @@ code does them, and the package stays installable and testable offline with
 nothing but Python, like the sync client. What it does not do, and needs
 not: keep-alive, pipelining, compression, redirects, proxies, HTTP/2.
 
-:func:`exchange` opens a connection (TLS with the client's context for
-``https``), writes one request and reads the status line and headers; the
-body is read from the :class:`Response`, whole (:meth:`Response.read`) or
-line by line (:meth:`Response.readline`, for event streams).
+:func:`connect` opens a :class:`Connection` (TLS with the client's context
+for ``https``); :func:`exchange` writes one request on it and reads the
+status line and headers; the body is read from the :class:`Response`, whole
+(:meth:`Response.read`) or line by line (:meth:`Response.readline`, for event
+streams). A response reads like ``http.client``'s (``status``,
+``getheader``), so the shared plans (``exchange.py``) read both alike.
 """
 
 import asyncio
@@ -29,6 +31,18 @@ class BadAnswer(ValueError):
     """What came back is not an HTTP/1.1 answer (the transport counts it as a broken connection)."""
 
 
+class Connection:
+    """An open connection to the broker: one request is written on it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def close(self) -> None:
+        """Closes it (at once: nothing is left to say on it)."""
+        self.writer.close()
+
+
 class Response:
     """An answer whose head was read; its body is read from it, then it is closed."""
 
@@ -38,7 +52,7 @@ class Response:
         self._body = body
         self._writer = writer
 
-    def header(self, name: str) -> Optional[str]:
+    def getheader(self, name: str) -> Optional[str]:
         """A header's value (names compare without case), None when absent."""
         return self.headers.get(name.lower())
 
@@ -55,15 +69,16 @@ class Response:
         self._writer.close()
 
 
-async def connect(options: Options) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect(options: Options) -> Connection:
     """A connection to the broker, TLS if ``options.ssl`` (the handshake done here)."""
-    return await asyncio.open_connection(
+    reader, writer = await asyncio.open_connection(
         options.host,
         options.port,
         ssl=options.ssl,
         server_hostname=options.host if options.ssl is not None else None,
         limit=MAX_HEAD,
     )
+    return Connection(reader, writer)
 
 
 def request(method: str, target: str, headers: Dict[str, str], body: Optional[bytes]) -> bytes:
@@ -75,21 +90,19 @@ def request(method: str, target: str, headers: Dict[str, str], body: Optional[by
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
-async def exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
-) -> Response:
-    """Writes the request ``data`` and reads the answer's head.
+async def exchange(connection: Connection, data: bytes) -> Response:
+    """Writes the request ``data`` on ``connection`` and reads the answer's head.
 
     Raises:
         OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError:
             the connection broke.
         BadAnswer: the answer is not HTTP/1.1.
     """
-    writer.write(data)
-    await writer.drain()
-    head = await reader.readuntil(b"\r\n\r\n")
+    connection.writer.write(data)
+    await connection.writer.drain()
+    head = await connection.reader.readuntil(b"\r\n\r\n")
     status, headers = _parse_head(head)
-    return Response(status, headers, _Body(reader, headers), writer)
+    return Response(status, headers, _Body(connection.reader, headers), connection.writer)
 
 
 def _parse_head(head: bytes) -> Tuple[int, Dict[str, str]]:
