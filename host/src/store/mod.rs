@@ -10,6 +10,16 @@
 //! The few conditions a statement must test atomically (a lease live by
 //! `NOW(6)`, a waiter no longer eligible) are each written once, below and
 //! in `waiters`.
+//!
+//! Statements that lock (`FOR UPDATE`, `UPDATE`, `DELETE`) read rows by an
+//! index that names only their own key's rows, forced where the optimizer
+//! might choose otherwise (`FORCE INDEX`, or ids joined as a derived
+//! table): on a small table it prefers a scan once a statement names a
+//! good share of the rows, and a locking scan locks every row it passes,
+//! if only for a moment, so that other keys' `NOWAIT` reads failed, their
+//! `SKIP LOCKED` reads skipped rows, and two keys' transactions
+//! deadlocked. `tests/scans.rs` checks each such statement by the server's
+//! row-read counters.
 
 pub mod batch;
 pub mod brokers;

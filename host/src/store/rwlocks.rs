@@ -184,8 +184,13 @@ pub async fn delete_readers(
         return Ok(());
     }
     let list = vec!["?"; owners.len()].join(", ");
-    let sql =
-        format!("DELETE FROM rwlock_readers WHERE tenant = ? AND rw_key = ? AND owner IN ({list})");
+    // By the primary key only (see the module `store`): on a small table
+    // the optimizer would scan every key's readers, and two keys' batches
+    // deadlocked on each other's reader rows.
+    let sql = format!(
+        "DELETE r FROM rwlock_readers r FORCE INDEX (PRIMARY) \
+         WHERE r.tenant = ? AND r.rw_key = ? AND r.owner IN ({list})"
+    );
     let params: Vec<_> = [tenant, key]
         .into_iter()
         .chain(owners.iter().copied())
