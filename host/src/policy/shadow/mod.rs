@@ -304,7 +304,8 @@ impl Worker {
                 continue;
             }
             let verdict = judge(&self.tenant, &*self.candidate.policy, call);
-            self.budget.spend(started.elapsed());
+            let failed = matches!(verdict, Verdict::Failed(_));
+            self.budget.spend(started.elapsed(), failed);
             let outcome = match verdict {
                 Verdict::Agree => Outcome::Agree,
                 Verdict::Disagree(words) => {
