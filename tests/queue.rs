@@ -464,6 +464,86 @@ async fn waiters_in_memory_follow_a_release_elsewhere_and_an_expiry() {
     b.stop().await;
 }
 
+/// Whether `key`'s row names a broker whose memory holds waiters for it
+/// (`locks.waiting_at`).
+async fn marked(db: &str, key: &str) -> bool {
+    use sqlx::Row;
+    let mut conn = lockbroker_tests::db_conn(db).await;
+    sqlx::query("SELECT waiting_at IS NOT NULL FROM locks WHERE lock_key = ?")
+        .bind(key)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap()
+        .is_some_and(|row| row.get::<i64, _>(0) == 1)
+}
+
+/// A waiting acquire of `owner` for `key` (30 s lease, `wait_ms`), its
+/// reply kept (the lease is not released).
+fn wait_for(c: &Client, key: &str, owner: &str, wait_ms: u64) -> tokio::task::JoinHandle<Reply> {
+    let (c, key, owner) = (c.clone(), key.to_owned(), owner.to_owned());
+    tokio::spawn(async move { c.acquire(&key, &owner, 30_000, wait_ms).await.unwrap() })
+}
+
+/// Waiters in one broker's memory are the key's next holders whichever
+/// broker the release reaches: a release through another broker leaves
+/// the key to them (the row names their broker), so a try at either
+/// broker is refused meanwhile and a later waiter queues behind them.
+/// Once the last of them holds the key, or the last leaves, the key is
+/// plain again: freed elsewhere, the next try takes it at once.
+#[tokio::test]
+async fn a_release_elsewhere_leaves_the_key_to_the_waiters_in_memory() {
+    let db = fresh_db_name();
+    let a = Broker::start_with(db.clone(), config(&db)).await;
+    let b = Broker::start_with(db.clone(), config(&db)).await;
+    let (ca, cb) = (a.client(), b.client());
+    let key = "standby";
+    let base = contend(&ca, key).await;
+    let first = wait_for(&ca, key, "first", 60_000);
+    eventually(
+        "the waiter in memory marks the key",
+        Duration::from_secs(10),
+        || marked(&db, key),
+    )
+    .await;
+    assert_eq!(queue_rows(&db).await, 0, "it waits in memory");
+
+    let r = cb.release(key, "warm", base).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    // Right after the release, before or after the handoff: no barging.
+    for (c, who) in [(&cb, "barger-b"), (&ca, "barger-a")] {
+        let r = c.acquire(key, who, 30_000, 0).await.unwrap();
+        assert_eq!(r.status, 409, "{who} took the key past the waiter: {r:?}");
+    }
+    let late = wait_for(&cb, key, "late", 60_000);
+    let first = first.await.unwrap();
+    assert_eq!(token(&first), base + 1, "the waiter in memory is next");
+    until_waiters(&cb, key, 1).await;
+    assert!(!marked(&db, key).await, "its last waiter took the mark off");
+    let r = cb.release(key, "first", base + 1).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let late = late.await.unwrap();
+    assert_eq!(token(&late), base + 2, "then the later waiter");
+    let r = cb.release(key, "late", base + 2).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // Nobody waits: a try through the broker that held waiters takes it.
+    let again = ca.acquire(key, "again", 30_000, 0).await.unwrap();
+    assert_eq!(token(&again), base + 3, "{again:?}");
+    // A last waiter in memory whose wait runs out takes the mark off.
+    let impatient = ca.acquire(key, "impatient", 30_000, 300).await.unwrap();
+    assert_eq!(impatient.status, 409, "{impatient:?}");
+    assert!(
+        !marked(&db, key).await,
+        "the mark left with the last waiter"
+    );
+    let r = cb.release(key, "again", base + 3).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let after = cb.acquire(key, "after", 30_000, 0).await.unwrap();
+    assert_eq!(token(&after), base + 4, "a free key is free: {after:?}");
+    a.shutdown().await;
+    b.stop().await;
+}
+
 /// A waiter in memory whose wait runs out leaves without a trace, and one
 /// whose client hangs up never holds the lock; the next one is served.
 #[tokio::test]

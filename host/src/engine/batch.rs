@@ -255,8 +255,9 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                     events: Vec::new(),
                 };
             }
-            if queued > 0 {
-                // The last hold with waiters: handed on individually.
+            if queued > 0 || row.standby.is_some() {
+                // The last hold with waiters (queued, or in a broker's
+                // memory): handed on individually.
                 return Plan::Individual;
             }
             Plan::Write {
@@ -564,6 +565,8 @@ mod tests {
             queued,
             released_by: None,
             not_before: None,
+            waiting_at: None,
+            standby: None,
             now: at(0),
         };
         Some(KeyedLockRow {

@@ -33,6 +33,8 @@ pub fn row(owner: Option<&str>, token: u64, expires_ms: Option<i64>) -> LeaseRow
         expires_at: expires_ms.map(at),
         released_by: None,
         not_before: None,
+        waiting_at: None,
+        standby: None,
         now: at(0),
     }
 }

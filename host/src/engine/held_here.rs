@@ -28,12 +28,16 @@
 //! - Memory holds only this broker's own open requests: a crash loses no
 //!   grant (every grant is answered after its commit) and leaves nothing in
 //!   the database to clean up.
-//! - A lease that changes without this broker (released or force-released
-//!   through another broker, expired) is found by the waker's tick, which
-//!   reads every key with waiters here in one statement
-//!   (`Engine::check_held_here`): their waiters *spill*, taking the
-//!   database path (grant or enqueue) from there. That other release has
-//!   already served the database queue, if any, first.
+//! - Every broker knows: the first waiter here writes this broker's name
+//!   into the key's row (`standby`), and while it is there and this
+//!   broker alive, every broker refuses tries, queues waiting acquires in
+//!   the database and leaves the key's end to this one. A lease released
+//!   or force-released through another broker, or expired, is found free
+//!   by the waker's tick, which reads every key with waiters (or a mark)
+//!   here in one statement (`Engine::check_held_here`), and handed on
+//!   from here. A lease another broker handed on anyway (this broker was
+//!   taken for dead) makes the waiters here *spill*, taking the database
+//!   path (grant or enqueue) from there.
 //! - Waiters here count against the tenant's `max_waiters` with those in
 //!   the database (`Engine::check_room` adds them; a waiter joining here
 //!   adds the database's count read at most [`DB_COUNT_FOR`] before).
@@ -64,6 +68,7 @@ use crate::{
     store::{
         self,
         history::EventKind,
+        locks,
         waiters::{self, Order},
         Kind,
     },
@@ -94,6 +99,9 @@ struct State {
     /// Each tenant's count of database waiters, as last read.
     db_counts: HashMap<String, (u64, Instant)>,
     next_id: u64,
+    /// Keys forgotten while their row named this broker (see
+    /// `HeldHere::take_orphans`).
+    orphans: Vec<LockRef>,
 }
 
 /// A lease granted through this broker, as it was granted.
@@ -115,7 +123,21 @@ struct Held {
     /// takes no waiter here, so `handing` alone would let the tick read the
     /// new holder before the record names it, and spill every waiter.)
     releasing: bool,
+    /// Whether the key's row names this broker as holding waiters for it
+    /// (`locks.waiting_at`, see `standby`).
+    mark: Mark,
     waiters: VecDeque<Waiting>,
+}
+
+/// Whether a key's row says that this broker holds waiters for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mark {
+    /// It does not: a try here asks the database.
+    Unmarked,
+    /// The first waiter here is writing the mark.
+    Marking,
+    /// It does, committed: other brokers leave the key's end to this one.
+    Marked,
 }
 
 /// A waiter here: an open acquire of this broker.
@@ -132,6 +154,10 @@ pub(super) struct Waiting {
     /// queued there with an id up to this one arrived before it, and go
     /// first (0: nobody was queued there).
     after_db: u64,
+    /// Its wait ran out while it was taken out to close the key's mark
+    /// (`Leaving::Last`): not handed the key, it is told `Expired`, not
+    /// sent to the database path.
+    expired: bool,
     reply: oneshot::Sender<Turn>,
 }
 
@@ -141,12 +167,18 @@ pub(super) enum Turn {
     Granted(Handoff),
     /// Take the database path (grant or enqueue) from here.
     Spill,
+    /// Its wait ran out and nothing was handed to it (the last waiter of a
+    /// marked key, taken out while the mark came off).
+    Expired,
 }
 
 /// A waiter that joined here, awaiting its [`Turn`].
 pub(super) struct Joined {
     pub(super) id: u64,
     pub(super) turn: oneshot::Receiver<Turn>,
+    /// This waiter is the key's first here since its row was unmarked:
+    /// it writes the mark (`Mark::Marking`).
+    pub(super) marks: bool,
 }
 
 /// A lease granted here, as a newcomer finds it.
@@ -155,6 +187,9 @@ pub(super) struct Seen {
     pub(super) token: u64,
     /// Waiters here now.
     pub(super) waiting: u32,
+    /// The key's row says so (`Mark::Marked`): only then does a try here
+    /// go by the waiters here without asking the database.
+    pub(super) marked: bool,
 }
 
 /// A key with waiters here, as the tick checks it.
@@ -162,6 +197,22 @@ pub(super) struct Watched {
     pub(super) lock: LockRef,
     pub(super) owner: String,
     pub(super) token: u64,
+    /// Its row names this broker (`Mark::Marked`).
+    pub(super) marked: bool,
+    /// Nobody waits here any more (a marked key whose mark must come off).
+    pub(super) idle: bool,
+}
+
+/// How a waiter here left the queue.
+pub(super) enum Leaving {
+    /// Taken out; nobody else needs to know.
+    Left,
+    /// A handoff took it first: its answer is on the way.
+    Taken,
+    /// It was the last waiter of a marked key: taken out as for a handoff
+    /// (`handing`), so the caller takes the mark off or, if the key waits
+    /// for this broker to hand it on, hands it to this very waiter.
+    Last(Waiting),
 }
 
 fn key_of(lock: &LockRef) -> KeyId {
@@ -200,6 +251,7 @@ impl HeldHere {
             until,
             handing: false,
             releasing: false,
+            mark: Mark::Unmarked,
             waiters: VecDeque::new(),
         });
         if held.token <= lease.token {
@@ -236,6 +288,7 @@ impl HeldHere {
                 holder: h.owner.clone(),
                 token: h.token,
                 waiting: h.waiters.len() as u32,
+                marked: h.mark == Mark::Marked,
             })
     }
 
@@ -276,6 +329,16 @@ impl HeldHere {
         if held.owner == wish.owner || (held.until <= now && held.waiters.is_empty()) {
             return Ok(None);
         }
+        // A handoff under way that takes the mark off (it handed the last
+        // waiter here): the database path, rather than a mark that would
+        // name the lease being replaced.
+        if held.mark == Mark::Unmarked && (held.handing || held.releasing) {
+            return Ok(None);
+        }
+        let marks = held.mark == Mark::Unmarked;
+        if marks {
+            held.mark = Mark::Marking;
+        }
         if here.saturating_add(db_waiting) >= lock.max_waiters {
             return Err(EngineError::TooManyWaiters);
         }
@@ -290,26 +353,128 @@ impl HeldHere {
             enqueued_ms: unix_ms(),
             attempts: 0,
             after_db,
+            expired: false,
             reply,
         });
         *state.waiting.entry(lock.tenant.clone()).or_default() += 1;
-        Ok(Some(Joined { id, turn }))
+        Ok(Some(Joined { id, turn, marks }))
     }
 
-    /// Takes waiter `id` out of the queue here; false when a handoff took
-    /// it first (its answer is on the way).
-    pub(super) fn leave(&self, lock: &LockRef, id: u64) -> bool {
+    /// The mark of `lock`'s row for the waiters here was written (`ok`) or
+    /// could not be (the lease changed, or another live broker's mark is
+    /// there): then the waiters here take the database path.
+    pub(super) fn marked(&self, lock: &LockRef, ok: bool) {
+        let key = key_of(lock);
+        let mut state = self.state();
+        let Some(held) = state.keys.get_mut(&key) else {
+            return;
+        };
+        if held.mark != Mark::Marking {
+            return;
+        }
+        if ok {
+            held.mark = Mark::Marked;
+        } else {
+            held.mark = Mark::Unmarked;
+            state.forget(&key);
+        }
+    }
+
+    /// Whether `lock`'s row names this broker, as far as it knows (its
+    /// mark written or being written).
+    pub(super) fn is_marked(&self, lock: &LockRef) -> bool {
+        self.state()
+            .keys
+            .get(&key_of(lock))
+            .is_some_and(|h| h.mark != Mark::Unmarked)
+    }
+
+    /// Takes the mark off `lock` in memory if nobody waits here any more
+    /// (the caller takes it off the row in the transaction it commits):
+    /// whether it did.
+    pub(super) fn unmark_if_idle(&self, lock: &LockRef) -> bool {
+        let mut state = self.state();
+        match state.keys.get_mut(&key_of(lock)) {
+            Some(held) if held.waiters.is_empty() && held.mark != Mark::Unmarked => {
+                held.mark = Mark::Unmarked;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts closing `lock`'s mark when nobody waits here any more: the
+    /// mark off in memory, and the key `handing` (newcomers take the
+    /// database path) until [`HeldHere::closed`]. The lease recorded, if
+    /// it did.
+    pub(super) fn closing(&self, lock: &LockRef) -> Option<(String, u64)> {
+        let mut state = self.state();
+        let held = state.keys.get_mut(&key_of(lock))?;
+        if !held.waiters.is_empty() || held.mark != Mark::Marked || held.handing {
+            return None;
+        }
+        held.mark = Mark::Unmarked;
+        held.handing = true;
+        Some((held.owner.clone(), held.token))
+    }
+
+    /// The close that [`HeldHere::closing`] started is over.
+    pub(super) fn closed(&self, lock: &LockRef) {
+        if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
+            held.handing = false;
+        }
+    }
+
+    /// The lease recorded for `lock` (owner, token).
+    pub(super) fn recorded(&self, lock: &LockRef) -> Option<(String, u64)> {
+        self.state()
+            .keys
+            .get(&key_of(lock))
+            .map(|h| (h.owner.clone(), h.token))
+    }
+
+    /// A mark this broker no longer stands behind, to take off the row.
+    pub(super) fn orphan(&self, lock: &LockRef) {
+        self.state().orphans.push(lock.clone());
+    }
+
+    /// Whether nobody waits here for `lock`.
+    pub(super) fn idle(&self, lock: &LockRef) -> bool {
+        self.state()
+            .keys
+            .get(&key_of(lock))
+            .is_none_or(|h| h.waiters.is_empty())
+    }
+
+    /// Marked keys forgotten (their waiters spilled) whose mark is still
+    /// on their row: the tick takes it off.
+    pub(super) fn take_orphans(&self) -> Vec<LockRef> {
+        std::mem::take(&mut self.state().orphans)
+    }
+
+    /// Takes waiter `id` out of the queue here (see [`Leaving`]).
+    pub(super) fn leave(&self, lock: &LockRef, id: u64) -> Leaving {
         let mut state = self.state();
         let key = key_of(lock);
         let Some(held) = state.keys.get_mut(&key) else {
-            return false;
+            return Leaving::Taken;
         };
         let Some(at) = held.waiters.iter().position(|w| w.id == id) else {
-            return false;
+            return Leaving::Taken;
         };
+        let last = held.waiters.len() == 1 && held.mark == Mark::Marked && !held.handing;
+        if last {
+            held.mark = Mark::Unmarked;
+            return state
+                .take(lock, &key, at)
+                .map_or(Leaving::Taken, |mut waiter| {
+                    waiter.expired = true;
+                    Leaving::Last(waiter)
+                });
+        }
         held.waiters.remove(at);
         state.less_waiting(&lock.tenant, 1);
-        true
+        Leaving::Left
     }
 
     /// Whether a release of the lease `owner` holds with `token` (its last
@@ -333,10 +498,12 @@ impl HeldHere {
         {
             return false;
         }
-        if held.waiters.is_empty() {
+        if held.waiters.is_empty() && held.mark == Mark::Unmarked {
             state.keys.remove(&key);
             return false;
         }
+        // A marked key without waiters goes through `release_here` too,
+        // whose transaction takes the mark off.
         held.releasing = true;
         true
     }
@@ -455,7 +622,11 @@ impl HeldHere {
     /// path; with `all`, so do the key's other waiters here and the key is
     /// forgotten.
     pub(super) fn spill(&self, lock: &LockRef, waiter: Waiting, all: bool) {
-        let _ = waiter.reply.send(Turn::Spill);
+        let _ = waiter.reply.send(if waiter.expired {
+            Turn::Expired
+        } else {
+            Turn::Spill
+        });
         let key = key_of(lock);
         let mut state = self.state();
         if all {
@@ -490,27 +661,42 @@ impl HeldHere {
         }
     }
 
-    /// The keys with waiters here and no handoff under way.
+    /// The keys with waiters here, or marked, and no handoff under way.
     pub(super) fn watched(&self) -> Vec<Watched> {
         self.state()
             .keys
             .values()
-            .filter(|h| !h.waiters.is_empty() && !h.handing && !h.releasing)
+            .filter(|h| {
+                (!h.waiters.is_empty() || h.mark == Mark::Marked) && !h.handing && !h.releasing
+            })
             .map(|h| Watched {
                 lock: h.lock.clone(),
                 owner: h.owner.clone(),
                 token: h.token,
+                marked: h.mark == Mark::Marked,
+                idle: h.waiters.is_empty(),
             })
             .collect()
+    }
+
+    /// The key's lease went to `next` (owner, token) through the database
+    /// queue while its row still names this broker: the waiters here wait
+    /// for that lease's end.
+    pub(super) fn follow(&self, lock: &LockRef, was: (&str, u64), next: (&str, u64)) {
+        self.handed_to_queue(lock, was, next);
     }
 
     /// Forgets keys without waiters whose lease has ended by this broker's
     /// estimate (released elsewhere, or expired).
     pub(super) fn prune(&self) {
         let now = Instant::now();
-        self.state()
-            .keys
-            .retain(|_, h| !h.waiters.is_empty() || h.handing || h.releasing || h.until > now);
+        self.state().keys.retain(|_, h| {
+            !h.waiters.is_empty()
+                || h.handing
+                || h.releasing
+                || h.mark != Mark::Unmarked
+                || h.until > now
+        });
     }
 
     /// Waiters here for `tenant`'s key of `kind` stored as `storage_key`.
@@ -574,6 +760,9 @@ impl State {
         let Some(held) = self.keys.remove(key) else {
             return;
         };
+        if held.mark != Mark::Unmarked {
+            self.orphans.push(held.lock.clone());
+        }
         self.less_waiting(&key.0, held.waiters.len() as u64);
         for waiter in held.waiters {
             let _ = waiter.reply.send(Turn::Spill);
@@ -660,10 +849,12 @@ impl Engine {
             return Ok(InMemory::NotHere);
         };
         if wish.wait_ms == 0 {
-            // No barging past the waiters here.
+            // No barging past the waiters here, once the key's row says
+            // they are here (every broker then refuses a try); before
+            // that, the database answers.
             return Ok(match seen.waiting {
-                0 => InMemory::NotHere,
-                n => InMemory::Refused(n),
+                n if n > 0 && seen.marked => InMemory::Refused(n),
+                _ => InMemory::NotHere,
             });
         }
         // The lease must still be the one granted here (or have waiters
@@ -694,16 +885,24 @@ impl Engine {
         let Some(mut joined) = self.held_here.join(lock, wish, db_waiting, after_db)? else {
             return Ok(InMemory::NotHere);
         };
+        if joined.marks {
+            // The first waiter here writes the key's mark: from its commit
+            // on, every broker leaves the key's end to this one.
+            let ok = self.mark_standby(lock, &seen.holder, seen.token).await;
+            self.held_here.marked(lock, ok);
+        }
         let timeout = tokio::time::sleep_until(started + Duration::from_millis(wish.wait_ms));
         let turn = match self.wait_turn(&mut joined.turn, timeout, departure).await {
             Waited::Turn(turn) => turn.ok(),
-            Waited::TimedOut => {
-                if self.held_here.leave(lock, joined.id) {
-                    return Ok(InMemory::TimedOut);
-                }
+            Waited::TimedOut => match self.held_here.leave(lock, joined.id) {
+                Leaving::Left => return Ok(InMemory::TimedOut),
                 // A handoff took it first: its answer is on the way.
-                (&mut joined.turn).await.ok()
-            }
+                Leaving::Taken => (&mut joined.turn).await.ok(),
+                Leaving::Last(waiter) => {
+                    self.close_standby(lock, Some(waiter)).await;
+                    (&mut joined.turn).await.ok()
+                }
+            },
             Waited::Left => return self.stop_waiting_here(lock, wish, joined).await,
         };
         Ok(match turn {
@@ -719,6 +918,7 @@ impl Engine {
                 self.count_grant(lock, "handoff");
                 InMemory::Granted(handed(wish, handoff))
             }
+            Some(Turn::Expired) => InMemory::TimedOut,
             Some(Turn::Spill) | None => InMemory::Spilled,
         })
     }
@@ -731,7 +931,15 @@ impl Engine {
         wish: Wish<'_>,
         joined: Joined,
     ) -> Result<InMemory, EngineError> {
-        if !self.held_here.leave(lock, joined.id) {
+        let taken = match self.held_here.leave(lock, joined.id) {
+            Leaving::Left => false,
+            Leaving::Taken => true,
+            Leaving::Last(waiter) => {
+                self.close_standby(lock, Some(waiter)).await;
+                true
+            }
+        };
+        if taken {
             if let Ok(Turn::Granted(handoff)) = joined.turn.await {
                 self.give_back(lock, handoff.seat, wish.owner, handoff.token)
                     .await;
@@ -856,9 +1064,15 @@ impl Engine {
     /// ran out, or was released through another broker): if nobody holds
     /// the key now, hands it on in one transaction (`hand_next`); if
     /// somebody does, the waiters here take the database path.
-    async fn hand_on_after_end(&self, lock: &LockRef, owner: &str, token: u64) {
+    pub(super) async fn hand_on_after_end(
+        &self,
+        lock: &LockRef,
+        owner: &str,
+        token: u64,
+        kept: Option<Waiting>,
+    ) {
         let budget = self.budget();
-        let taken: Mutex<Option<Waiting>> = Mutex::new(None);
+        let taken: Mutex<Option<Waiting>> = Mutex::new(kept);
         let outcome = self
             .retry(budget, || async {
                 let mut tx = self.begin(budget).await?;
@@ -867,6 +1081,11 @@ impl Engine {
                     tx.rollback().await?;
                     return Ok(Handing::Elsewhere);
                 };
+                if row.standby_elsewhere(&self.broker) {
+                    // Another live broker's mark: its waiters, its key.
+                    tx.rollback().await?;
+                    return Ok(Handing::Elsewhere);
+                }
                 self.hand_next(tx, lock, &row, queued, None, &taken, (owner, token))
                     .await
             })
@@ -895,7 +1114,16 @@ impl Engine {
         taken: &Mutex<Option<Waiting>>,
         was: (&str, u64),
     ) -> Result<Handing, EngineError> {
-        let queue_first = match (queued, self.held_here.front_after(lock)) {
+        let kept_after = taken
+            .lock()
+            .expect("taken waiter")
+            .as_ref()
+            .map(|w| w.after_db);
+        let front = match (self.held_here.front_after(lock), kept_after) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let queue_first = match (queued, front) {
             (0, _) => false,
             (_, None) => true,
             (_, Some(after)) => {
@@ -915,6 +1143,8 @@ impl Engine {
                 let lease = lease_for((&waiter.owner, waiter.ttl_ms), row, row.token + 1);
                 *taken.lock().expect("taken waiter") = Some(waiter);
                 seat::write_marked(&mut tx, lock, &lease, mark).await?;
+                // Its last waiter here: the mark comes off with the lease.
+                self.unmark_if_idle(&mut tx, lock, row).await?;
                 history::note(
                     &mut tx,
                     lock,
@@ -927,9 +1157,15 @@ impl Engine {
                 return Ok(Handing::Handed(lease));
             }
         }
-        // The database queue goes first (or nobody waits here any more).
+        // The database queue goes first (or nobody waits here any more):
+        // this broker hands the key on, its own mark notwithstanding.
+        self.unmark_if_idle(&mut tx, lock, row).await?;
+        let unmarked = LeaseRow {
+            standby: None,
+            ..row.clone()
+        };
         let delivery = self
-            .hand_on_marked(&mut tx, lock, row, &mut queued, mark)
+            .hand_on_marked(&mut tx, lock, &unmarked, &mut queued, mark)
             .await?;
         let ended = Expect::Ended {
             seat: Seat::Whole,
@@ -941,6 +1177,22 @@ impl Engine {
             .map(|d| (d.owner.clone(), d.handoff.token));
         self.deliver(delivery);
         Ok(Handing::ToQueue(next))
+    }
+
+    /// Takes this broker's mark off `lock` (in memory, and in `row`'s
+    /// transaction `tx`, with its commit) when nobody waits here any more.
+    async fn unmark_if_idle(
+        &self,
+        tx: &mut store::pool::Conn,
+        lock: &LockRef,
+        row: &LeaseRow,
+    ) -> Result<(), EngineError> {
+        let unmarked = self.held_here.unmark_if_idle(lock);
+        let ours = row.waiting_at.as_deref() == Some(self.broker.as_bytes());
+        if unmarked || (ours && self.held_here.idle(lock)) {
+            locks::clear_standby(tx, lock.row(), &self.broker).await?;
+        }
+        Ok(())
     }
 
     /// Tells the waiter taken for a handoff of the lease `was` (owner,
@@ -1014,6 +1266,7 @@ impl Engine {
         if tick.is_multiple_of(PRUNE_EVERY_TICKS) {
             self.held_here.prune();
         }
+        self.drop_orphan_marks().await;
         let watched = self.held_here.watched();
         if watched.is_empty() {
             return Ok(());
@@ -1027,13 +1280,31 @@ impl Engine {
                 .iter()
                 .find(|r| r.is(w.lock.row()))
                 .map(|r| LeaseRow::of_lock(r.row.clone()).1);
+            let ours = |row: &LeaseRow| row.waiting_at.as_deref() == Some(self.broker.as_bytes());
             match row {
+                // The mark was replaced (this broker was taken for dead).
+                Some(row) if w.marked && !ours(&row) => {
+                    self.metrics.inc("lockbroker_waiters_spilled_total", &[]);
+                    self.held_here.lost(&w.lock, &w.owner, w.token);
+                }
                 Some(row) if row.owned_by(&w.owner, w.token) => {
                     let left = Duration::from_millis(row.remaining_ms());
                     self.held_here.still(&w.lock, &w.owner, w.token, left);
+                    if w.idle {
+                        self.close_standby(&w.lock, None).await;
+                    }
                 }
                 Some(row) if row.live_owner().is_none() => {
-                    self.hand_on_after_end(&w.lock, &w.owner, w.token).await;
+                    self.hand_on_after_end(&w.lock, &w.owner, w.token, None)
+                        .await;
+                }
+                // Handed on through the database queue by this broker
+                // (its mark still on the row): the waiters here wait for
+                // that lease's end.
+                Some(row) if w.marked => {
+                    let next = String::from_utf8_lossy(row.live_owner().unwrap_or_default());
+                    self.held_here
+                        .follow(&w.lock, (&w.owner, w.token), (&next, row.token));
                 }
                 _ => {
                     self.metrics.inc("lockbroker_waiters_spilled_total", &[]);

@@ -17,7 +17,7 @@ use super::{
     settle::Expect,
     Budget, DbFailure, Engine, EngineError, Handoff, LockRef, Released,
 };
-use crate::store::{self, history::EventKind, pool::Conn, Failure, Kind, Locking};
+use crate::store::{self, history::EventKind, locks, pool::Conn, Failure, Kind, Locking};
 
 /// One try at a lease.
 pub(super) enum Attempt {
@@ -271,6 +271,20 @@ impl Engine {
         released_by: Option<u64>,
     ) -> Result<Option<Delivery>, EngineError> {
         history::note_expired(conn, lock, row);
+        if let Some(standby) = row.standby.as_deref() {
+            let here = standby == self.broker.as_bytes();
+            if !here || self.held_here.is_marked(lock) {
+                // Waiters in a broker's memory (`standby`): that broker
+                // hands the key on when its tick finds the row free,
+                // to them or to older waiters of the queue.
+                if row.owner.is_some() {
+                    seat::free(conn, lock, row, released_by).await?;
+                }
+                return Ok(None);
+            }
+            // This broker's own mark, which it no longer stands behind.
+            locks::clear_standby(conn, lock.row(), &self.broker).await?;
+        }
         // Under a lock-delay or minimum hold, waiters wait for its end (a
         // timer hands the key on then).
         let blocked = delay::blocked_until(row, lock.delays);

@@ -108,7 +108,8 @@ pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>
             fresh: false,
         }),
         Some(_) => None,
-        None if queued > 0 => None,
+        // Waiters queued, or in a live broker's memory (`standby`).
+        None if queued > 0 || row.standby.is_some() => None,
         // A lock-delay or minimum hold is not over.
         None if delay::blocked_until(row, lock.delays).is_some() => None,
         None => Some(Lease {

@@ -71,6 +71,7 @@ mod rwlock;
 mod seat;
 mod semaphore;
 mod settle;
+mod standby;
 mod wake;
 
 use std::{collections::HashMap, ops::Deref, sync::Arc, sync::Mutex, time::Duration};
@@ -109,7 +110,7 @@ pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};
 
 /// A broker is taken for dead once its heartbeat is this old: its pending
 /// waiters are skipped, its undelivered grants taken back.
-pub const BROKER_DEAD_AFTER: Duration = Duration::from_millis(1000);
+pub const BROKER_DEAD_AFTER: Duration = Duration::from_micros(store::brokers::ALIVE_US);
 /// How often a broker says it is alive.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(200);
 

@@ -61,6 +61,12 @@ pub(super) struct LeaseRow {
     pub released_by: Option<u64>,
     /// No new grant before this (`delay`; locks only).
     pub not_before: Option<NaiveDateTime>,
+    /// The broker whose memory holds waiters for the key, as written in
+    /// the row (`held_here`; locks only).
+    pub waiting_at: Option<Vec<u8>>,
+    /// `waiting_at` while that broker is alive: the key has waiters there,
+    /// and only that broker hands it on.
+    pub standby: Option<Vec<u8>>,
     pub now: NaiveDateTime,
 }
 
@@ -75,6 +81,8 @@ impl LeaseRow {
             expires_at: row.expires_at,
             released_by: row.released_by,
             not_before: row.not_before,
+            waiting_at: row.waiting_at,
+            standby: row.standby,
             now: row.now,
         };
         (row.queued, lease)
@@ -89,6 +97,8 @@ impl LeaseRow {
             expires_at: row.expires_at,
             released_by: row.released_by,
             not_before: None,
+            waiting_at: None,
+            standby: None,
             now: row.now,
         }
     }
@@ -99,6 +109,14 @@ impl LeaseRow {
             (Some(owner), Some(expires_at)) if expires_at > self.now => Some(owner),
             _ => None,
         }
+    }
+
+    /// Whether another live broker than `here` holds waiters for the key
+    /// in its memory: the key is that broker's to hand on.
+    pub fn standby_elsewhere(&self, here: &str) -> bool {
+        self.standby
+            .as_deref()
+            .is_some_and(|b| b != here.as_bytes())
     }
 
     /// True when this is a live lease of `owner` with `token`.

@@ -55,11 +55,11 @@ async fn rows(
         return Ok(Vec::new());
     }
     let tuples = vec!["(?, ?, ?)"; keys.len()].join(", ");
+    let columns = super::locks::row_columns("l");
     let sql = format!(
         r#"
-SELECT tenant, kind, lock_key, owner, token, hold_count, expires_at, queued, released_by,
-  not_before, NOW(6) AS now
-FROM locks FORCE INDEX (PRIMARY) WHERE (tenant, kind, lock_key) IN ({tuples})
+SELECT l.tenant, l.kind, l.lock_key, {columns}
+FROM locks l FORCE INDEX (PRIMARY) WHERE (l.tenant, l.kind, l.lock_key) IN ({tuples})
 {locking}
 "#
     );

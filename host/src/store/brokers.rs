@@ -3,6 +3,11 @@
 
 use super::pool::Conn;
 
+/// A broker heard from within this many microseconds (by the database
+/// clock) is alive: its waiters count, and its mark on a key
+/// (`locks.waiting_at`) holds the key for them.
+pub const ALIVE_US: u64 = 1_000_000;
+
 /// Where a broker takes push wake-ups: its advertised internal URL and
 /// the bearer token it accepts there.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlQueryResult;
 
-use super::{lease_free, lease_live, pool::Conn, KeyRow, Kind, Locking, RowKey};
+use super::{brokers, lease_free, lease_live, pool::Conn, KeyRow, Kind, Locking, RowKey};
 
 /// A lock row as read inside a grant transaction, with the database's clock
 /// (the engine judges whether the lease is live by `now`).
@@ -20,8 +20,32 @@ pub struct LockRow {
     pub released_by: Option<u64>,
     /// No new grant before this (lock-delay, minimum hold).
     pub not_before: Option<NaiveDateTime>,
+    /// The broker whose memory holds waiters for this key, as written.
+    pub waiting_at: Option<Vec<u8>>,
+    /// `waiting_at` if that broker is alive (heartbeat within
+    /// [`brokers::ALIVE_US`] by the database clock): then the key has
+    /// waiters, though `queued` may be 0.
+    pub standby: Option<Vec<u8>>,
     /// `NOW(6)` when the row was read: expiry is judged by this clock only.
     pub now: NaiveDateTime,
+}
+
+/// SQL: the columns of a [`LockRow`] of the `locks` row aliased `alias`.
+/// `standby` reads `brokers` in a subquery, which a locking read of the
+/// outer statement does not lock (InnoDB locks only the rows of the table
+/// named by `FOR UPDATE`'s statement, not those its subqueries read), so a
+/// heartbeat never waits for a lock read and no lock read for a heartbeat.
+pub fn row_columns(alias: &str) -> String {
+    format!(
+        "{alias}.owner, {alias}.token, {alias}.hold_count, {alias}.expires_at, {alias}.queued, \
+         {alias}.released_by, {alias}.not_before, {alias}.waiting_at, \
+         IF({alias}.waiting_at IS NOT NULL AND EXISTS (SELECT 1 FROM brokers b \
+           WHERE b.name = {alias}.waiting_at \
+           AND b.heartbeat_at > NOW(6) - INTERVAL {alive} MICROSECOND), \
+           {alias}.waiting_at, NULL) AS standby, \
+         NOW(6) AS now",
+        alive = brokers::ALIVE_US
+    )
 }
 
 /// Reads a key's row with the database clock, locking it as asked.
@@ -31,15 +55,89 @@ pub async fn select(
     locking: Locking,
 ) -> sqlx::Result<Option<LockRow>> {
     let suffix = locking.suffix();
+    let columns = row_columns("l");
     let sql = format!(
         r#"
-SELECT owner, token, hold_count, expires_at, queued, released_by, not_before, NOW(6) AS now
-FROM locks WHERE tenant = ? AND kind = ? AND lock_key = ?
+SELECT {columns}
+FROM locks l WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
 {suffix}
 "#
     );
     conn.fetch_optional(&sql, (k.tenant, k.kind as u8, k.key))
         .await
+}
+
+/// Marks the key as having waiters in `broker`'s memory for the live lease
+/// `owner` holds with `token`, unless another live broker's mark is there
+/// (one autocommit statement); whether it did. A mark left by a broker
+/// that is no longer alive is replaced.
+pub async fn set_standby(
+    conn: &mut Conn,
+    k: RowKey<'_>,
+    broker: &str,
+    owner: &str,
+    token: u64,
+) -> sqlx::Result<bool> {
+    let sql = format!(
+        r#"
+UPDATE locks l SET l.waiting_at = ?
+WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ? AND l.owner = ? AND l.token = ? AND {live}
+  AND (l.waiting_at IS NULL OR l.waiting_at = ? OR NOT EXISTS (SELECT 1 FROM brokers b
+    WHERE b.name = l.waiting_at AND b.heartbeat_at > NOW(6) - INTERVAL {alive} MICROSECOND))
+"#,
+        live = lease_live("l"),
+        alive = brokers::ALIVE_US
+    );
+    let done = conn
+        .execute(
+            &sql,
+            (broker, k.tenant, k.kind as u8, k.key, owner, token, broker),
+        )
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// SQL: takes a broker's mark off a key (tenant, kind, key, broker).
+const CLEAR_STANDBY: &str = r#"
+UPDATE locks SET waiting_at = NULL
+WHERE tenant = ? AND kind = ? AND lock_key = ? AND waiting_at = ?
+"#;
+
+/// Takes `broker`'s mark off the key, deferred to go with the commit of
+/// the caller's transaction (which holds the row).
+pub async fn clear_standby(conn: &mut Conn, k: RowKey<'_>, broker: &str) -> sqlx::Result<()> {
+    conn.defer(CLEAR_STANDBY, (k.tenant, k.kind as u8, k.key, broker))
+        .await
+}
+
+/// Takes `broker`'s mark off the key while its lease is live (one
+/// autocommit statement); false when the row is free (the key may be
+/// waiting for `broker` to hand it on) or not marked by `broker`.
+pub async fn clear_standby_if_held(
+    conn: &mut Conn,
+    k: RowKey<'_>,
+    broker: &str,
+) -> sqlx::Result<bool> {
+    let sql = format!(
+        r#"
+UPDATE locks l SET l.waiting_at = NULL
+WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ? AND l.waiting_at = ? AND {live}
+"#,
+        live = lease_live("l")
+    );
+    let done = conn
+        .execute(&sql, (k.tenant, k.kind as u8, k.key, broker))
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Takes `broker`'s mark off the key, whatever its lease (one autocommit
+/// statement): for a mark its broker no longer stands behind (a free key
+/// with waiters queued is then handed on by the reaper).
+pub async fn drop_standby(conn: &mut Conn, k: RowKey<'_>, broker: &str) -> sqlx::Result<()> {
+    conn.execute(CLEAR_STANDBY, (k.tenant, k.kind as u8, k.key, broker))
+        .await?;
+    Ok(())
 }
 
 /// Creates the row of a key never seen before, in its own autocommit
@@ -131,6 +229,7 @@ pub async fn free_if_alone(
 UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL, l.released_by = ?
 WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
   AND l.owner = ? AND l.token = ? AND l.hold_count = ? AND l.queued = 0 AND {live}
+  AND l.waiting_at IS NULL
   AND NOT (l.released_by <=> ?)
 "#,
         live = lease_live("l")
