@@ -15,24 +15,14 @@
 //! tests of its own (`tls`, `quotas`, `db_tls`).
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
     time::Duration,
 };
 
 use lockbroker_tests::{bin, tempfile_like::TempFile};
 
-/// The repository's root.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_owned()
-}
-
-fn read(relative: &str) -> String {
-    std::fs::read_to_string(root().join(relative)).unwrap_or_else(|err| panic!("{relative}: {err}"))
-}
+use lockbroker_tests::{repo_file as read, repo_root as root};
 
 /// Where the unit installs the binary and the config.
 const INSTALLED_BINARY: &str = "/usr/local/bin/lockbroker";

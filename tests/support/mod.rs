@@ -500,3 +500,17 @@ pub fn server_userinfo() -> String {
         None => "root".into(),
     }
 }
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// A file of the repository, `relative` to its root, as text.
+pub fn repo_file(relative: &str) -> String {
+    std::fs::read_to_string(repo_root().join(relative))
+        .unwrap_or_else(|err| panic!("{relative}: {err}"))
+}
