@@ -152,7 +152,8 @@ async fn open(
     path = "/v1/sessions/{id}/keepalive",
     operation_id = "keepSessionAlive",
     tag = "sessions",
-    params(("id" = String, Path, description = "The session's id.")),
+    params(("id" = String, Path, description = "The session's id.",
+        example = "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a")),
     security(("tenantKey" = [])),
     responses(
         (status = 200, description = "The new expiry.", body = SessionKeepalive),
@@ -183,7 +184,8 @@ async fn keepalive(
     path = "/v1/sessions/{id}",
     operation_id = "closeSession",
     tag = "sessions",
-    params(("id" = String, Path, description = "The session's id.")),
+    params(("id" = String, Path, description = "The session's id.",
+        example = "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a")),
     security(("tenantKey" = [])),
     responses(
         (status = 200, description = "Closed; its leases released.", body = SessionClosed),
@@ -211,7 +213,8 @@ async fn close(
     path = "/v1/sessions/{id}",
     operation_id = "getSession",
     tag = "sessions",
-    params(("id" = String, Path, description = "The session's id.")),
+    params(("id" = String, Path, description = "The session's id.",
+        example = "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a")),
     security(("tenantKey" = [])),
     responses(
         (status = 200, description = "The session and its leases.", body = SessionStatus),
