@@ -222,6 +222,7 @@ async fn bad_requests_and_unknown_sessions() {
         json!({"lock_delay_ms": 60_001}),
         json!({"ttl_ms": "soon"}),
         json!({"name": "n".repeat(513)}),
+        json!([null, null]),
     ] {
         let reply = c.post("/v1/sessions", &body).await.unwrap();
         assert_code(&reply, 400, ErrorCode::BadRequest);

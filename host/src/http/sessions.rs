@@ -61,6 +61,13 @@ pub async fn handle(
     match action {
         "open" => {
             let body = read_body(req, lockbroker_api::MAX_BODY_BYTES).await?;
+            // An object: serde would read an array as the struct's fields.
+            let value: serde_json::Value = parse_json(&body)?;
+            if !value.is_object() {
+                return Err(ApiError::bad_request(
+                    "invalid JSON body: a JSON object is required",
+                ));
+            }
             let request: CreateSessionRequest = parse_json(&body)?;
             let session = open(engine, &tenant.name, request).await?;
             Ok(json_response(StatusCode::CREATED, &session))
@@ -72,6 +79,8 @@ pub async fn handle(
         "close" => {
             let scope = Scope::of(&tenant);
             let closed = close(engine, scope, &id.unwrap_or_default()).await?;
+            // Its leases no longer count toward `max_held`.
+            tenant.held.released(closed.released).await;
             Ok(ok(&closed))
         }
         _ => Ok(ok(&keepalive(

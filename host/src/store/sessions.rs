@@ -124,6 +124,21 @@ pub struct Ended {
     pub ending: u8,
 }
 
+/// Whether any session has expired by the database clock and is not
+/// ended yet (a plain read, before the locking one).
+pub async fn any_expired(conn: &mut Conn) -> sqlx::Result<bool> {
+    let found: Option<(i64,)> = conn
+        .fetch_optional(
+            r#"
+SELECT 1 FROM sessions FORCE INDEX (sessions_by_expiry)
+WHERE expires_at <= NOW(6) AND ending = 0 LIMIT 1
+"#,
+            (),
+        )
+        .await?;
+    Ok(found.is_some())
+}
+
 /// Sessions expired by the database clock and not ended yet, up to
 /// `limit`, locked (`SKIP LOCKED`: another broker's reaper takes the
 /// others) and marked expired in the caller's transaction.
