@@ -12,7 +12,7 @@ use lockbroker_api::{
     ErrorCode, Lease, LockEventKind, LockStatus, Page, ReleaseResponse, Session, SessionClosed,
     SessionKeepalive, SessionStatus,
 };
-use lockbroker_tests::{config, eventually, Broker, Client, Reply, OTHER_KEY};
+use lockbroker_tests::{config, db_conn, eventually, Broker, Client, Reply, OTHER_KEY};
 use serde_json::json;
 
 /// How long a test waits for a condition.
@@ -605,5 +605,44 @@ async fn one_close_releases_a_thousand_leases() {
     for key in ["k0000", "k0500", "k0999"] {
         assert!(!status(&c, key).await.held);
     }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn an_end_left_unfinished_is_carried_out_by_a_reaper() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let s = open(&c, json!({"ttl_ms": 60_000})).await;
+    let grant: Lease = acquire(&c, "left", json!({"session": s.id})).await.ok();
+    // As a broker that marked the session ended and died before its pass
+    // (40 s ago): the lease is still held in it.
+    let mut db = db_conn(&broker.db).await;
+    sqlx::query(
+        "UPDATE sessions SET ending = 1, expires_at = NOW(6) - INTERVAL 40 SECOND WHERE id = ?",
+    )
+    .bind(&s.id)
+    .execute(&mut db)
+    .await
+    .unwrap();
+    assert!(status(&c, "left").await.held);
+    assert_code(&keepalive(&c, &s.id).await, 404, ErrorCode::SessionNotFound);
+    eventually("a reaper finishes the end", WAIT, || async {
+        !status(&c, "left").await.held
+    })
+    .await;
+    eventually("the session's row is gone", WAIT, || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM sessions")
+            .fetch_one(&mut db_conn(&broker.db).await)
+            .await
+            .unwrap();
+        n == 0
+    })
+    .await;
+    let (events, _) = c.history("locks", "left").await;
+    assert_eq!(
+        events.first(),
+        Some(&(LockEventKind::Released, s.id.clone(), grant.token)),
+        "{events:?}"
+    );
     broker.stop().await;
 }
