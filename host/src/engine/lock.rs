@@ -214,9 +214,27 @@ impl Engine {
         let started = tokio::time::Instant::now();
         let session = wish.session.unwrap_or_default();
         let attempt = self.attempt(lock, wish, self.budget()).await?;
-        let mut lease = self
+        let concluded = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
-            .await?;
+            .await;
+        let mut lease = match concluded {
+            Ok(lease) => lease,
+            // Refused, or a wait that ended without a grant: because the
+            // session ended meanwhile (its end took the waiter out of the
+            // queue), if it did.
+            Err(EngineError::LockHeld { retry_after_ms }) => {
+                let live = self
+                    .session_row(&lock.tenant, session)
+                    .await?
+                    .is_some_and(|r| r.live());
+                return Err(if live {
+                    EngineError::LockHeld { retry_after_ms }
+                } else {
+                    EngineError::SessionNotFound
+                });
+            }
+            Err(err) => return Err(err),
+        };
         let row = self.session_row(&lock.tenant, session).await?;
         let Some(row) = row.filter(store::sessions::SessionRow::live) else {
             return Err(EngineError::SessionNotFound);

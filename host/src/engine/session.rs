@@ -500,15 +500,24 @@ impl Engine {
             let key = String::from_utf8_lossy(&w.lock_key).into_owned();
             let lock = scope.lock(kind, key.clone(), key);
             let budget = self.budget();
-            self.retry(budget, || async {
-                let mut tx = self.begin(budget).await?;
-                super::seat::header(&mut tx, &lock, Locking::Wait).await?;
-                if sessions::drop_waiter(&mut tx, w.id).await? {
-                    super::seat::add_queued(&mut tx, &lock, -1).await?;
-                }
-                self.commit(tx, &lock, Expect::Unchecked).await
-            })
-            .await?;
+            let dropped = self
+                .retry(budget, || async {
+                    let mut tx = self.begin(budget).await?;
+                    super::seat::header(&mut tx, &lock, Locking::Wait).await?;
+                    let dropped = sessions::drop_waiter(&mut tx, w.id).await?;
+                    if dropped {
+                        super::seat::add_queued(&mut tx, &lock, -1).await?;
+                    }
+                    self.commit(tx, &lock, Expect::Unchecked).await?;
+                    Ok(dropped)
+                })
+                .await?;
+            if dropped && w.broker == self.broker.as_bytes() {
+                // A waiter of this broker stops waiting at once (its
+                // request finds its row gone and answers that the session
+                // ended); another broker's waits out its `wait_ms`.
+                self.local.lock().expect("local waiters").remove(&w.id);
+            }
         }
         Ok(())
     }

@@ -221,13 +221,16 @@ pub struct WaiterOf {
     pub id: u64,
     pub kind: u8,
     pub lock_key: Vec<u8>,
+    /// The broker whose client waits.
+    pub broker: Vec<u8>,
 }
 
 /// The session's pending waiters.
 pub async fn waiters(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<Vec<WaiterOf>> {
     conn.fetch_all(
         r#"
-SELECT id, CAST(kind AS UNSIGNED) AS kind, lock_key FROM waiters FORCE INDEX (waiters_by_session)
+SELECT id, CAST(kind AS UNSIGNED) AS kind, lock_key, broker
+FROM waiters FORCE INDEX (waiters_by_session)
 WHERE session = ? AND tenant = ? AND granted_token IS NULL
 "#,
         (id, tenant),
