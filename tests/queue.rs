@@ -47,6 +47,7 @@ fn waiter(
                 ttl_ms: Some(30_000),
                 wait_ms: Some(60_000),
                 priority: Some(priority),
+                session: None,
             },
             ..AcquireRequest::new(&owner)
         };

@@ -92,6 +92,9 @@ pub enum ErrorCode {
     /// 429: the tenant sent more than `max_requests_per_s` (with its
     /// burst) to this broker; `retry_after_ms` says when one more fits.
     RateLimited,
+    /// 404: the session named is unknown, closed or expired (its leases
+    /// are gone); an acquire naming it was not granted.
+    SessionNotFound,
     /// 500: the tenant's naming policy trapped or ran out of its budget.
     PolicyError,
     /// 503: the database is unavailable or the broker is shutting down;
@@ -109,7 +112,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a broker sends, in the order above ([`ErrorCode::Unknown`]
     /// is not one).
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::BadRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -129,6 +132,7 @@ impl ErrorCode {
         ErrorCode::TooManyStreams,
         ErrorCode::QuotaExceeded,
         ErrorCode::RateLimited,
+        ErrorCode::SessionNotFound,
         ErrorCode::PolicyError,
         ErrorCode::Unavailable,
     ];
@@ -141,7 +145,7 @@ impl ErrorCode {
             ErrorCode::BadRequest => 400,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden => 403,
-            ErrorCode::NotFound => 404,
+            ErrorCode::NotFound | ErrorCode::SessionNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::LockHeld
             | ErrorCode::LeaseLost
@@ -182,6 +186,7 @@ impl ErrorCode {
             ErrorCode::TooManyStreams => "too_many_streams",
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::SessionNotFound => "session_not_found",
             ErrorCode::PolicyError => "policy_error",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Unknown => "unknown",

@@ -209,11 +209,11 @@ macro_rules! lease_requests {
 }
 
 lease_requests! {
-    AcquireRequest("owner", |r| r.owner, r.terms);
-    SemaphoreAcquireRequest("owner", |r| r.owner, r.terms);
-    RwAcquireRequest("owner", |r| r.owner, r.terms);
-    CampaignRequest("candidate", |r| r.candidate, r.terms);
-    MultiLockAcquireRequest("owner", |r| r.owner, r.terms);
+    AcquireRequest("owner", |r| r.owner, r.terms.clone());
+    SemaphoreAcquireRequest("owner", |r| r.owner, r.terms.clone());
+    RwAcquireRequest("owner", |r| r.owner, r.terms.clone());
+    CampaignRequest("candidate", |r| r.candidate, r.terms.clone());
+    MultiLockAcquireRequest("owner", |r| r.owner, r.terms.clone());
     RenewRequest("owner", |r| r.owner, LeaseTerms::ttl(r.ttl_ms));
     SemaphoreRenewRequest("owner", |r| r.lease.owner, LeaseTerms::ttl(r.lease.ttl_ms));
     ElectionRenewRequest("candidate", |r| r.candidate, LeaseTerms::ttl(r.ttl_ms));
@@ -295,7 +295,8 @@ mod tests {
             LeaseTerms {
                 ttl_ms: Some(500),
                 wait_ms: None,
-                priority: Some(3)
+                priority: Some(3),
+                session: None,
             }
         );
         let renew: SemaphoreRenewRequest =

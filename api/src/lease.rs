@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 /// What every acquire asks besides who asks: how long the lease should
 /// last, how long to wait for it, and how urgent the request is. Flattened
 /// into each kind's acquire request (its fields sit beside `owner`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseTerms {
     /// Lease length in milliseconds: 100 to the tenant's `max_ttl_ms`
     /// (3600000 unless configured). Absent or null: 30000 (or `max_ttl_ms`
-    /// if that is smaller).
+    /// if that is smaller). Not with `session` (400).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 100, default = 30000))]
     pub ttl_ms: Option<u64>,
@@ -29,6 +29,14 @@ pub struct LeaseTerms {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(default = 0))]
     pub priority: Option<i32>,
+    /// Hold the lease in this session (`POST /v1/sessions`), in place of
+    /// `ttl_ms`: it lives as long as the session, and ends with it; the
+    /// answer's `expires_at` and `ttl_ms` are the session's. The owner
+    /// defaults to the session id. Locks only for now (other kinds: 400).
+    /// An ended or unknown session: 404 `session_not_found`, nothing
+    /// granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl LeaseTerms {
@@ -39,6 +47,7 @@ impl LeaseTerms {
             ttl_ms: Some(ttl_ms),
             wait_ms: Some(wait_ms),
             priority: None,
+            session: None,
         }
     }
 
@@ -57,8 +66,10 @@ impl LeaseTerms {
 pub struct AcquireRequest {
     /// Identifies the holder (host, process, thread): 1 to 128 bytes of
     /// UTF-8, compared byte for byte. Any characters are accepted, control
-    /// characters included.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    /// characters included. Required, unless `session` is given: then it
+    /// defaults to the session id.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub owner: String,
     #[serde(flatten)]
     pub terms: LeaseTerms,

@@ -13,6 +13,8 @@
 //!   including the Server-Sent Event of `observe`.
 //! - [`multilock`]: several lock keys at once, all or none.
 //! - [`rwlock`]: reader-writer locks (many readers or one writer).
+//! - [`session`]: sessions, which hold many leases alive with one
+//!   keepalive and end them all at once.
 //! - [`fencing`]: whether a token is still the live grant (validate).
 //! - [`history`]: a lock's recorded grants, releases, expiries, handoffs.
 //! - [`admin`], [`ops`]: tenants and policies (and force-release); health
@@ -36,6 +38,7 @@ pub mod multilock;
 pub mod ops;
 pub mod rwlock;
 pub mod semaphore;
+pub mod session;
 
 pub use admin::{
     ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyShadow, PolicyVersion, PolicyVersions,
@@ -67,4 +70,9 @@ pub use rwlock::{RwAcquireRequest, RwHolder, RwLease, RwLockStatus, RwMode};
 pub use semaphore::{
     SemaphoreAcquireRequest, SemaphoreHolder, SemaphoreLease, SemaphoreReleaseRequest,
     SemaphoreRenewRequest, SemaphoreStatus,
+};
+pub use session::{
+    CreateSessionRequest, Session, SessionClosed, SessionKeepalive, SessionLease, SessionStatus,
+    SESSION_DEFAULT_TTL_MS, SESSION_MAX_LOCK_DELAY_MS, SESSION_MAX_NAME_BYTES, SESSION_MAX_TTL_MS,
+    SESSION_MIN_TTL_MS,
 };

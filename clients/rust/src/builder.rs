@@ -163,6 +163,7 @@ impl<K: Guarded> LeaseBuilder<K> {
             ttl_ms: self.ttl.map(millis),
             wait_ms: Some(millis(wait)),
             priority: self.priority,
+            session: None,
         };
         let pending = Pending::<K>::new(self.client, self.target, owner, made_up);
         let sent = Instant::now();

@@ -198,6 +198,11 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
         return Plan::Individual;
     };
     let (queued, row) = LeaseRow::of_lock(row.row);
+    if row.session.is_some() {
+        // A lease held in a session: its release (or a try against it)
+        // takes the general path, which knows sessions.
+        return Plan::Individual;
+    }
     match op {
         Op::Acquire {
             owner,
@@ -209,6 +214,7 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                 ttl_ms: *ttl_ms,
                 wait_ms: *wait_ms,
                 priority: 0,
+                session: None,
             };
             if let Some(lease) = decide(&row, queued, lock, wish) {
                 let mut events = Vec::new();
@@ -567,6 +573,7 @@ mod tests {
             not_before: None,
             waiting_at: None,
             standby: None,
+            session: None,
             now: at(0),
         };
         Some(KeyedLockRow {

@@ -161,6 +161,7 @@ mod tests {
             ttl_ms: 1000,
             expires_at: at(1000),
             fresh: true,
+            session: None,
         };
         let hold = Delays {
             lock_delay_ms: 0,

@@ -35,6 +35,7 @@ pub fn row(owner: Option<&str>, token: u64, expires_ms: Option<i64>) -> LeaseRow
         not_before: None,
         waiting_at: None,
         standby: None,
+        session: None,
         now: at(0),
     }
 }

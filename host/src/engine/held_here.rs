@@ -1330,5 +1330,6 @@ fn lease_for(next: (&str, u64), row: &LeaseRow, token: u64) -> Lease {
         ttl_ms: next.1,
         expires_at: plus_ms(row.now, next.1),
         fresh: true,
+        session: None,
     }
 }

@@ -47,6 +47,10 @@ pub struct Ask {
     pub ttl_ms: u64,
     pub wait_ms: u64,
     pub priority: i32,
+    /// The session to hold the lease in (locks only): then `ttl_ms` is
+    /// [`super::seat::SESSION_LEASE_TTL_MS`] and the lease lives as long as
+    /// the session.
+    pub session: Option<String>,
 }
 
 impl Ask {
@@ -57,6 +61,17 @@ impl Ask {
             ttl_ms,
             wait_ms: 0,
             priority: 0,
+            session: None,
+        }
+    }
+
+    /// Held in `session` (its lease lives as long as the session).
+    #[must_use]
+    pub fn in_session(self, session: impl Into<String>) -> Ask {
+        Ask {
+            session: Some(session.into()),
+            ttl_ms: super::seat::SESSION_LEASE_TTL_MS,
+            ..self
         }
     }
 
@@ -79,6 +94,7 @@ impl Ask {
             ttl_ms: self.ttl_ms,
             wait_ms: self.wait_ms,
             priority: self.priority,
+            session: self.session.as_deref(),
         }
     }
 }
@@ -91,6 +107,8 @@ pub(super) struct Wish<'a> {
     /// 0: one try, never waiting.
     pub wait_ms: u64,
     pub priority: i32,
+    /// The session to hold the lease in.
+    pub session: Option<&'a str>,
 }
 
 impl Expect {
@@ -289,7 +307,7 @@ impl Engine {
         // timer hands the key on then).
         let blocked = delay::blocked_until(row, lock.delays);
         let chosen = if *queued > 0 && blocked.is_none() {
-            self.choose(conn, lock).await?
+            self.choose_live(conn, lock, queued).await?
         } else {
             None
         };
@@ -318,6 +336,10 @@ impl Engine {
             ttl_ms: waiter.ttl_ms,
             expires_at: plus_ms(row.now, waiter.ttl_ms),
             fresh: true,
+            session: waiter
+                .session
+                .as_deref()
+                .map(|s| String::from_utf8_lossy(s).into_owned()),
         };
         seat::write_marked(conn, lock, &lease, released_by).await?;
         history::note(
@@ -571,6 +593,11 @@ impl Engine {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
+            if row.session.is_some() {
+                // It lives as long as its session: nothing to renew.
+                tx.rollback().await?;
+                return Err(EngineError::InSession);
+            }
             let lease = Lease {
                 seat,
                 owner: owner.to_owned(),
@@ -579,6 +606,7 @@ impl Engine {
                 ttl_ms,
                 expires_at: plus_ms(row.now, ttl_ms),
                 fresh: false,
+                session: None,
             };
             seat::write(&mut tx, lock, &lease).await?;
             self.commit(tx, lock, Expect::lease(&lease)).await?;
@@ -707,5 +735,6 @@ pub(super) fn handed(wish: Wish<'_>, handoff: Handoff) -> Lease {
         ttl_ms: wish.ttl_ms,
         expires_at: handoff.expires_at,
         fresh: true,
+        session: wish.session.map(str::to_owned),
     }
 }

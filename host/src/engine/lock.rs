@@ -92,8 +92,11 @@ pub struct Validity {
 /// then, unless a waiter was handed the lease).
 pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>) -> Option<Lease> {
     let expires_at = plus_ms(row.now, wish.ttl_ms);
+    // Re-entry is by owner, within the same session (or none): a plain
+    // acquire never re-enters a session's lease, nor the other way round.
+    let same_session = row.session.as_deref() == wish.session.map(str::as_bytes);
     match row.live_owner() {
-        Some(holder) if holder == wish.owner.as_bytes() => Some(Lease {
+        Some(holder) if holder == wish.owner.as_bytes() && same_session => Some(Lease {
             seat: Seat::Whole,
             owner: wish.owner.to_owned(),
             token: row.token,
@@ -106,6 +109,7 @@ pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>
             ttl_ms: wish.ttl_ms,
             expires_at,
             fresh: false,
+            session: wish.session.map(str::to_owned),
         }),
         Some(_) => None,
         // Waiters queued, or in a live broker's memory (`standby`).
@@ -120,6 +124,7 @@ pub(super) fn decide(row: &LeaseRow, queued: u32, lock: &LockRef, wish: Wish<'_>
             ttl_ms: wish.ttl_ms,
             expires_at,
             fresh: true,
+            session: wish.session.map(str::to_owned),
         }),
     }
 }
@@ -151,6 +156,9 @@ impl Engine {
         mut departure: Departure,
     ) -> Result<Grant, EngineError> {
         let started = tokio::time::Instant::now();
+        if wish.session.is_some() {
+            return self.acquire_in_session(lock, wish, departure).await;
+        }
         let mut wish = wish;
         // A lease granted through this broker: wait here, in memory.
         let here = match self.wait_here(lock, wish, started, &mut departure).await? {
@@ -189,6 +197,54 @@ impl Engine {
         Ok(lease)
     }
 
+    /// An acquire in a session: the general path only (no group commit, no
+    /// waiting in memory). Its answer carries the session's `expires_at`
+    /// and `ttl_ms`, read after the grant.
+    ///
+    /// # Errors
+    /// [`EngineError::SessionNotFound`] when the session is not live (nothing
+    /// granted), or ended before the answer (its end releases the lease);
+    /// as [`Engine::acquire`].
+    async fn acquire_in_session(
+        &self,
+        lock: &LockRef,
+        wish: Wish<'_>,
+        mut departure: Departure,
+    ) -> Result<Grant, EngineError> {
+        let started = tokio::time::Instant::now();
+        let session = wish.session.unwrap_or_default();
+        let attempt = self.attempt(lock, wish, self.budget()).await?;
+        let concluded = self
+            .conclude(lock, attempt, wish, &mut departure, lock_held)
+            .await;
+        let mut lease = match concluded {
+            Ok(lease) => lease,
+            // Refused, or a wait that ended without a grant: because the
+            // session ended meanwhile (its end took the waiter out of the
+            // queue), if it did.
+            Err(EngineError::LockHeld { retry_after_ms }) => {
+                let live = self
+                    .session_row(&lock.tenant, session)
+                    .await?
+                    .is_some_and(|r| r.live());
+                return Err(if live {
+                    EngineError::LockHeld { retry_after_ms }
+                } else {
+                    EngineError::SessionNotFound
+                });
+            }
+            Err(err) => return Err(err),
+        };
+        let row = self.session_row(&lock.tenant, session).await?;
+        let Some(row) = row.filter(store::sessions::SessionRow::live) else {
+            return Err(EngineError::SessionNotFound);
+        };
+        lease.expires_at = row.expires_at;
+        lease.ttl_ms = row.ttl_ms;
+        self.time_grant(lock, started);
+        Ok(lease)
+    }
+
     /// One try (`wait_ms` 0: never waiting for another transaction) or a
     /// grant-or-enqueue (`wait_ms` > 0: the row is read with a waiting
     /// lock, and a busy key is joined in the same transaction), within
@@ -216,6 +272,17 @@ impl Engine {
             // Twice at most: `create_row` fails the second time.
             loop {
                 let mut tx = self.begin(budget).await?;
+                if let Some(session) = wish.session {
+                    // The session's row, shared: its end waits for this
+                    // transaction, or this one sees it ended.
+                    let live = store::sessions::get(&mut tx, &lock.tenant, session, true)
+                        .await?
+                        .is_some_and(|s| s.live());
+                    if !live {
+                        tx.rollback().await?;
+                        return Err(EngineError::SessionNotFound);
+                    }
+                }
                 let row = match locks::select(&mut tx, lock.row(), locking).await {
                     Ok(row) => row,
                     Err(err)

@@ -70,6 +70,7 @@ mod rw_batch;
 mod rwlock;
 mod seat;
 mod semaphore;
+mod session;
 mod settle;
 mod standby;
 mod wake;
@@ -104,8 +105,9 @@ pub use lock::{Grant, LockState, Released, Validity};
 pub use multilock::{MultiRelease, MULTILOCK_MAX_KEYS};
 pub use pacing::Pacing;
 pub use rwlock::{RwGrant, RwHolder, RwMode, RwState};
-pub use seat::{Lease, Seat};
+pub use seat::{Lease, Seat, SESSION_LEASE_TTL_MS};
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
+pub use session::{EndReason, SessionInfo, SessionLease};
 pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};
 
 /// A broker is taken for dead once its heartbeat is this old: its pending
@@ -147,6 +149,13 @@ pub enum EngineError {
     /// A multi-lock names one storage key twice.
     #[error("the key {key:?} names the storage key {storage_key:?} already named by another key")]
     DuplicateKey { key: String, storage_key: String },
+    /// The session named is unknown, ended or expired (nothing granted).
+    #[error("no such session (it ended, expired, or never existed)")]
+    SessionNotFound,
+    /// The lease is held in a session: it lives as long as the session
+    /// (renew the session instead).
+    #[error("the lease is held in a session")]
+    InSession,
     /// The broker is shutting down; nothing was granted.
     #[error("the broker is shutting down")]
     ShuttingDown,

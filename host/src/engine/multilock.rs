@@ -247,6 +247,7 @@ impl Engine {
                             ttl_ms: wish.ttl_ms,
                             expires_at: plus_ms(row.now, wish.ttl_ms),
                             fresh: true,
+                            session: None,
                         });
                         continue;
                     }
@@ -450,6 +451,10 @@ impl Engine {
                             tx.rollback().await?;
                             return Err(EngineError::LeaseLost);
                         }
+                        if row.session.is_some() {
+                            tx.rollback().await?;
+                            return Err(EngineError::InSession);
+                        }
                         let lease = Lease {
                             seat: Seat::Whole,
                             owner: owner.clone(),
@@ -458,6 +463,7 @@ impl Engine {
                             ttl_ms,
                             expires_at: plus_ms(row.now, ttl_ms),
                             fresh: false,
+                            session: None,
                         };
                         seat::write(&mut tx, lock, &lease).await?;
                         leases.push(lease);

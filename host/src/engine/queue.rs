@@ -39,6 +39,7 @@ use crate::{
     policy::Waiter,
     store::{
         pool::Conn,
+        sessions,
         waiters::{self, NewWaiter, Order, Undelivered, WaiterRow},
         Locking,
     },
@@ -113,6 +114,37 @@ impl Engine {
         Ok(Some(rows.swap_remove(index)))
     }
 
+    /// [`Engine::choose`], skipping (and removing from the queue) waiters
+    /// whose session is no longer live: the session of the waiter chosen is
+    /// read `LOCK IN SHARE MODE`, so its end waits for this transaction
+    /// (and then releases the lease handed here). `queued` is lowered by
+    /// the waiters removed. The caller holds the key's header row.
+    pub(super) async fn choose_live(
+        &self,
+        conn: &mut Conn,
+        lock: &LockRef,
+        queued: &mut u32,
+    ) -> Result<Option<WaiterRow>, EngineError> {
+        while *queued > 0 {
+            let Some(waiter) = self.choose(conn, lock).await? else {
+                return Ok(None);
+            };
+            let Some(session) = waiter.session.as_deref() else {
+                return Ok(Some(waiter));
+            };
+            let session = String::from_utf8_lossy(session);
+            let row = sessions::get(conn, &lock.tenant, &session, true).await?;
+            if row.is_some_and(|r| r.live()) {
+                return Ok(Some(waiter));
+            }
+            if sessions::drop_waiter(conn, waiter.id).await? {
+                seat::add_queued(conn, lock, -1).await?;
+                *queued = queued.saturating_sub(1);
+            }
+        }
+        Ok(None)
+    }
+
     /// Clears out the key's stale waiters (deadline passed, or broker
     /// gone); how many. The caller holds the key's header row.
     pub(super) async fn purge(&self, conn: &mut Conn, lock: &LockRef) -> Result<u32, EngineError> {
@@ -178,6 +210,7 @@ impl Engine {
             ttl_ms: wish.ttl_ms,
             broker: &self.broker,
             wait_ms: wish.wait_ms,
+            session: wish.session,
         };
         let id = waiters::insert(conn, lock.row(), waiter).await?;
         let queued = self.register(lock, id, wish.owner);

@@ -104,6 +104,12 @@ impl Engine {
                 tracing::debug!(error = %err, key = %lock.storage_key, "reaping a key failed");
             }
         }
+        // Sessions expired by the database clock: each ended by one broker.
+        let stuck = prune.is_some();
+        if let Err(err) = self.end_expired_sessions(tenants, stuck).await {
+            self.metrics.inc("lockbroker_reaper_errors_total", &[]);
+            tracing::debug!(error = %err, "ending expired sessions failed");
+        }
         // Last, and on its own: a failed pruning (another broker's pruning
         // deadlocked with it) delays no handoff, and is tried again.
         let Some(retention) = prune else {

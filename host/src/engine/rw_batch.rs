@@ -176,6 +176,7 @@ fn decide(held: &mut Held, op: &RwOp) -> Reply {
                     ttl_ms: *ttl_ms,
                     expires_at: plus_ms(held.now(), *ttl_ms),
                     fresh: false,
+                    session: None,
                 };
                 held.set(RwMode::Read, &lease);
                 Reply::Granted(lease, held.readers_now())
@@ -212,6 +213,7 @@ fn decide(held: &mut Held, op: &RwOp) -> Reply {
                     ttl_ms: *ttl_ms,
                     expires_at: plus_ms(held.now(), *ttl_ms),
                     fresh: false,
+                    session: None,
                 };
                 held.set(mode, &lease);
                 Reply::Renewed(RwGrant::new(lease, mode, held.readers_now()))

@@ -219,6 +219,7 @@ impl Held {
             ttl_ms,
             expires_at: plus_ms(self.now(), ttl_ms),
             fresh: true,
+            session: None,
         };
         self.set(mode, &lease);
         lease
@@ -359,6 +360,7 @@ impl Engine {
                             ttl_ms: wish.ttl_ms,
                             expires_at: plus_ms(held.now(), wish.ttl_ms),
                             fresh: false,
+                            session: None,
                         };
                         held.set(mode, &lease);
                         lease
@@ -694,6 +696,7 @@ impl Engine {
                 ttl_ms,
                 expires_at: plus_ms(held.now(), ttl_ms),
                 fresh: false,
+                session: None,
             };
             held.set(mode, &lease);
             if mode == RwMode::Read {

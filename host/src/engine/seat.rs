@@ -67,6 +67,9 @@ pub(super) struct LeaseRow {
     /// `waiting_at` while that broker is alive: the key has waiters there,
     /// and only that broker hands it on.
     pub standby: Option<Vec<u8>>,
+    /// The session the lease is held in (locks only; `None`: a plain
+    /// lease, or a free row).
+    pub session: Option<Vec<u8>>,
     pub now: NaiveDateTime,
 }
 
@@ -83,6 +86,7 @@ impl LeaseRow {
             not_before: row.not_before,
             waiting_at: row.waiting_at,
             standby: row.standby,
+            session: row.session,
             now: row.now,
         };
         (row.queued, lease)
@@ -99,6 +103,7 @@ impl LeaseRow {
             not_before: None,
             waiting_at: None,
             standby: None,
+            session: None,
             now: row.now,
         }
     }
@@ -135,6 +140,10 @@ impl LeaseRow {
             ttl_ms: self.remaining_ms(),
             expires_at: self.expires_at.unwrap_or(self.now),
             fresh: false,
+            session: self
+                .session
+                .as_deref()
+                .map(|s| String::from_utf8_lossy(s).into_owned()),
         }
     }
 
@@ -162,7 +171,14 @@ pub struct Lease {
     pub expires_at: NaiveDateTime,
     /// A new grant (a new token), not a re-entry or a renewal.
     pub fresh: bool,
+    /// The session it is held in (locks only): then it lives as long as
+    /// the session, its `expires_at` far ahead ([`SESSION_LEASE_TTL_MS`]).
+    pub session: Option<String>,
 }
+
+/// The TTL of a lease held in a session: a century. It never runs out on
+/// its own; it ends by its release or its session's end.
+pub const SESSION_LEASE_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
 impl Lease {
     /// When a fresh lease was granted, by the database clock: its expiry
@@ -291,6 +307,7 @@ pub(super) async fn write_marked(
                 expires_at: lease.expires_at,
                 released_by,
                 not_before: delay::after_grant(lease, lock.delays),
+                session: lease.session.as_deref(),
             };
             locks::write_lease(conn, lock.row(), write).await?;
         }

@@ -167,6 +167,7 @@ impl Engine {
             ttl_ms: wish.ttl_ms,
             expires_at: plus_ms(row.now, wish.ttl_ms),
             fresh,
+            session: None,
         };
         let mine = match semaphores::slot_of_owner(tx, tenant, key, wish.owner).await? {
             Some(slot) => seat::read(tx, lock, Seat::Slot(slot))

@@ -185,6 +185,13 @@ impl From<EngineError> for ApiError {
             EngineError::DuplicateKey { key, storage_key } => ApiError::bad_request(format!(
                 "keys must name distinct locks: {key:?} names {storage_key:?} like another key"
             )),
+            EngineError::SessionNotFound => ApiError::new(
+                ErrorCode::SessionNotFound,
+                "no such session: it ended (closed or expired) or never existed; its leases are gone",
+            ),
+            EngineError::InSession => ApiError::bad_request(
+                "the lease is held in a session and lives as long as the session: keep the session alive (POST /v1/sessions/{id}/keepalive) instead of renewing",
+            ),
             EngineError::ShuttingDown => ApiError::unavailable("the broker is shutting down; nothing was granted"),
             EngineError::Unavailable(err) => {
                 tracing::warn!(error = %err, "database unavailable");

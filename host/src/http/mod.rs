@@ -11,6 +11,8 @@
 //!   `listing`: a listing's query and cursor.
 //! - `request`: the steps every call shares (auth, body limits, JSON, key).
 //! - `events`: the stream of every change (`GET /v1/events`).
+//! - `sessions`: sessions, which keep many leases alive with one
+//!   keepalive and end them all at once;
 //! - `multilock`: several lock keys at once; `admin`: tenants, policies and
 //!   force-release; `ops`: health, readiness, metrics, OpenAPI;
 //!   `internal`: calls between brokers (push wake-ups), on their own secret.
@@ -43,6 +45,7 @@ mod responses;
 mod router;
 mod rwlocks;
 mod semaphores;
+mod sessions;
 mod sse;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};

@@ -138,6 +138,7 @@ pub async fn acquire(
 ) -> Result<MultiLockLease, ApiError> {
     check_count("keys", request.keys.len())?;
     let ask = ask(&request, tenant)?;
+    super::resource::sessions_supported("multilock", &ask)?;
     let set = name_all(tenant, request.keys).await?;
     let engine = app.engine(tenant);
     let n = set.len() as u64;

@@ -30,7 +30,7 @@ use super::{
     admin, elections, events, locks, multilock, ops,
     resource::{Action, Resource},
     responses::{self, error_response, AcquireErrors, AdminErrors, KeyedErrors, ReadErrors},
-    ApiError,
+    sessions, ApiError,
 };
 use crate::engine::EngineError;
 
@@ -71,6 +71,11 @@ commit."
         multilock::renew,
         multilock::release,
         elections::observe,
+        sessions::open,
+        sessions::list,
+        sessions::status,
+        sessions::close,
+        sessions::keepalive,
         events::handle,
         admin::tenants,
         admin::upload_policy,
@@ -96,6 +101,8 @@ at once (multi-lock); token validation; history."),
         (name = "rwlocks", description = "Reader-writer locks: many readers or one writer; a \
 queued writer blocks new readers."),
         (name = "elections", description = "Leader election; the term is the fencing token."),
+        (name = "sessions", description = "Sessions: one keepalive keeps many leases alive; \
+when a session ends (closed, or expired) every lease in it ends at once. Locks for now."),
         (name = "admin", description = "Tenants, their policies, stuck leases and config \
 reloads (admin token)."),
         (name = "operations", description = "Health, readiness, metrics, this document."),

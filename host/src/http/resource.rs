@@ -148,8 +148,27 @@ impl Verb {
 /// 400 naming the field out of range.
 pub fn ask(request: &impl LeaseRequest, tenant: &Tenant) -> Result<Ask, ApiError> {
     let (field, holder) = request.holder();
-    check_len(field, holder, MAX_OWNER_BYTES)?;
     let terms = request.terms();
+    if let Some(session) = terms.session {
+        // A lease in a session: it lives as long as the session.
+        if terms.ttl_ms.is_some() {
+            return Err(ApiError::bad_request(
+                "ttl_ms and session exclude each other: a lease held in a session lives as long as the session",
+            ));
+        }
+        let owner = if holder.is_empty() {
+            session.clone()
+        } else {
+            holder.to_owned()
+        };
+        check_len(field, &owner, MAX_OWNER_BYTES)?;
+        let wait_ms = check_range("wait_ms", terms.wait_ms.unwrap_or(0), 0, MAX_WAIT_MS)?;
+        return Ok(Ask::new(owner, 0)
+            .wait(wait_ms)
+            .priority(terms.priority.unwrap_or(0))
+            .in_session(session));
+    }
+    check_len(field, holder, MAX_OWNER_BYTES)?;
     Ok(Ask {
         owner: holder.to_owned(),
         ttl_ms: match terms.ttl_ms {
@@ -158,7 +177,22 @@ pub fn ask(request: &impl LeaseRequest, tenant: &Tenant) -> Result<Ask, ApiError
         },
         wait_ms: check_range("wait_ms", terms.wait_ms.unwrap_or(0), 0, MAX_WAIT_MS)?,
         priority: terms.priority.unwrap_or(0),
+        session: None,
     })
+}
+
+/// Refuses an acquire in a session for the kinds that cannot hold one
+/// yet (issue #30 adds them step by step): locks only, for now.
+///
+/// # Errors
+/// 400 `bad_request` naming the kind.
+pub fn sessions_supported(kind: &str, ask: &Ask) -> Result<(), ApiError> {
+    if ask.session.is_some() && kind != Lock::PATH {
+        return Err(ApiError::bad_request(format!(
+            "sessions are not supported for {kind} yet"
+        )));
+    }
+    Ok(())
 }
 
 /// What a method and path tail ask of a resource.
@@ -264,6 +298,7 @@ pub async fn serve<R: Resource>(
     let parsed = match action {
         Action::Acquire => {
             let (request, ask) = checked(&body, &tenant)?;
+            sessions_supported(R::PATH, &ask)?;
             Parsed::<R>::Acquire(request, ask)
         }
         Action::Renew => {

@@ -101,6 +101,10 @@ budget, or returned a storage key that is empty or over 512 bytes. Naming fails 
         "`rate_limited`: the tenant sent more than its `max_requests_per_s` (and burst) to this \
 broker; `retry_after_ms` and the `Retry-After` header say when one more fits.",
         "the tenant sent more than max_requests_per_s to this broker";
+    SessionNotFound: SessionNotFound,
+        "`session_not_found`: the session named is unknown, closed or expired (by the database \
+clock), or another tenant's; its leases are gone. An acquire naming it granted nothing.",
+        "no such session: it ended (closed or expired) or never existed; its leases are gone";
     Unavailable: Unavailable,
         "`unavailable`: the database is unavailable or the broker is shutting down. Nothing was \
 granted: the broker never reports a grant the database did not commit.",
@@ -154,7 +158,7 @@ const READ: &[(u16, &str)] = &[
 /// What a call with a body adds.
 const BODY: &[(u16, &str)] = &[(400, "BadRequest"), (413, "TooLarge")];
 /// What an acquire adds (it may queue).
-const QUEUE: &[(u16, &str)] = &[(429, "Throttled")];
+const QUEUE: &[(u16, &str)] = &[(429, "Throttled"), (404, "SessionNotFound")];
 /// What every admin call may answer.
 const ADMIN: &[(u16, &str)] = &[
     (401, "Unauthenticated"),
@@ -167,7 +171,8 @@ pub struct ReadErrors;
 /// The errors of a `POST` with a body on a key: those of [`ReadErrors`],
 /// 400 and 413.
 pub struct KeyedErrors;
-/// The errors of an acquire, but its 409: those of [`KeyedErrors`] and 429.
+/// The errors of an acquire, but its 409: those of [`KeyedErrors`], 429,
+/// and 404 `session_not_found` (an acquire in a session).
 pub struct AcquireErrors;
 /// The errors every admin call may answer: 401, 403, 405.
 pub struct AdminErrors;

@@ -9,7 +9,7 @@ use super::{
     admin, events, internal, limits, multilock, ops,
     request_id::RequestId,
     resource::{serve_kind, with_kind, ForKind, Resource},
-    ApiError, Response,
+    sessions, ApiError, Response,
 };
 use crate::{app::App, ui};
 
@@ -47,6 +47,7 @@ async fn route(
         }
         ["v1", "admin", tail @ ..] => ("admin", admin::handle(app, req, tail).await),
         ["v1", "events"] => ("events", events::handle(app, req, seen).await),
+        ["v1", "sessions", tail @ ..] => ("sessions", sessions::handle(app, req, tail, seen).await),
         ["v1", kind, rest @ ..] => match with_kind(
             kind,
             Lease {

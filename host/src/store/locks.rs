@@ -26,6 +26,8 @@ pub struct LockRow {
     /// [`brokers::ALIVE_US`] by the database clock): then the key has
     /// waiters, though `queued` may be 0.
     pub standby: Option<Vec<u8>>,
+    /// The session the lease is held in (`sessions`), if any.
+    pub session: Option<Vec<u8>>,
     /// `NOW(6)` when the row was read: expiry is judged by this clock only.
     pub now: NaiveDateTime,
 }
@@ -43,7 +45,7 @@ pub fn row_columns(alias: &str) -> String {
            WHERE b.name = {alias}.waiting_at \
            AND b.heartbeat_at > NOW(6) - INTERVAL {alive} MICROSECOND), \
            {alias}.waiting_at, NULL) AS standby, \
-         NOW(6) AS now",
+         {alias}.session, NOW(6) AS now",
         alive = brokers::ALIVE_US
     )
 }
@@ -164,6 +166,8 @@ pub struct LeaseWrite<'a> {
     pub released_by: Option<u64>,
     /// No new grant before this; `None` keeps the row's.
     pub not_before: Option<NaiveDateTime>,
+    /// The session the lease is held in (`None`: a plain lease).
+    pub session: Option<&'a str>,
 }
 
 /// Writes a lease: holder, token, hold count and expiry, and the marks of
@@ -173,7 +177,7 @@ pub async fn write_lease(conn: &mut Conn, k: RowKey<'_>, w: LeaseWrite<'_>) -> s
     conn.defer(
         r#"
 UPDATE locks SET owner = ?, token = ?, hold_count = ?, expires_at = ?,
-  released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)
+  released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before), session = ?
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
         (
@@ -183,6 +187,7 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
             w.expires_at,
             w.released_by,
             w.not_before,
+            w.session,
             k.tenant,
             k.kind as u8,
             k.key,
@@ -201,7 +206,7 @@ pub async fn free(
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.execute(
         r#"
-UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL,
+UPDATE locks SET owner = NULL, hold_count = 0, expires_at = NULL, session = NULL,
   released_by = COALESCE(?, released_by), not_before = COALESCE(?, not_before)
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 "#,
@@ -226,7 +231,8 @@ pub async fn free_if_alone(
 ) -> sqlx::Result<bool> {
     let sql = format!(
         r#"
-UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL, l.released_by = ?
+UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL, l.session = NULL,
+  l.released_by = ?
 WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
   AND l.owner = ? AND l.token = ? AND l.hold_count = ? AND l.queued = 0 AND {live}
   AND l.waiting_at IS NULL

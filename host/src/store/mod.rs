@@ -33,6 +33,7 @@ pub mod pool;
 pub mod query;
 pub mod rwlocks;
 pub mod semaphores;
+pub mod sessions;
 pub mod waiters;
 
 use sqlx::mysql::MySqlDatabaseError;

@@ -84,6 +84,8 @@ pub struct WaiterRow {
     /// What a rwlock's waiter asks for (0 read, 1 write); `None` for the
     /// other kinds.
     pub mode: Option<u8>,
+    /// The session the waiter asks to hold its lease in.
+    pub session: Option<Vec<u8>>,
 }
 
 /// A waiter's grant, if the handoff happened.
@@ -113,6 +115,9 @@ pub struct NewWaiter<'a> {
     pub ttl_ms: u64,
     pub broker: &'a str,
     pub wait_ms: u64,
+    /// The session to hold the lease in (its `ttl_ms` is then the session
+    /// lease's).
+    pub session: Option<&'a str>,
 }
 
 /// Enqueues a waiter; its id.
@@ -120,8 +125,9 @@ pub async fn insert(conn: &mut Conn, k: RowKey<'_>, w: NewWaiter<'_>) -> sqlx::R
     let done = conn
         .execute(
             r#"
-INSERT INTO waiters (tenant, kind, lock_key, owner, priority, ttl_ms, broker, enqueued_at, deadline)
-VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
+INSERT INTO waiters (tenant, kind, lock_key, owner, priority, ttl_ms, broker, enqueued_at, deadline,
+  session)
+VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND, ?)
 "#,
             (
                 k.tenant,
@@ -132,6 +138,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
                 w.ttl_ms,
                 w.broker,
                 w.wait_ms.saturating_mul(1000),
+                w.session,
             ),
         )
         .await?;
@@ -169,7 +176,7 @@ pub async fn pending(
     let sql = format!(
         r#"
 SELECT w.id, w.owner, w.priority, w.ttl_ms, w.broker, w.attempts,
-       CAST(UNIX_TIMESTAMP(w.enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms, w.mode
+       CAST(UNIX_TIMESTAMP(w.enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms, w.mode, w.session
 FROM waiters w
 WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? AND w.granted_token IS NULL
   AND {ELIGIBLE}

@@ -715,6 +715,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List sessions
+         * @description The tenant's live sessions whose name starts with `prefix` (bytes,
+         *     matched literally), ordered by name then id, a page at a time (`next`
+         *     is the cursor of the next page, null after the last).
+         */
+        get: operations["listSessions"];
+        put?: never;
+        /**
+         * Open a session
+         * @description A session holds many leases alive with one keepalive (every third of
+         *     its TTL is a good pace): name its `id` as `session` in an acquire, in
+         *     place of `ttl_ms`. When it ends, closed or expired by the database
+         *     clock, every lease in it ends at once, each key handed to its next
+         *     waiter. Sessions hold locks for now; the other kinds answer 400 when
+         *     given one.
+         */
+        post: operations["openSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A session and its leases
+         * @description The session (by the database clock) and every lease held in it.
+         */
+        get: operations["getSession"];
+        put?: never;
+        post?: never;
+        /**
+         * Close a session
+         * @description Ends the session and releases every lease held in it, each key handed
+         *     to its next waiter as a release would (no lock-delay: that is for
+         *     expiries). `released` counts them. 404 `session_not_found` when it had
+         *     ended already.
+         */
+        delete: operations["closeSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/keepalive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Keep a session alive
+         * @description Extends the session by its TTL from now (database clock): every lease
+         *     held in it lives on. 404 `session_not_found` once it has ended (closed,
+         *     or expired): its leases are gone.
+         */
+        post: operations["keepSessionAlive"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -1072,9 +1152,10 @@ export interface components {
             /**
              * @description Identifies the holder (host, process, thread): 1 to 128 bytes of
              *     UTF-8, compared byte for byte. Any characters are accepted, control
-             *     characters included.
+             *     characters included. Required, unless `session` is given: then it
+             *     defaults to the session id.
              */
-            owner: string;
+            owner?: string;
         };
         /**
          * @description `POST /v1/elections/{name}/campaign`.
@@ -1090,6 +1171,36 @@ export interface components {
              *     byte. Any characters are accepted, control characters included.
              */
             candidate: string;
+        };
+        /**
+         * @description `POST /v1/sessions`.
+         * @example {
+         *       "lock_delay_ms": 0,
+         *       "name": "worker-7",
+         *       "ttl_ms": 15000
+         *     }
+         */
+        CreateSessionRequest: {
+            /**
+             * Format: int64
+             * @description How long the session lives without a keepalive, in milliseconds:
+             *     1000 to 3600000. Absent or null: 15000.
+             * @default 15000
+             */
+            ttl_ms?: number | null;
+            /**
+             * @description A name for people and listings (`prefix` matches it): up to 512
+             *     bytes. Absent, null or empty: none.
+             */
+            name?: string | null;
+            /**
+             * Format: int64
+             * @description After the session *expires*, its keys are not granted again for this
+             *     long (a lock-delay, as Chubby's and Consul's); a close does not
+             *     delay. 0 to 60000; absent or null: 0.
+             * @default 0
+             */
+            lock_delay_ms?: number | null;
         };
         /**
          * @description One Server-Sent Event of `GET /v1/elections/{name}/observe`: its
@@ -1193,7 +1304,7 @@ export interface components {
          *     its HTTP status and message (the Rust types read it as `Unknown`).
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "unauthenticated" | "forbidden" | "not_found" | "method_not_allowed" | "lock_held" | "lease_lost" | "semaphore_full" | "permits_mismatch" | "too_large" | "uri_too_long" | "headers_too_large" | "invalid_key" | "invalid_policy" | "invalid_config" | "too_many_waiters" | "too_many_streams" | "quota_exceeded" | "rate_limited" | "policy_error" | "unavailable";
+        ErrorCode: "bad_request" | "unauthenticated" | "forbidden" | "not_found" | "method_not_allowed" | "lock_held" | "lease_lost" | "semaphore_full" | "permits_mismatch" | "too_large" | "uri_too_long" | "headers_too_large" | "invalid_key" | "invalid_policy" | "invalid_config" | "too_many_waiters" | "too_many_streams" | "quota_exceeded" | "rate_limited" | "session_not_found" | "policy_error" | "unavailable";
         /** @description The code, a message for people, and, for contention, when to retry. */
         ErrorDetail: {
             /** @description Stable, machine-readable reason. */
@@ -1337,7 +1448,7 @@ export interface components {
              * Format: int64
              * @description Lease length in milliseconds: 100 to the tenant's `max_ttl_ms`
              *     (3600000 unless configured). Absent or null: 30000 (or `max_ttl_ms`
-             *     if that is smaller).
+             *     if that is smaller). Not with `session` (400).
              * @default 30000
              */
             ttl_ms?: number | null;
@@ -1356,6 +1467,15 @@ export interface components {
              * @default 0
              */
             priority?: number | null;
+            /**
+             * @description Hold the lease in this session (`POST /v1/sessions`), in place of
+             *     `ttl_ms`: it lives as long as the session, and ends with it; the
+             *     answer's `expires_at` and `ttl_ms` are the session's. The owner
+             *     defaults to the session id. Locks only for now (other kinds: 400).
+             *     An ended or unknown session: 404 `session_not_found`, nothing
+             *     granted.
+             */
+            session?: string | null;
         };
         /**
          * @description One event of a lock's history.
@@ -2236,6 +2356,132 @@ export interface components {
             next: string | null;
         };
         /**
+         * @description A session (the answer to `POST /v1/sessions`, and an item of `GET
+         *     /v1/sessions`).
+         * @example {
+         *       "created_at": "2026-11-21T09:59:45.000Z",
+         *       "expires_at": "2026-11-21T10:00:00.000Z",
+         *       "id": "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a",
+         *       "lock_delay_ms": 0,
+         *       "name": "worker-7",
+         *       "ttl_ms": 15000
+         *     }
+         */
+        Session: {
+            /**
+             * @description The session's id, chosen by the broker (32 hex characters,
+             *     unguessable). Name it as `session` in an acquire.
+             */
+            id: string;
+            /** @description Its name; null when it has none. */
+            name: string | null;
+            /**
+             * Format: int64
+             * @description How long it lives without a keepalive, in milliseconds.
+             */
+            ttl_ms: number;
+            /**
+             * Format: int64
+             * @description The lock-delay of its keys after an expiry, in milliseconds.
+             */
+            lock_delay_ms: number;
+            /**
+             * Format: date-time
+             * @description When it was opened (database clock, UTC).
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When it expires without a keepalive (database clock, UTC).
+             */
+            expires_at: string;
+        };
+        /**
+         * @description The answer to `DELETE /v1/sessions/{id}`.
+         * @example {
+         *       "closed": true,
+         *       "released": 2
+         *     }
+         */
+        SessionClosed: {
+            /** @description Always true. */
+            closed: boolean;
+            /**
+             * Format: int64
+             * @description How many leases the close released.
+             */
+            released: number;
+        };
+        /**
+         * @description The answer to `POST /v1/sessions/{id}/keepalive`.
+         * @example {
+         *       "expires_at": "2026-11-21T10:00:15.000Z",
+         *       "id": "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a"
+         *     }
+         */
+        SessionKeepalive: {
+            id: string;
+            /**
+             * Format: date-time
+             * @description The new expiry: now plus the session's TTL (database clock, UTC).
+             */
+            expires_at: string;
+        };
+        /** @description A lease held in a session. */
+        SessionLease: {
+            /** @description `lock` (other kinds come later). */
+            kind: string;
+            /**
+             * @description The key (the storage key: the broker does not keep the key clients
+             *     sent).
+             */
+            key: string;
+            /** @description The storage key. */
+            storage_key: string;
+            /**
+             * Format: int64
+             * @description The lease's fencing token.
+             */
+            token: number;
+            /**
+             * Format: int32
+             * @description A semaphore lease's slot (not yet).
+             */
+            slot?: number | null;
+            /** @description An rwlock lease's mode (not yet). */
+            mode?: string | null;
+        };
+        /** @description A page of sessions (for the OpenAPI document). */
+        SessionPage: {
+            /** @description The live sessions of this page, by name then id. */
+            items: components["schemas"]["Session"][];
+            /** @description The cursor of the next page (`cursor=`), opaque; null after the last. */
+            next: string | null;
+        };
+        /**
+         * @description The answer to `GET /v1/sessions/{id}`: the session and its leases.
+         * @example {
+         *       "created_at": "2026-11-21T09:59:45.000Z",
+         *       "expires_at": "2026-11-21T10:00:00.000Z",
+         *       "id": "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a",
+         *       "leases": [
+         *         {
+         *           "key": "job-1",
+         *           "kind": "lock",
+         *           "storage_key": "job-1",
+         *           "token": 42
+         *         }
+         *       ],
+         *       "lock_delay_ms": 0,
+         *       "name": "worker-7",
+         *       "ttl_ms": 15000
+         *     }
+         */
+        SessionStatus: components["schemas"]["Session"] & {
+            /** @description Every lease held in it (at most 10000), by kind and storage key. */
+            leases: components["schemas"]["SessionLease"][];
+        };
+        /**
          * @description A shadow candidate: a policy version loaded to run beside the one in
          *     force without deciding anything.
          */
@@ -2590,6 +2836,23 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description `session_not_found`: the session named is unknown, closed or expired (by the database clock), or another tenant's; its leases are gone. An acquire naming it granted nothing. */
+        SessionNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "error": {
+                 *         "code": "session_not_found",
+                 *         "message": "no such session: it ended (closed or expired) or never existed; its leases are gone"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description `too_many_waiters`: the tenant already has `max_waiters` requests waiting; `quota_exceeded`: the grant would take the tenant past `max_held` live leases (a multi-lock counts whole; nothing was granted); `rate_limited`: the tenant sent more than its `max_requests_per_s` to this broker (`retry_after_ms` and `Retry-After` say when to try again). */
         Throttled: {
             headers: {
@@ -2728,6 +2991,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
             405: components["responses"]["MethodNotAllowed"];
             /**
              * @description `lock_held`: another owner holds the lock and `wait_ms` ran out.
@@ -3114,6 +3378,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
             405: components["responses"]["MethodNotAllowed"];
             /** @description `lock_held`: some key is held by another owner (or has waiters before this request) and `wait_ms` ran out. None of the keys was granted. */
             409: {
@@ -3276,6 +3541,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
             405: components["responses"]["MethodNotAllowed"];
             /**
              * @description `semaphore_full`: every slot is taken and `wait_ms` ran out
@@ -3618,6 +3884,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
             405: components["responses"]["MethodNotAllowed"];
             /**
              * @description `lock_held`: the mode asked for is not available and `wait_ms` ran out
@@ -3968,6 +4235,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
             405: components["responses"]["MethodNotAllowed"];
             /** @description `lock_held`: another candidate leads and `wait_ms` ran out. */
             409: {
@@ -4260,6 +4528,171 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: {
+                /** @description Only sessions whose name starts with these bytes (percent-encoded; matched literally). */
+                prefix?: string;
+                /** @description 1 to 1000; default 100. */
+                limit?: number;
+                /** @description The previous page's `next`. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    openSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSessionRequest"];
+            };
+        };
+        responses: {
+            /** @description The session, open. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["TooLarge"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The session's id.
+                 * @example 9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session and its leases. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionStatus"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    closeSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The session's id.
+                 * @example 9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Closed; its leases released. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionClosed"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    keepSessionAlive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The session's id.
+                 * @example 9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new expiry. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionKeepalive"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["SessionNotFound"];
             405: components["responses"]["MethodNotAllowed"];
             422: components["responses"]["InvalidKey"];
             429: components["responses"]["RateLimited"];

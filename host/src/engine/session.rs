@@ -1,0 +1,524 @@
+//! Sessions (issue #30): one keepalive keeps all of a client's leases, and
+//! the session's end (closed, or expired by the database clock) ends them
+//! all at once.
+//!
+//! A session is a row of `sessions`; a lease held in it is an ordinary
+//! lease whose row names the session (`locks.session`) and whose expiry is
+//! far ahead ([`super::SESSION_LEASE_TTL_MS`]): it never runs out on its own. An
+//! acquire in a session reads the session's row `LOCK IN SHARE MODE` in its
+//! own transaction (`lock::attempt`), and so does a handoff to a waiter of
+//! a session (`queue::choose_live`).
+//!
+//! The end: one short statement marks the session ended (`ending`, taking
+//! its row exclusively, so it waits for the acquires in flight and every
+//! later one sees it ended); then its leases are released in chunks of
+//! [`CHUNK`] keys per transaction, each as a release would (its history
+//! event, the key handed to its next waiter via `hand_on`), its pending
+//! waiters are taken out of the queue, and its row is deleted. A close
+//! does it in the request; an expiry is found by the reaper of any broker
+//! (`SKIP LOCKED`: one broker ends it), which hands the pass to a task. An
+//! end whose pass never finished (its broker died) is found again by any
+//! reaper after [`STUCK_AFTER`] and carried out again (every step is
+//! idempotent).
+
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+
+use super::{
+    detach::finish, history, micros, plus_ms, seat::LeaseRow, settle::Expect, Engine, EngineError,
+    LockRef, Op, Scope, Scopes,
+};
+use crate::store::{
+    history::EventKind,
+    locks,
+    sessions::{self, SessionRow},
+    Kind, Locking,
+};
+
+/// Keys released per transaction by a session's end.
+pub const CHUNK: u32 = 100;
+/// Sessions the reaper ends per pass at most.
+const ENDED_PER_PASS: u32 = 100;
+/// How long an end may take before another broker's reaper carries it
+/// out again.
+const STUCK_AFTER: Duration = Duration::from_secs(30);
+/// Leases of a session shown by `GET /v1/sessions/{id}` at most.
+pub const SHOWN_LEASES: u32 = 10_000;
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// Its client closed it.
+    Closed,
+    /// No keepalive came within its TTL.
+    Expired,
+}
+
+impl EndReason {
+    fn of(ending: u8) -> EndReason {
+        if ending == sessions::CLOSED {
+            EndReason::Closed
+        } else {
+            EndReason::Expired
+        }
+    }
+}
+
+/// A session as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: String,
+    /// None when the client gave none.
+    pub name: Option<String>,
+    pub ttl_ms: u64,
+    pub lock_delay_ms: u64,
+    pub created_at: NaiveDateTime,
+    pub expires_at: NaiveDateTime,
+}
+
+impl SessionInfo {
+    fn of(row: SessionRow) -> SessionInfo {
+        SessionInfo {
+            id: String::from_utf8_lossy(&row.id).into_owned(),
+            name: (!row.name.is_empty()).then(|| String::from_utf8_lossy(&row.name).into_owned()),
+            ttl_ms: row.ttl_ms,
+            lock_delay_ms: row.lock_delay_ms,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+        }
+    }
+}
+
+/// A lease held in a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionLease {
+    pub kind: Kind,
+    pub storage_key: String,
+    pub token: u64,
+}
+
+/// Whether `id` can name a session at all (32 hex characters as the
+/// broker makes them; anything up to the column's 64 bytes is looked up).
+fn plausible(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64
+}
+
+impl Engine {
+    /// Opens a session of `tenant` with `ttl_ms` (by the database clock)
+    /// and `lock_delay_ms`, named `name` (empty: none).
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub fn open_session(
+        &self,
+        tenant: &str,
+        name: String,
+        ttl_ms: u64,
+        lock_delay_ms: u64,
+    ) -> Op<SessionInfo> {
+        let (engine, tenant) = (self.clone(), tenant.to_owned());
+        finish(move |_| async move {
+            let id = format!("{:032x}", rand::random::<u128>());
+            let budget = engine.budget();
+            engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    // A lost answer tried again meets its own row: fine.
+                    let inserted =
+                        sessions::insert(&mut conn, &tenant, &id, &name, ttl_ms, lock_delay_ms)
+                            .await;
+                    match inserted {
+                        Ok(()) => {}
+                        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    let row = sessions::get(&mut conn, &tenant, &id, false).await?;
+                    conn.done();
+                    row.map(SessionInfo::of).ok_or(EngineError::SessionNotFound)
+                })
+                .await
+        })
+    }
+
+    /// Extends `tenant`'s session `id` by its TTL from now: its new expiry.
+    ///
+    /// # Errors
+    /// [`EngineError::SessionNotFound`] once it ended or expired by the
+    /// database clock; [`EngineError::Unavailable`].
+    pub fn keepalive(&self, tenant: &str, id: &str) -> Op<NaiveDateTime> {
+        let (engine, tenant, id) = (self.clone(), tenant.to_owned(), id.to_owned());
+        finish(move |_| async move {
+            if !plausible(&id) {
+                return Err(EngineError::SessionNotFound);
+            }
+            let budget = engine.budget();
+            engine
+                .retry(budget, || async {
+                    let mut tx = engine.begin(budget).await?;
+                    if !sessions::keepalive(&mut tx, &tenant, &id).await? {
+                        tx.rollback().await?;
+                        return Err(EngineError::SessionNotFound);
+                    }
+                    let row = sessions::get(&mut tx, &tenant, &id, false).await?;
+                    tx.commit().await?;
+                    tx.done();
+                    row.map(|r| r.expires_at)
+                        .ok_or(EngineError::SessionNotFound)
+                })
+                .await
+        })
+    }
+
+    /// `tenant`'s live session `id` and the leases held in it (at most
+    /// [`SHOWN_LEASES`]).
+    ///
+    /// # Errors
+    /// [`EngineError::SessionNotFound`]; [`EngineError::Unavailable`].
+    pub fn session(&self, tenant: &str, id: &str) -> Op<(SessionInfo, Vec<SessionLease>)> {
+        let (engine, tenant, id) = (self.clone(), tenant.to_owned(), id.to_owned());
+        finish(move |_| async move {
+            let Some(row) = engine.session_row(&tenant, &id).await? else {
+                return Err(EngineError::SessionNotFound);
+            };
+            if !row.live() {
+                return Err(EngineError::SessionNotFound);
+            }
+            let budget = engine.budget();
+            let held = engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let held = sessions::leases(&mut conn, &tenant, &id, SHOWN_LEASES).await?;
+                    conn.done();
+                    Ok(held)
+                })
+                .await?;
+            let leases = held
+                .into_iter()
+                .filter_map(|h| {
+                    Some(SessionLease {
+                        kind: sessions::kind_of(h.kind)?,
+                        storage_key: String::from_utf8_lossy(&h.lock_key).into_owned(),
+                        token: h.token,
+                    })
+                })
+                .collect();
+            Ok((SessionInfo::of(row), leases))
+        })
+    }
+
+    /// A page of `tenant`'s live sessions whose name starts with `prefix`,
+    /// after the (name, id) `after`: up to `limit`, and where the next page
+    /// starts (none after the last).
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    #[allow(clippy::type_complexity)]
+    pub fn list_sessions(
+        &self,
+        tenant: &str,
+        prefix: Vec<u8>,
+        after: Option<(Vec<u8>, Vec<u8>)>,
+        limit: u32,
+    ) -> Op<(Vec<SessionInfo>, Option<(Vec<u8>, Vec<u8>)>)> {
+        let (engine, tenant) = (self.clone(), tenant.to_owned());
+        finish(move |_| async move {
+            let budget = engine.budget();
+            let rows = engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let after = after.as_ref().map(|(n, i)| (&n[..], &i[..]));
+                    let rows = sessions::list(&mut conn, &tenant, &prefix, after, limit).await?;
+                    conn.done();
+                    Ok(rows)
+                })
+                .await?;
+            let next = (rows.len() == limit as usize)
+                .then(|| rows.last().map(|r| (r.name.clone(), r.id.clone())))
+                .flatten();
+            Ok((rows.into_iter().map(SessionInfo::of).collect(), next))
+        })
+    }
+
+    /// Closes `scope`'s session `id`: marks it ended, then releases every
+    /// lease of it (each key handed to its next waiter), takes its waiters
+    /// out of the queue and removes it. How many leases it released. Runs
+    /// to its end even if the caller leaves.
+    ///
+    /// # Errors
+    /// [`EngineError::SessionNotFound`] when it had ended or expired
+    /// already; [`EngineError::Unavailable`] (an end begun is finished by
+    /// a reaper later).
+    pub fn close_session(&self, scope: Scope, id: &str) -> Op<u64> {
+        let (engine, id) = (self.clone(), id.to_owned());
+        finish(move |_| async move {
+            if !plausible(&id) {
+                return Err(EngineError::SessionNotFound);
+            }
+            let budget = engine.budget();
+            let row = engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let row = sessions::get(&mut conn, &scope.tenant, &id, false).await?;
+                    conn.done();
+                    Ok(row)
+                })
+                .await?;
+            let Some(row) = row.filter(SessionRow::live) else {
+                return Err(EngineError::SessionNotFound);
+            };
+            let ended = engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let ended =
+                        sessions::end(&mut conn, &scope.tenant, &id, sessions::CLOSED).await?;
+                    conn.done();
+                    Ok(ended)
+                })
+                .await?;
+            if !ended {
+                return Err(EngineError::SessionNotFound);
+            }
+            engine
+                .end_pass(&scope, &id, EndReason::Closed, row.lock_delay_ms)
+                .await
+        })
+    }
+
+    /// A plain read of `tenant`'s session `id`.
+    pub(super) async fn session_row(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<SessionRow>, EngineError> {
+        if !plausible(id) {
+            return Ok(None);
+        }
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut conn = self.conn(budget).await?;
+            let row = sessions::get(&mut conn, tenant, id, false).await?;
+            conn.done();
+            Ok(row)
+        })
+        .await
+    }
+
+    /// The reaper's part: marks expired sessions ended (those no other
+    /// broker's reaper holds) and starts their end passes, and starts again
+    /// the passes of ends left unfinished for [`STUCK_AFTER`]; `stuck` says
+    /// whether to look for those this time.
+    pub(super) async fn end_expired_sessions(
+        &self,
+        tenants: &Scopes,
+        stuck: bool,
+    ) -> Result<(), EngineError> {
+        let budget = self.budget();
+        // A plain look first: most passes find none, and take no lock.
+        let mut conn = self.conn(budget).await?;
+        let any = sessions::any_expired(&mut conn).await?;
+        conn.done();
+        drop(conn);
+        if !any && !stuck {
+            return Ok(());
+        }
+        let mut ended = self
+            .retry(budget, || async {
+                if !any {
+                    return Ok(Vec::new());
+                }
+                let mut tx = self.begin(budget).await?;
+                let ended = sessions::end_expired(&mut tx, ENDED_PER_PASS).await?;
+                if ended.is_empty() {
+                    tx.rollback().await?;
+                } else {
+                    tx.commit().await?;
+                }
+                tx.done();
+                Ok(ended)
+            })
+            .await?;
+        if stuck {
+            let mut conn = self.conn(budget).await?;
+            ended.extend(sessions::stuck(&mut conn, micros(STUCK_AFTER), ENDED_PER_PASS).await?);
+            conn.done();
+        }
+        for s in ended {
+            let Some(scope) = tenants.get(&s.tenant).cloned() else {
+                continue;
+            };
+            let id = String::from_utf8_lossy(&s.id).into_owned();
+            let engine = self.clone();
+            let reason = EndReason::of(s.ending);
+            tokio::spawn(async move {
+                if let Err(err) = engine.end_pass(&scope, &id, reason, s.lock_delay_ms).await {
+                    tracing::warn!(error = %err, session = %id, "ending a session failed; a reaper finishes it later");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Carries out the end of `scope`'s session `id`, marked ended: its
+    /// leases released in chunks, its waiters taken out, its row deleted.
+    /// How many leases it released.
+    pub(super) async fn end_pass(
+        &self,
+        scope: &Scope,
+        id: &str,
+        reason: EndReason,
+        lock_delay_ms: u64,
+    ) -> Result<u64, EngineError> {
+        let mut released = 0u64;
+        let mut stalled = 0;
+        loop {
+            let budget = self.budget();
+            let held = self
+                .retry(budget, || async {
+                    let mut conn = self.conn(budget).await?;
+                    let held = sessions::leases(&mut conn, &scope.tenant, id, CHUNK).await?;
+                    conn.done();
+                    Ok(held)
+                })
+                .await?;
+            if held.is_empty() {
+                break;
+            }
+            let mut chunk = Vec::with_capacity(held.len());
+            for h in held {
+                let Some(kind) = sessions::kind_of(h.kind) else {
+                    continue;
+                };
+                let key = String::from_utf8_lossy(&h.lock_key).into_owned();
+                chunk.push(scope.resolve(kind, key.clone(), key).await);
+            }
+            let n = self
+                .release_in_session(&chunk, id, reason, lock_delay_ms)
+                .await?;
+            if n == 0 {
+                // Nothing of it was the session's any more: read again (a
+                // few times: rows it cannot release are left to the
+                // reaper's next look).
+                stalled += 1;
+                if stalled > 3 {
+                    return Err(EngineError::Unavailable(super::DbFailure::Unknown));
+                }
+            }
+            released += n;
+        }
+        self.drop_session_waiters(scope, id).await?;
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut conn = self.conn(budget).await?;
+            sessions::delete(&mut conn, &scope.tenant, id).await?;
+            conn.done();
+            Ok(())
+        })
+        .await?;
+        let label = match reason {
+            EndReason::Closed => "closed",
+            EndReason::Expired => "expired",
+        };
+        tracing::debug!(session = %id, released, reason = label, "session ended");
+        Ok(released)
+    }
+
+    /// Releases the leases of session `id` among `chunk` (keys in storage
+    /// order) in one transaction, each as a release would: its event, the
+    /// key handed to its next waiter. After an expiry, each key is not
+    /// granted again for `lock_delay_ms`. How many it released.
+    async fn release_in_session(
+        &self,
+        chunk: &[LockRef],
+        id: &str,
+        reason: EndReason,
+        lock_delay_ms: u64,
+    ) -> Result<u64, EngineError> {
+        let Some(first) = chunk.first() else {
+            return Ok(0);
+        };
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let mut deliveries = Vec::new();
+            let mut released = 0u64;
+            for lock in chunk {
+                let Some(row) = locks::select(&mut tx, lock.row(), Locking::Wait).await? else {
+                    continue;
+                };
+                let (mut queued, mut row) = LeaseRow::of_lock(row);
+                if row.session.as_deref() != Some(id.as_bytes()) {
+                    continue;
+                }
+                let Some(owner) = row.owner.clone() else {
+                    continue;
+                };
+                let owner = String::from_utf8_lossy(&owner).into_owned();
+                let event = match reason {
+                    EndReason::Closed => EventKind::Released,
+                    EndReason::Expired => EventKind::Expired,
+                };
+                history::note(&mut tx, lock, event, &owner, row.token, row.now);
+                if reason == EndReason::Expired && lock_delay_ms > 0 {
+                    // The session's lock-delay: the key is not granted
+                    // again before it ends (`not_before`).
+                    let until = plus_ms(row.now, lock_delay_ms);
+                    row.not_before = row.not_before.max(Some(until));
+                }
+                if let Some(d) = self
+                    .hand_on_marked(&mut tx, lock, &row, &mut queued, None)
+                    .await?
+                {
+                    deliveries.push(d);
+                }
+                released += 1;
+            }
+            self.commit(tx, first, Expect::Unchecked).await?;
+            self.deliver(deliveries);
+            Ok(released)
+        })
+        .await
+    }
+
+    /// Takes session `id`'s pending waiters out of the queue (each in a
+    /// transaction on its key's header). Their requests get their answer
+    /// when their wait runs out.
+    async fn drop_session_waiters(&self, scope: &Scope, id: &str) -> Result<(), EngineError> {
+        let budget = self.budget();
+        let waiting = self
+            .retry(budget, || async {
+                let mut conn = self.conn(budget).await?;
+                let waiting = sessions::waiters(&mut conn, &scope.tenant, id).await?;
+                conn.done();
+                Ok(waiting)
+            })
+            .await?;
+        for w in waiting {
+            let Some(kind) = sessions::kind_of(w.kind) else {
+                continue;
+            };
+            let key = String::from_utf8_lossy(&w.lock_key).into_owned();
+            let lock = scope.lock(kind, key.clone(), key);
+            let budget = self.budget();
+            let dropped = self
+                .retry(budget, || async {
+                    let mut tx = self.begin(budget).await?;
+                    super::seat::header(&mut tx, &lock, Locking::Wait).await?;
+                    let dropped = sessions::drop_waiter(&mut tx, w.id).await?;
+                    if dropped {
+                        super::seat::add_queued(&mut tx, &lock, -1).await?;
+                    }
+                    self.commit(tx, &lock, Expect::Unchecked).await?;
+                    Ok(dropped)
+                })
+                .await?;
+            if dropped && w.broker == self.broker.as_bytes() {
+                // A waiter of this broker stops waiting at once (its
+                // request finds its row gone and answers that the session
+                // ended); another broker's waits out its `wait_ms`.
+                self.local.lock().expect("local waiters").remove(&w.id);
+            }
+        }
+        Ok(())
+    }
+}

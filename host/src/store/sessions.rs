@@ -1,0 +1,299 @@
+//! The `sessions` table (issue #30): one row per live session, keyed by
+//! (tenant, id); the leases held in a session name it in their row's
+//! `session` column (`locks`), its waiters in theirs (`waiters`).
+//!
+//! Every judgement of life is made by the database clock in the statement
+//! itself (`expires_at > NOW(6) AND ending = 0`). An acquire in a session
+//! reads its row `LOCK IN SHARE MODE` (`for_share`); the one statement that
+//! ends a session (`end`, `end_expired`) takes it exclusively, so an
+//! acquire either commits before the end (and its lease is found by the
+//! end's pass) or sees the session ended.
+
+use chrono::NaiveDateTime;
+
+use super::{pool::Conn, Kind};
+
+/// `ending`: the session lives.
+pub const LIVE: u8 = 0;
+/// `ending`: closed by its client.
+pub const CLOSED: u8 = 1;
+/// `ending`: expired (no keepalive within its TTL).
+pub const EXPIRED: u8 = 2;
+
+/// A session's row, with the database clock it was read with.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionRow {
+    pub id: Vec<u8>,
+    pub name: Vec<u8>,
+    pub ttl_ms: u64,
+    pub lock_delay_ms: u64,
+    pub created_at: NaiveDateTime,
+    pub expires_at: NaiveDateTime,
+    pub ending: u8,
+    pub now: NaiveDateTime,
+}
+
+impl SessionRow {
+    /// Not ended, and not expired by the database clock it was read with.
+    pub fn live(&self) -> bool {
+        self.ending == LIVE && self.expires_at > self.now
+    }
+}
+
+const COLUMNS: &str =
+    "id, name, ttl_ms, lock_delay_ms, created_at, expires_at, CAST(ending AS UNSIGNED) AS ending, NOW(6) AS now";
+
+/// A new session (autocommit).
+pub async fn insert(
+    conn: &mut Conn,
+    tenant: &str,
+    id: &str,
+    name: &str,
+    ttl_ms: u64,
+    lock_delay_ms: u64,
+) -> sqlx::Result<()> {
+    conn.execute(
+        r#"
+INSERT INTO sessions (tenant, id, name, ttl_ms, lock_delay_ms, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
+"#,
+        (
+            tenant,
+            id,
+            name,
+            ttl_ms,
+            lock_delay_ms,
+            ttl_ms.saturating_mul(1000),
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The session's row, read as asked: plain, or `LOCK IN SHARE MODE`
+/// (`shared`: an acquire in the session, which the session's end waits
+/// for).
+pub async fn get(
+    conn: &mut Conn,
+    tenant: &str,
+    id: &str,
+    shared: bool,
+) -> sqlx::Result<Option<SessionRow>> {
+    let suffix = if shared { "LOCK IN SHARE MODE" } else { "" };
+    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE tenant = ? AND id = ? {suffix}");
+    conn.fetch_optional(&sql, (tenant, id)).await
+}
+
+/// Extends a live session by its TTL from now; whether it was live (the
+/// caller's transaction then reads the new expiry).
+pub async fn keepalive(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<bool> {
+    let done = conn
+        .execute(
+            r#"
+UPDATE sessions SET expires_at = NOW(6) + INTERVAL (ttl_ms * 1000) MICROSECOND
+WHERE tenant = ? AND id = ? AND expires_at > NOW(6) AND ending = 0
+"#,
+            (tenant, id),
+        )
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Ends a live session as `ending` says (one autocommit statement, which
+/// takes the row exclusively); whether it was live. Its `expires_at`
+/// becomes now: the moment it ended.
+pub async fn end(conn: &mut Conn, tenant: &str, id: &str, ending: u8) -> sqlx::Result<bool> {
+    let done = conn
+        .execute(
+            r#"
+UPDATE sessions SET ending = ?, expires_at = NOW(6)
+WHERE tenant = ? AND id = ? AND expires_at > NOW(6) AND ending = 0
+"#,
+            (ending, tenant, id),
+        )
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A session whose end is to be carried out: tenant, id, why it ended.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Ended {
+    pub tenant: Vec<u8>,
+    pub id: Vec<u8>,
+    pub lock_delay_ms: u64,
+    pub ending: u8,
+}
+
+/// Whether any session has expired by the database clock and is not
+/// ended yet (a plain read, before the locking one).
+pub async fn any_expired(conn: &mut Conn) -> sqlx::Result<bool> {
+    let found: Option<(i64,)> = conn
+        .fetch_optional(
+            r#"
+SELECT 1 FROM sessions FORCE INDEX (sessions_by_expiry)
+WHERE expires_at <= NOW(6) AND ending = 0 LIMIT 1
+"#,
+            (),
+        )
+        .await?;
+    Ok(found.is_some())
+}
+
+/// Sessions expired by the database clock and not ended yet, up to
+/// `limit`, locked (`SKIP LOCKED`: another broker's reaper takes the
+/// others) and marked expired in the caller's transaction.
+pub async fn end_expired(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<Ended>> {
+    let found: Vec<Ended> = conn
+        .fetch_all(
+            r#"
+SELECT tenant, id, lock_delay_ms, CAST(2 AS UNSIGNED) AS ending
+FROM sessions FORCE INDEX (sessions_by_expiry)
+WHERE expires_at <= NOW(6) AND ending = 0
+LIMIT ? FOR UPDATE SKIP LOCKED
+"#,
+            (limit,),
+        )
+        .await?;
+    for s in &found {
+        conn.execute(
+            "UPDATE sessions SET ending = ?, expires_at = NOW(6) WHERE tenant = ? AND id = ?",
+            (EXPIRED, &s.tenant[..], &s.id[..]),
+        )
+        .await?;
+    }
+    Ok(found)
+}
+
+/// Sessions ended more than `after_us` ago whose end was never finished
+/// (their broker stopped mid-pass), up to `limit`.
+pub async fn stuck(conn: &mut Conn, after_us: u64, limit: u32) -> sqlx::Result<Vec<Ended>> {
+    conn.fetch_all(
+        r#"
+SELECT tenant, id, lock_delay_ms, CAST(ending AS UNSIGNED) AS ending
+FROM sessions FORCE INDEX (sessions_by_expiry)
+WHERE expires_at <= NOW(6) - INTERVAL ? MICROSECOND AND ending <> 0
+LIMIT ?
+"#,
+        (after_us, limit),
+    )
+    .await
+}
+
+/// Removes an ended session's row.
+pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<()> {
+    conn.execute(
+        "DELETE FROM sessions WHERE tenant = ? AND id = ? AND ending <> 0",
+        (tenant, id),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A lease held in a session (plain read).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HeldRow {
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    pub token: u64,
+}
+
+/// Up to `limit` leases held in the session, in (kind, key) order.
+pub async fn leases(
+    conn: &mut Conn,
+    tenant: &str,
+    id: &str,
+    limit: u32,
+) -> sqlx::Result<Vec<HeldRow>> {
+    conn.fetch_all(
+        r#"
+SELECT CAST(kind AS UNSIGNED) AS kind, lock_key, token FROM locks FORCE INDEX (locks_by_session)
+WHERE tenant = ? AND session = ? AND owner IS NOT NULL
+ORDER BY kind, lock_key LIMIT ?
+"#,
+        (tenant, id, limit),
+    )
+    .await
+}
+
+/// A pending waiter of a session.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WaiterOf {
+    pub id: u64,
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    /// The broker whose client waits.
+    pub broker: Vec<u8>,
+}
+
+/// The session's pending waiters.
+pub async fn waiters(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<Vec<WaiterOf>> {
+    conn.fetch_all(
+        r#"
+SELECT id, CAST(kind AS UNSIGNED) AS kind, lock_key, broker
+FROM waiters FORCE INDEX (waiters_by_session)
+WHERE session = ? AND tenant = ? AND granted_token IS NULL
+"#,
+        (id, tenant),
+    )
+    .await
+}
+
+/// Removes pending waiter `id` (the caller holds its key's header);
+/// whether it was still pending.
+pub async fn drop_waiter(conn: &mut Conn, id: u64) -> sqlx::Result<bool> {
+    let done = conn
+        .execute(
+            "DELETE FROM waiters WHERE id = ? AND granted_token IS NULL",
+            (id,),
+        )
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A page of the tenant's sessions whose name starts with `prefix`, after
+/// (name, id) `after`, ordered by name then id (the `sessions_by_name`
+/// index range), live or not yet ended.
+pub async fn list(
+    conn: &mut Conn,
+    tenant: &str,
+    prefix: &[u8],
+    after: Option<(&[u8], &[u8])>,
+    limit: u32,
+) -> sqlx::Result<Vec<SessionRow>> {
+    let mut pattern = Vec::with_capacity(prefix.len() + 1);
+    for &b in prefix {
+        if matches!(b, b'%' | b'_' | b'\\') {
+            pattern.push(b'\\');
+        }
+        pattern.push(b);
+    }
+    pattern.push(b'%');
+    let (after_name, after_id) = after.unwrap_or((b"", b""));
+    let first = u8::from(after.is_none());
+    let sql = format!(
+        r#"
+SELECT {COLUMNS} FROM sessions FORCE INDEX (sessions_by_name)
+WHERE tenant = ? AND name LIKE ? AND ending = 0 AND expires_at > NOW(6)
+  AND (? = 1 OR name > ? OR (name = ? AND id > ?))
+ORDER BY name, id LIMIT ?
+"#
+    );
+    conn.fetch_all(
+        &sql,
+        (
+            tenant, pattern, first, after_name, after_name, after_id, limit,
+        ),
+    )
+    .await
+}
+
+/// The kind of a lease row, as stored.
+pub fn kind_of(code: u8) -> Option<Kind> {
+    Some(match code {
+        0 => Kind::Lock,
+        1 => Kind::Election,
+        2 => Kind::Semaphore,
+        3 => Kind::RwLock,
+        _ => return None,
+    })
+}
