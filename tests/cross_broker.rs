@@ -835,8 +835,16 @@ async fn judge_record(name: &str, ops: Vec<Op>) {
         eprintln!("{name}: key {key_name} checked in {:?}", started.elapsed());
     }
     failures.extend(fifo_violations(&ops));
-    if grants < 100 {
+    let stuck = stuck_keys(&ops);
+    if grants < 100 && stuck < KEYS.len() {
         failures.push(format!("only {grants} grants: the run did not get going"));
+    }
+    if stuck > 0 {
+        // A grant committed just as its client hung up, after the broker
+        // last looked (its answer is written to a closed connection): the
+        // lease runs out by its TTL, longer than the run. Safety and FIFO
+        // are still judged above.
+        eprintln!("{name}: {stuck} key(s) held to the end by a grant nobody received");
     }
     if !failures.is_empty() {
         let path = std::env::temp_dir().join(format!("{name}-{}.json", fresh_db_name()));
@@ -849,6 +857,26 @@ async fn judge_record(name: &str, ops: Vec<Op>) {
             failures.join("\n\n")
         );
     }
+}
+
+/// Keys whose last grant went to an acquire whose client hung up (the
+/// database's record says so) and was never released: the key stays held
+/// until the lease's TTL, beyond the run's end.
+fn stuck_keys(ops: &[Op]) -> usize {
+    (0..KEYS.len())
+        .filter(|&key| {
+            let of_key = || ops.iter().filter(move |op| op.key == key);
+            let last_known = of_key().filter_map(Op::granted).max().unwrap_or(0);
+            of_key().any(|op| match op.record {
+                Record::Granted(token) => {
+                    token > last_known
+                        && !of_key()
+                            .any(|r| r.owner == op.owner && matches!(r.call, Call::Release { .. }))
+                }
+                _ => false,
+            })
+        })
+        .count()
 }
 
 /// The runs share two cores: one at a time.
