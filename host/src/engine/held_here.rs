@@ -335,12 +335,12 @@ impl HeldHere {
         if held.mark == Mark::Unmarked && (held.handing || held.releasing) {
             return Ok(None);
         }
+        if here.saturating_add(db_waiting) >= lock.max_waiters {
+            return Err(EngineError::TooManyWaiters);
+        }
         let marks = held.mark == Mark::Unmarked;
         if marks {
             held.mark = Mark::Marking;
-        }
-        if here.saturating_add(db_waiting) >= lock.max_waiters {
-            return Err(EngineError::TooManyWaiters);
         }
         *next_id += 1;
         let id = *next_id;
