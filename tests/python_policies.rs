@@ -29,8 +29,9 @@ use lockbroker_tests::{
 use serde_json::Value;
 
 /// The Python tenant's per-call budget: an interpreter in a debug build
-/// needs about this much (the templates' READMEs advise 50 ms).
-const PY_DEADLINE_MS: u64 = 50;
+/// needs about 50 ms (the templates' READMEs advise that), and the sandbox
+/// probe's call once ran out of 50 ms in a full run on 2 loaded cores.
+const PY_DEADLINE_MS: u64 = 150;
 /// The Python tenant's memory: a trivial componentize-py policy ran in
 /// 16 MiB; the hog must reach the limit, not the machine's.
 const PY_MEMORY_BYTES: usize = 64 << 20;
