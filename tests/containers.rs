@@ -1037,15 +1037,13 @@ async fn the_dashboard_and_the_alerts_use_only_series_the_broker_exports() {
 /// The live exposition, once each of `names` shows.
 async fn eventually_exposed(client: &Client, names: &[&str]) -> BTreeSet<String> {
     let metrics = client.with_bearer(None);
-    let mut last = BTreeSet::new();
-    for _ in 0..100 {
-        last = exposed(&metrics.get("/metrics").await.unwrap().text());
-        if names.iter().all(|n| last.contains(*n)) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{names:?} did not show in /metrics: {last:?}")
+    let what = format!("{names:?} show in /metrics");
+    eventually(&what, Duration::from_secs(10), || async {
+        let seen = exposed(&metrics.get("/metrics").await.unwrap().text());
+        names.iter().all(|n| seen.contains(*n))
+    })
+    .await;
+    exposed(&metrics.get("/metrics").await.unwrap().text())
 }
 
 #[test]

@@ -155,10 +155,10 @@ impl Engine {
         wish: Wish<'_>,
         mut departure: Departure,
     ) -> Result<Grant, EngineError> {
-        let started = tokio::time::Instant::now();
         if wish.session.is_some() {
             return self.acquire_in_session(lock, wish, departure).await;
         }
+        let started = tokio::time::Instant::now();
         let mut wish = wish;
         // A lease granted through this broker: wait here, in memory.
         let here = match self.wait_here(lock, wish, started, &mut departure).await? {
