@@ -7,10 +7,11 @@
 //! rest is refused before any database work. B measures the p99 of its
 //! acquire and release requests in rounds alone and in rounds during the
 //! flood, alternating (a noisy 2-core machine drifts), and the medians of
-//! the rounds' p99s are compared. A's client threads run at a lower CPU
-//! priority: they stand for machines of their own, and on this one they
-//! would otherwise take the cores from the broker and B (1.8-2.1× on a
-//! machine where the broker alone kept B within 1.5-1.7×).
+//! the rounds' p99s are compared. A's client threads run only on cores
+//! that would otherwise idle: they stand for machines of their own, and on
+//! this one they would otherwise take the cores from the broker and B
+//! (1.8-2.1× on a machine where the broker alone kept B within 1.5-1.7×;
+//! at nice 10, 2.3× in one CI run).
 
 use std::{
     sync::{
@@ -60,14 +61,20 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-/// Gives the calling thread a lower CPU priority (nice 10; on Linux a
-/// thread's own). A's clients share this 2-core machine with the broker
-/// and with B; in production they run elsewhere. What is measured is what
-/// the broker does with A's requests, not how the kernel shares two cores
-/// between the broker and A's own client code.
+/// Runs the calling thread only when a core would otherwise idle
+/// (`SCHED_IDLE`; on Linux a thread's own policy; nice 19 where that is
+/// refused). A's clients share this 2-core machine with the broker and
+/// with B; in production they run elsewhere. What is measured is what the
+/// broker does with A's requests, not how the kernel shares two cores
+/// between the broker and A's own client code: at nice 10 the flooders
+/// still took enough of them that one CI run in several measured 2.3×.
 fn lower_priority() {
-    // SAFETY: setpriority only reads its arguments; 0 is the calling thread.
-    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: both calls only read their arguments; 0 is the calling thread.
+    let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if idle != 0 {
+        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    }
 }
 
 /// A's flood on threads of its own (its own runtime, so that B's requests
@@ -130,6 +137,7 @@ async fn a_tenant_flooding_at_its_quota_leaves_another_within_2x() {
 
     let (mut alone, mut flooded) = (Vec::new(), Vec::new());
     let mut counted = [0u64; 3];
+    let mut flood_time = Duration::ZERO;
     for _ in 0..ROUNDS {
         alone.push(p99(&round(&b, "b-key").await));
         let stop = Arc::new(AtomicBool::new(false));
@@ -138,7 +146,9 @@ async fn a_tenant_flooding_at_its_quota_leaves_another_within_2x() {
         while counts[1].load(Ordering::Relaxed) < 100 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        let flood_started = Instant::now();
         flooded.push(p99(&round(&b, "b-key").await));
+        flood_time += flood_started.elapsed();
         stop.store(true, Ordering::Relaxed);
         tokio::task::spawn_blocking(move || thread.join().unwrap())
             .await
@@ -148,12 +158,17 @@ async fn a_tenant_flooding_at_its_quota_leaves_another_within_2x() {
         }
     }
     let (alone, flooded) = (median(alone.clone()), median(flooded.clone()));
+    let flood_rate = (counted[0] + counted[1]) as f64 / flood_time.as_secs_f64();
     eprintln!(
-        "B's p99 alone {alone:?}, during A's flood {flooded:?} ({:.2}×); A's answers: {} granted, {} refused with 429, {} other",
+        "B's p99 alone {alone:?}, during A's flood {flooded:?} ({:.2}×); A's answers: {} granted, {} refused with 429, {} other ({flood_rate:.0}/s while B measured)",
         flooded.as_secs_f64() / alone.as_secs_f64(),
         counted[0],
         counted[1],
         counted[2]
+    );
+    assert!(
+        flood_rate > 2.0 * 200.0,
+        "A sent more than twice its max_requests_per_s while B measured"
     );
     assert!(
         counted[1] > counted[0] * 10,

@@ -89,6 +89,10 @@ pub(super) struct HeldHere {
     /// release here runs the waker's tick between its commit and its
     /// settling.
     tick_inside_release: AtomicBool,
+    /// Told whenever a handoff or release here settles (`handing` or
+    /// `releasing` ends, or a key is forgotten): a mark that failed while
+    /// one was under way is tried again then (`Engine::mark_standby`).
+    settled: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -126,6 +130,10 @@ struct Held {
     /// Whether the key's row names this broker as holding waiters for it
     /// (`locks.waiting_at`, see `standby`).
     mark: Mark,
+    /// The mark is being taken off the row by a statement of its own
+    /// (`Engine::close_standby`), which a newcomer's mark might precede
+    /// and be erased by: newcomers take the database path meanwhile.
+    closing: bool,
     waiters: VecDeque<Waiting>,
 }
 
@@ -215,6 +223,19 @@ pub(super) enum Leaving {
     Last(Waiting),
 }
 
+/// What a first waiter does after writing (or failing to write) the
+/// key's mark (see [`HeldHere::marked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MarkNext {
+    /// Nothing more: marked, taken off meanwhile, or given up (the waiters
+    /// here spilled).
+    Done,
+    /// Write it again, naming the lease recorded now.
+    Retry,
+    /// Write it again once the handoff or release under way has settled.
+    AfterSettle,
+}
+
 fn key_of(lock: &LockRef) -> KeyId {
     (lock.tenant.clone(), lock.storage_key.clone())
 }
@@ -252,6 +273,7 @@ impl HeldHere {
             handing: false,
             releasing: false,
             mark: Mark::Unmarked,
+            closing: false,
             waiters: VecDeque::new(),
         });
         if held.token <= lease.token {
@@ -329,12 +351,16 @@ impl HeldHere {
         if held.owner == wish.owner || (held.until <= now && held.waiters.is_empty()) {
             return Ok(None);
         }
-        // A handoff under way that takes the mark off (it handed the last
-        // waiter here): the database path, rather than a mark that would
-        // name the lease being replaced.
-        if held.mark == Mark::Unmarked && (held.handing || held.releasing) {
+        if held.closing {
             return Ok(None);
         }
+        // A handoff or release under way does not turn a newcomer away:
+        // it is handed the key by it (if it takes the waiters here after
+        // this), or waits for the lease that commits (the mark, written
+        // once that is settled, names it), or is spilled with the key if
+        // the release frees it. Turning it away to the database queue
+        // kept a key whose holders release at once in the database queue
+        // for good (every newcomer met a release under way).
         if here.saturating_add(db_waiting) >= lock.max_waiters {
             return Err(EngineError::TooManyWaiters);
         }
@@ -360,24 +386,71 @@ impl HeldHere {
         Ok(Some(Joined { id, turn, marks }))
     }
 
-    /// The mark of `lock`'s row for the waiters here was written (`ok`) or
-    /// could not be (the lease changed, or another live broker's mark is
-    /// there): then the waiters here take the database path.
-    pub(super) fn marked(&self, lock: &LockRef, ok: bool) {
+    /// The lease that the mark of `lock`'s row is to name: the one
+    /// recorded, while the mark is being written (`Mark::Marking`).
+    pub(super) fn to_mark(&self, lock: &LockRef) -> Option<(String, u64)> {
+        self.state()
+            .keys
+            .get(&key_of(lock))
+            .filter(|h| h.mark == Mark::Marking)
+            .map(|h| (h.owner.clone(), h.token))
+    }
+
+    /// The mark of `lock`'s row naming the lease `tried` (owner, token)
+    /// was written (`ok`) or could not be: what next. It could not be
+    /// when the lease changed (handed on here meanwhile: tried again with
+    /// the lease recorded once that has settled) or another live broker's
+    /// mark is there, or after `give_up`: then the waiters here take the
+    /// database path.
+    pub(super) fn marked(
+        &self,
+        lock: &LockRef,
+        tried: (&str, u64),
+        ok: bool,
+        give_up: bool,
+    ) -> MarkNext {
         let key = key_of(lock);
         let mut state = self.state();
         let Some(held) = state.keys.get_mut(&key) else {
-            return;
+            return MarkNext::Done;
         };
         if held.mark != Mark::Marking {
-            return;
+            // Taken off meanwhile with the last waiter here (and written
+            // again, if at all, by the next first waiter).
+            return MarkNext::Done;
         }
         if ok {
             held.mark = Mark::Marked;
-        } else {
-            held.mark = Mark::Unmarked;
-            state.forget(&key);
+            return MarkNext::Done;
         }
+        if !give_up {
+            if held.handing || held.releasing {
+                return MarkNext::AfterSettle;
+            }
+            if held.owner != tried.0 || held.token != tried.1 {
+                return MarkNext::Retry;
+            }
+        }
+        held.mark = Mark::Unmarked;
+        state.forget(&key);
+        drop(state);
+        self.settled.notify_waiters();
+        MarkNext::Done
+    }
+
+    /// Waits (up to `deadline`) for the next handoff or release here to
+    /// settle; `armed` was made by [`HeldHere::settling`] before the state
+    /// that made the caller wait was read, so no settling is missed.
+    pub(super) async fn settled(
+        armed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+        deadline: Instant,
+    ) {
+        let _ = tokio::time::timeout_at(deadline, armed).await;
+    }
+
+    /// A wait for the next settling, registered now.
+    pub(super) fn settling(&self) -> tokio::sync::futures::Notified<'_> {
+        self.settled.notified()
     }
 
     /// Whether `lock`'s row names this broker, as far as it knows (its
@@ -415,6 +488,7 @@ impl HeldHere {
         }
         held.mark = Mark::Unmarked;
         held.handing = true;
+        held.closing = true;
         Some((held.owner.clone(), held.token))
     }
 
@@ -422,7 +496,18 @@ impl HeldHere {
     pub(super) fn closed(&self, lock: &LockRef) {
         if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
             held.handing = false;
+            held.closing = false;
         }
+        self.settled.notify_waiters();
+    }
+
+    /// The close that `Leaving::Last` started is over (its waiter told by
+    /// the handoff or spill that ended it).
+    pub(super) fn close_over(&self, lock: &LockRef) {
+        if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
+            held.closing = false;
+        }
+        self.settled.notify_waiters();
     }
 
     /// The lease recorded for `lock` (owner, token).
@@ -465,6 +550,7 @@ impl HeldHere {
         let last = held.waiters.len() == 1 && held.mark == Mark::Marked && !held.handing;
         if last {
             held.mark = Mark::Unmarked;
+            held.closing = true;
             return state
                 .take(lock, &key, at)
                 .map_or(Leaving::Taken, |mut waiter| {
@@ -478,9 +564,9 @@ impl HeldHere {
     }
 
     /// Whether a release of the lease `owner` holds with `token` (its last
-    /// hold, as counted here) has waiters here to hand it to. A key whose
-    /// recorded lease that is, with nobody waiting, is forgotten: later
-    /// waiters take the database path.
+    /// hold, as counted here) goes through `release_here`: it is the lease
+    /// recorded here (a contended key's) and no other handoff or release
+    /// of it is under way.
     pub(super) fn waiting_behind(&self, lock: &LockRef, owner: &str, token: u64) -> bool {
         if !applies(lock) {
             return false;
@@ -498,12 +584,11 @@ impl HeldHere {
         {
             return false;
         }
-        if held.waiters.is_empty() && held.mark == Mark::Unmarked {
-            state.keys.remove(&key);
-            return false;
-        }
-        // A marked key without waiters goes through `release_here` too,
-        // whose transaction takes the mark off.
+        // A key without waiters here goes through `release_here` too: its
+        // transaction takes a mark off, and a lease it hands to the
+        // database queue stays recorded (the next holder's release comes
+        // here, and newcomers may wait here for it); a key it frees is
+        // forgotten then.
         held.releasing = true;
         true
     }
@@ -514,6 +599,7 @@ impl HeldHere {
         if let Some(held) = self.state().keys.get_mut(&key_of(lock)) {
             held.releasing = false;
         }
+        self.settled.notify_waiters();
     }
 
     /// The newest database waiter id the first waiter here saw when it
@@ -538,6 +624,8 @@ impl HeldHere {
                 held.handing = false;
             }
         }
+        drop(state);
+        self.settled.notify_waiters();
     }
 
     /// The next waiter for the lease `owner` holds with `token`, in the
@@ -609,6 +697,7 @@ impl HeldHere {
                 held.handing = false;
             }
         }
+        self.settled.notify_waiters();
         let handoff = Handoff {
             token: lease.token,
             seat: lease.seat,
@@ -634,6 +723,8 @@ impl HeldHere {
         } else if let Some(held) = state.keys.get_mut(&key) {
             held.handing = false;
         }
+        drop(state);
+        self.settled.notify_waiters();
     }
 
     /// The lease `owner` held with `token` changed without this broker:
@@ -649,6 +740,8 @@ impl HeldHere {
             return;
         }
         state.forget(&key);
+        drop(state);
+        self.settled.notify_waiters();
     }
 
     /// The tick found the lease `owner` holds with `token` still live,
@@ -888,8 +981,7 @@ impl Engine {
         if joined.marks {
             // The first waiter here writes the key's mark: from its commit
             // on, every broker leaves the key's end to this one.
-            let ok = self.mark_standby(lock, &seen.holder, seen.token).await;
-            self.held_here.marked(lock, ok);
+            self.mark_standby(lock).await;
         }
         let timeout = tokio::time::sleep_until(started + Duration::from_millis(wish.wait_ms));
         let turn = match self.wait_turn(&mut joined.turn, timeout, departure).await {
@@ -1132,7 +1224,12 @@ impl Engine {
                 oldest.first().is_some_and(|w| w.id <= after)
             }
         };
-        if !queue_first {
+        // Another live broker's mark: its waiters joined before any here
+        // could mark the key (a mark here failed, or is being written and
+        // will), and the key is its to hand on; the waiters here take the
+        // database path once this frees it.
+        let elsewhere = row.standby_elsewhere(&self.broker);
+        if !queue_first && !elsewhere {
             let kept = taken.lock().expect("taken waiter").take();
             let next = match kept {
                 Some(waiter) => Some(waiter),
@@ -1158,10 +1255,11 @@ impl Engine {
             }
         }
         // The database queue goes first (or nobody waits here any more):
-        // this broker hands the key on, its own mark notwithstanding.
+        // this broker hands the key on, its own mark notwithstanding (not
+        // another's).
         self.unmark_if_idle(&mut tx, lock, row).await?;
         let unmarked = LeaseRow {
-            standby: None,
+            standby: row.standby.clone().filter(|_| elsewhere),
             ..row.clone()
         };
         let delivery = self

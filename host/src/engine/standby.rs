@@ -22,25 +22,53 @@
 //! the key instead if the key was waiting for it. A broker that dies
 //! leaves its marks behind: they stop counting with its heartbeat.
 
-use super::{held_here::Waiting, Engine, LockRef};
+use super::{
+    held_here::{HeldHere, MarkNext, Waiting},
+    Engine, LockRef,
+};
 use crate::store::locks;
 
+/// Attempts at writing a key's mark before its waiters here give up on
+/// memory (each after the lease named moved on through this broker).
+const MARK_TRIES: u32 = 8;
+
 impl Engine {
-    /// Writes this broker's mark on `lock`'s row, if the row still holds
-    /// `holder`'s lease with `token` and no other live broker's mark:
-    /// whether it did (an error counts as not).
-    pub(super) async fn mark_standby(&self, lock: &LockRef, holder: &str, token: u64) -> bool {
+    /// Writes this broker's mark on `lock`'s row for the waiters here,
+    /// naming the lease recorded here (the row must still hold it, and no
+    /// other live broker's mark). A lease handed on here meanwhile is
+    /// waited for and named instead; a lease that changed elsewhere (or an
+    /// error, or [`MARK_TRIES`] attempts) sends the waiters here to the
+    /// database path (`HeldHere::marked`).
+    pub(super) async fn mark_standby(&self, lock: &LockRef) {
         let budget = self.budget();
-        let marked = self
-            .retry(budget, || async {
-                let mut conn = self.conn(budget).await?;
-                let ok =
-                    locks::set_standby(&mut conn, lock.row(), &self.broker, holder, token).await?;
-                conn.done();
-                Ok(ok)
-            })
-            .await;
-        marked.unwrap_or(false)
+        for attempt in 1..=MARK_TRIES {
+            // Armed before the state is read: a settling in between wakes it.
+            let settling = self.held_here.settling();
+            tokio::pin!(settling);
+            settling.as_mut().enable();
+            let Some((holder, token)) = self.held_here.to_mark(lock) else {
+                return;
+            };
+            let written = self
+                .retry(budget, || async {
+                    let mut conn = self.conn(budget).await?;
+                    let ok = locks::set_standby(&mut conn, lock.row(), &self.broker, &holder, token)
+                        .await?;
+                    conn.done();
+                    Ok(ok)
+                })
+                .await;
+            let give_up = written.is_err() || attempt == MARK_TRIES;
+            let ok = written.unwrap_or(false);
+            match self
+                .held_here
+                .marked(lock, (&holder, token), ok, give_up)
+            {
+                MarkNext::Done => return,
+                MarkNext::Retry => {}
+                MarkNext::AfterSettle => HeldHere::settled(settling, budget.deadline).await,
+            }
+        }
     }
 
     /// Takes this broker's mark off `lock` now that nobody waits here for
@@ -58,9 +86,11 @@ impl Engine {
         let Some((owner, token)) = was else {
             if let Some(waiter) = kept {
                 self.held_here.spill(lock, waiter, false);
+                self.held_here.close_over(lock);
             }
             return;
         };
+        let last = kept.is_some();
         let budget = self.budget();
         let cleared = self
             .retry(budget, || async {
@@ -88,6 +118,9 @@ impl Engine {
                     None => self.held_here.closed(lock),
                 }
             }
+        }
+        if last {
+            self.held_here.close_over(lock);
         }
     }
 
