@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hyper::Method;
 use lockbroker_api::{
-    ErrorCode, Lease, LockEventKind, LockStatus, Page, ReleaseResponse, Session, SessionClosed,
-    SessionKeepalive, SessionStatus,
+    EndReason, ErrorCode, Lease, LockEventKind, LockStatus, Page, ReleaseResponse, Session,
+    SessionClosed, SessionKeepalive, SessionStatus,
 };
-use lockbroker_tests::{config, db_conn, eventually, Broker, Client, Reply, OTHER_KEY};
+use lockbroker_tests::{
+    config, db_conn, eventually, Broker, Client, Reply, SseStream, KEY, OTHER_KEY,
+};
 use serde_json::json;
 
 /// How long a test waits for a condition.
@@ -650,5 +652,183 @@ async fn an_end_left_unfinished_is_carried_out_by_a_reaper() {
         Some(&(LockEventKind::Released, s.id.clone(), grant.token)),
         "{events:?}"
     );
+    broker.stop().await;
+}
+
+/// The next event of `s`: its name and data.
+async fn next_event(s: &mut SseStream) -> (String, serde_json::Value) {
+    let event = s.next(WAIT).await;
+    let data = event.json();
+    (event.event, data)
+}
+
+/// A session's leases' events name it, the events of those its end
+/// released say why, one `session_ended` event follows (on every stream
+/// of the tenant, whatever its prefix), and the metrics count it.
+#[tokio::test]
+async fn a_sessions_end_is_named_in_history_events_and_metrics() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let mut events = SseStream::open(broker.url(), "/v1/events?prefix=se-", KEY, &[]).await;
+    assert_eq!(events.status, 200);
+
+    let s = open(&c, json!({"ttl_ms": 30_000, "name": "job"})).await;
+    let a: Lease = acquire(&c, "se-a", json!({"session": s.id})).await.ok();
+    let b: Lease = acquire(&c, "se-b", json!({"session": s.id})).await.ok();
+    // Status and listing name the session, with its expiry.
+    let held = status(&c, "se-a").await;
+    assert_eq!(
+        (held.session.as_deref(), held.expires_at.as_deref()),
+        (Some(s.id.as_str()), Some(s.expires_at.as_str()))
+    );
+    let listed: Page<LockStatus> = c.get("/v1/locks?prefix=se-").await.unwrap().ok();
+    let sessions: Vec<_> = listed.items.iter().map(|i| i.session.as_deref()).collect();
+    assert_eq!(sessions, [Some(s.id.as_str()), Some(s.id.as_str())]);
+    let released: ReleaseResponse = c.release("se-b", &s.id, b.token).await.unwrap().ok();
+    assert!(released.released);
+    let closed: SessionClosed = close(&c, &s.id).await.ok();
+    assert_eq!(closed.released, 1);
+
+    // History: every event of a session lease names the session; the one
+    // its close made says so.
+    let (_, history) = c.history("locks", "se-b").await;
+    let named: Vec<_> = history
+        .events
+        .iter()
+        .map(|e| (e.event, e.session.as_deref(), e.reason))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (LockEventKind::Released, Some(s.id.as_str()), None),
+            (LockEventKind::Granted, Some(s.id.as_str()), None),
+        ]
+    );
+    let (_, history) = c.history("locks", "se-a").await;
+    let last = &history.events[0];
+    assert_eq!(
+        (last.event, last.token, last.session.as_deref(), last.reason),
+        (
+            LockEventKind::Released,
+            a.token,
+            Some(s.id.as_str()),
+            Some(EndReason::SessionClosed)
+        )
+    );
+    // A plain lease names none.
+    let plain = c.acquire("se-c", "plain", 30_000, 0).await.unwrap();
+    assert_eq!(plain.status, 200);
+    let (_, history) = c.history("locks", "se-c").await;
+    assert_eq!(
+        (
+            history.events[0].session.as_deref(),
+            history.events[0].reason
+        ),
+        (None, None)
+    );
+    assert_eq!(status(&c, "se-c").await.session, None);
+
+    // The stream: the four changes, then the session's end.
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let (name, data) = next_event(&mut events).await;
+        seen.push((
+            name,
+            data["kind"].as_str().unwrap_or_default().to_owned(),
+            data["storage_key"].as_str().unwrap_or_default().to_owned(),
+            data["session"].clone(),
+            data["reason"].clone(),
+        ));
+    }
+    let id = json!(s.id);
+    let row = |name: &str, kind: &str, key: &str, reason: serde_json::Value| {
+        (
+            name.to_owned(),
+            kind.to_owned(),
+            key.to_owned(),
+            id.clone(),
+            reason,
+        )
+    };
+    assert_eq!(
+        seen,
+        [
+            row("granted", "lock", "se-a", json!(null)),
+            row("granted", "lock", "se-b", json!(null)),
+            row("released", "lock", "se-b", json!(null)),
+            row("released", "lock", "se-a", json!("session_closed")),
+            row("session_ended", "session", &s.id, json!("session_closed")),
+        ]
+    );
+
+    // An expiry: `session_expired`, on the key and on the stream.
+    let e = open(&c, json!({"ttl_ms": 1000})).await;
+    let lease: Lease = acquire(&c, "se-d", json!({"session": e.id})).await.ok();
+    let mut ended = None;
+    // (se-c's grant, se-d's grant and expiry come first.)
+    for _ in 0..4 {
+        let (name, data) = next_event(&mut events).await;
+        if name == "session_ended" {
+            ended = Some(data);
+            break;
+        }
+    }
+    let ended = ended.expect("a session_ended event for the expired session");
+    assert_eq!(
+        (&ended["storage_key"], &ended["session"], &ended["reason"]),
+        (&json!(e.id), &json!(e.id), &json!("session_expired"))
+    );
+    let (_, history) = c.history("locks", "se-d").await;
+    let last = &history.events[0];
+    assert_eq!(
+        (last.event, last.token, last.reason),
+        (
+            LockEventKind::Expired,
+            lease.token,
+            Some(EndReason::SessionExpired)
+        )
+    );
+
+    // Metrics: each end counted once, by reason; the gauge follows the
+    // live sessions (read from the database about once a second).
+    let closed_total = "lockbroker_sessions_ended_total{tenant=\"default\",reason=\"closed\"}";
+    let expired_total = "lockbroker_sessions_ended_total{tenant=\"default\",reason=\"expired\"}";
+    assert_eq!(c.counter(closed_total).await, 1);
+    assert_eq!(c.counter(expired_total).await, 1);
+    let live = "lockbroker_sessions{tenant=\"default\"}";
+    for _ in 0..3 {
+        open(&c, json!({"ttl_ms": 30_000})).await;
+    }
+    eventually("the gauge shows three live sessions", WAIT, || async {
+        c.counter(live).await == 3
+    })
+    .await;
+    broker.stop().await;
+}
+
+/// A tenant's `max_sessions`: one more is refused with 429
+/// `quota_exceeded`, nothing opened; a close makes room.
+#[tokio::test]
+async fn max_sessions_refuses_one_more() {
+    let db = lockbroker_tests::fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.tenants[0].max_sessions = 2;
+    let broker = Broker::start_with(db, cfg).await;
+    let c = broker.client();
+    let first = open(&c, json!({"ttl_ms": 30_000})).await;
+    open(&c, json!({"ttl_ms": 30_000})).await;
+    let reply = c
+        .post("/v1/sessions", &json!({"ttl_ms": 30_000}))
+        .await
+        .unwrap();
+    assert_code(&reply, 429, ErrorCode::QuotaExceeded);
+    assert!(reply.text().contains("max_sessions"), "{reply:?}");
+    let listed: Page<Session> = c.get("/v1/sessions").await.unwrap().ok();
+    assert_eq!(listed.items.len(), 2, "nothing opened");
+    // Another tenant has its own count.
+    let other = Client::new(broker.url(), Some(OTHER_KEY)).unwrap();
+    open(&other, json!({"ttl_ms": 30_000})).await;
+    close(&c, &first.id).await.ok::<SessionClosed>();
+    open(&c, json!({"ttl_ms": 30_000})).await;
     broker.stop().await;
 }

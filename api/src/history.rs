@@ -23,6 +23,21 @@ pub enum LockEventKind {
     HandedOff,
     /// An operator ended the lease (`POST /v1/admin/tenants/{t}/locks/{key}/release`).
     ForceReleased,
+    /// A session ended (event streams only: `kind` is `session`,
+    /// `storage_key` and `session` the session's id, `reason` why). Each of
+    /// its leases has its own `released` or `expired` event first.
+    SessionEnded,
+}
+
+/// Why a lease ended without its holder's release: its session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// Its session was closed (`DELETE /v1/sessions/{id}`).
+    SessionClosed,
+    /// Its session expired (no keepalive within its TTL).
+    SessionExpired,
 }
 
 /// One event of a lock's history.
@@ -47,6 +62,15 @@ pub struct LockEvent {
     )]
     #[serde(default)]
     pub policy: Option<String>,
+    /// The session the lease was held in; null for a lease of its own.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Set on the `released` or `expired` event of a lease that its
+    /// session's end released; null otherwise.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub reason: Option<EndReason>,
 }
 
 /// `GET /v1/locks/{key}/history`: newest first. Events are written in the
@@ -66,6 +90,8 @@ pub enum ResourceKind {
     Lock,
     Semaphore,
     Rwlock,
+    /// A session (its `session_ended` event).
+    Session,
 }
 
 /// The data of one event of `GET /v1/events` (its SSE `event:` line is
@@ -78,12 +104,23 @@ pub struct StreamEvent {
     pub id: u64,
     pub event: LockEventKind,
     pub kind: ResourceKind,
-    /// The storage key of the lock, semaphore or rwlock.
+    /// The storage key of the lock, semaphore or rwlock (a session's id
+    /// for `session_ended`).
     pub storage_key: String,
-    /// The lease's holder.
+    /// The lease's holder (empty for `session_ended`).
     pub owner: String,
-    /// The lease's fencing token.
+    /// The lease's fencing token (0 for `session_ended`).
     pub token: u64,
     /// When, by the database clock (RFC 3339, UTC, microseconds).
     pub at: String,
+    /// The session the lease was held in (the session that ended, for
+    /// `session_ended`); null for a lease of its own.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Why its session's end released it (and why the session ended, for
+    /// `session_ended`); null otherwise.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub reason: Option<EndReason>,
 }

@@ -183,6 +183,11 @@ pub struct LockStatus {
     pub expires_at: Option<String>,
     /// Requests waiting for the lock.
     pub waiters: u64,
+    /// The session the lease is held in (its `expires_at` is the
+    /// session's); null when not held or held on its own.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// One page of a listing (`GET /v1/locks`, `/v1/semaphores`, ...): the

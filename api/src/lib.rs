@@ -52,8 +52,8 @@ pub use election::{
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use fencing::{ValidateRequest, Validity};
 pub use history::{
-    LockEvent, LockEventKind, LockHistory, ResourceKind, StreamEvent, HISTORY_DEFAULT_LIMIT,
-    HISTORY_MAX_LIMIT,
+    EndReason, LockEvent, LockEventKind, LockHistory, ResourceKind, StreamEvent,
+    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
 };
 pub use kind::{Election, Granted, LeaseKind, LeaseRequest, Lock, RwLock, Semaphore, Wire};
 pub use lease::{

@@ -240,6 +240,10 @@ pub struct TenantConfig {
     /// broker at once.
     #[serde(default = "default_max_streams")]
     pub max_streams: usize,
+    /// Live sessions of the tenant (`POST /v1/sessions`), counted in the
+    /// database when one opens; past it, 429 `quota_exceeded`.
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: u64,
     /// This tenant's own database (a shard); `None`: the top-level one.
     #[serde(default)]
     pub database_url: Option<DatabaseUrl>,
@@ -280,6 +284,7 @@ impl TenantConfig {
             max_requests_per_s: None,
             max_requests_burst: None,
             max_streams: default_max_streams(),
+            max_sessions: default_max_sessions(),
             database_url: None,
             policy_deadline_ms: None,
             policy_memory_bytes: None,
@@ -342,6 +347,9 @@ fn default_max_streams() -> usize {
 }
 fn default_max_held() -> u64 {
     1_000_000
+}
+fn default_max_sessions() -> u64 {
+    100_000
 }
 
 impl TenantConfig {
@@ -532,6 +540,9 @@ api_key = "dev-key"
             }
             if tenant.max_streams == 0 {
                 return invalid(format!("tenant {name}: max_streams must be at least 1"));
+            }
+            if tenant.max_sessions == 0 {
+                return invalid(format!("tenant {name}: max_sessions must be at least 1"));
             }
             if tenant.max_ttl_ms < 100 {
                 return invalid(format!("tenant {name}: max_ttl_ms must be at least 100"));

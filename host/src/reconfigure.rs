@@ -135,6 +135,7 @@ pub fn tenant_changes(old: &TenantConfig, new: &TenantConfig) -> Vec<&'static st
         max_requests_per_s,
         max_requests_burst,
         max_streams,
+        max_sessions,
         database_url,
         policy_deadline_ms,
         policy_memory_bytes,

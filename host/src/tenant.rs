@@ -28,6 +28,8 @@ pub struct Tenant {
     pub rate: Option<Arc<Rate>>,
     /// Event streams it may have open on this broker at once.
     pub max_streams: usize,
+    /// Its live sessions, at most (counted in the database).
+    pub max_sessions: u64,
     /// Its policy (and the policy's file in `policy_dir`, if any).
     pub policy: Arc<TenantPolicy>,
     /// Which of the broker's databases holds this tenant's locks.
@@ -57,6 +59,7 @@ impl Tenant {
                 .rate()
                 .map(|(per_s, burst)| Arc::new(Rate::new(per_s, burst))),
             max_streams: config.max_streams,
+            max_sessions: config.max_sessions,
             policy,
             delays: Delays {
                 lock_delay_ms: config.lock_delay_ms,
@@ -91,6 +94,7 @@ impl Tenant {
             held: self.held.clone(),
             rate,
             max_streams: config.max_streams,
+            max_sessions: config.max_sessions,
             policy,
             delays: Delays {
                 lock_delay_ms: config.lock_delay_ms,

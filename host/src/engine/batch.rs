@@ -282,12 +282,15 @@ fn plan(lock: &LockRef, op: &Op, row: Option<KeyedLockRow>) -> Plan {
                     released: true,
                     hold_count: 0,
                 }),
-                events: history::event(
-                    lock,
-                    EventKind::Released,
-                    owner.as_bytes(),
-                    *token,
-                    Some(row.now),
+                events: history::in_session(
+                    history::event(
+                        lock,
+                        EventKind::Released,
+                        owner.as_bytes(),
+                        *token,
+                        Some(row.now),
+                    ),
+                    row.session.as_deref(),
                 )
                 .into_iter()
                 .collect(),

@@ -30,7 +30,7 @@ use tokio::{
 
 use super::{Engine, EngineError};
 use crate::store::{
-    history::{self, EventKind, FeedRow},
+    history::{self, EndCause, EventKind, FeedRow, SESSION_KIND},
     Kind,
 };
 
@@ -53,13 +53,18 @@ pub struct Event {
     /// Increasing in the order the feed hands events on.
     pub id: u64,
     pub tenant: String,
-    pub kind: Kind,
+    /// The key's kind; `None`: a session's end (`storage_key` its id).
+    pub kind: Option<Kind>,
     pub storage_key: String,
     pub event: EventKind,
     pub owner: String,
     pub token: u64,
     /// By the database clock.
     pub at: NaiveDateTime,
+    /// The session the lease was held in (or that ended).
+    pub session: Option<String>,
+    /// Why a session's end released it (or why the session ended).
+    pub reason: Option<EndCause>,
 }
 
 impl Event {
@@ -69,9 +74,10 @@ impl Event {
             id: row.id,
             tenant: text(row.tenant),
             kind: match row.kind {
-                0 => Kind::Lock,
-                2 => Kind::Semaphore,
-                3 => Kind::RwLock,
+                0 => Some(Kind::Lock),
+                2 => Some(Kind::Semaphore),
+                3 => Some(Kind::RwLock),
+                SESSION_KIND => None,
                 _ => return None,
             },
             storage_key: text(row.lock_key),
@@ -79,6 +85,8 @@ impl Event {
             owner: text(row.owner),
             token: row.token,
             at: row.at,
+            session: row.session.map(text),
+            reason: row.reason.and_then(EndCause::from_code),
         })
     }
 }

@@ -25,7 +25,7 @@ use super::{
     Engine, EngineError, LockRef, Op,
 };
 use crate::store::{
-    history::{self, EventKind, NewEvent},
+    history::{self, EndCause, EventKind, NewEvent},
     pool::Conn,
     Kind,
 };
@@ -43,6 +43,10 @@ pub struct LockEvent {
     pub at: NaiveDateTime,
     /// The id of the policy version that decided it, if one did.
     pub policy: Option<String>,
+    /// The session the lease was held in, if it was.
+    pub session: Option<String>,
+    /// Why a session's end released it, if one did.
+    pub reason: Option<EndCause>,
 }
 
 /// The event `event` of `owner`'s lease `token` on `lock`, at `at` (`None`:
@@ -58,7 +62,7 @@ pub(super) fn event(
 ) -> Option<NewEvent> {
     (lock.kind != Kind::Election).then(|| NewEvent {
         tenant: lock.tenant.clone(),
-        kind: lock.kind,
+        kind: Some(lock.kind),
         lock_key: lock.storage_key.clone(),
         event,
         owner: String::from_utf8_lossy(owner).into_owned(),
@@ -69,6 +73,34 @@ pub(super) fn event(
             EventKind::HandedOff => lock.pacing.version(),
             _ => None,
         },
+        session: None,
+        reason: None,
+    })
+}
+
+/// The `session_ended` event of `tenant`'s session `id`, which ended for
+/// `cause` (at the insert's `NOW(6)`).
+pub(super) fn session_ended(tenant: &str, id: &str, cause: EndCause) -> NewEvent {
+    NewEvent {
+        tenant: tenant.to_owned(),
+        kind: None,
+        lock_key: id.to_owned(),
+        event: EventKind::SessionEnded,
+        owner: String::new(),
+        token: 0,
+        at: None,
+        policy: None,
+        session: Some(id.to_owned()),
+        reason: Some(cause),
+    }
+}
+
+/// `e`, naming the session its lease is held in (`session`, as a lease
+/// row stores it), if it is.
+pub(super) fn in_session(e: Option<NewEvent>, session: Option<&[u8]>) -> Option<NewEvent> {
+    e.map(|mut e| {
+        e.session = session.map(|s| String::from_utf8_lossy(s).into_owned());
+        e
     })
 }
 
@@ -76,21 +108,23 @@ pub(super) fn event(
 /// clock.
 pub(super) fn granted(lock: &LockRef, lease: &Lease) -> Option<NewEvent> {
     let owner = lease.owner.as_bytes();
-    event(
+    let e = event(
         lock,
         EventKind::Granted,
         owner,
         lease.token,
         Some(lease.granted_at()),
-    )
+    );
+    in_session(e, lease.session.as_deref().map(str::as_bytes))
 }
 
 /// The `expired` event of the lease in `row`, if one ran out there.
 pub(super) fn expiry(lock: &LockRef, row: &LeaseRow) -> Option<NewEvent> {
     match (&row.owner, row.expires_at) {
-        (Some(owner), Some(expires_at)) if row.live_owner().is_none() => {
-            event(lock, EventKind::Expired, owner, row.token, Some(expires_at))
-        }
+        (Some(owner), Some(expires_at)) if row.live_owner().is_none() => in_session(
+            event(lock, EventKind::Expired, owner, row.token, Some(expires_at)),
+            row.session.as_deref(),
+        ),
         _ => None,
     }
 }
@@ -112,7 +146,22 @@ pub(super) fn note(
     token: u64,
     at: NaiveDateTime,
 ) {
-    if let Some(e) = event(lock, kind, owner.as_bytes(), token, Some(at)) {
+    note_in(conn, lock, kind, (owner, token), at, None);
+}
+
+/// [`note`] for a lease held in `session` (as its row stores it), if it is.
+pub(super) fn note_in(
+    conn: &mut Conn,
+    lock: &LockRef,
+    kind: EventKind,
+    (owner, token): (&str, u64),
+    at: NaiveDateTime,
+    session: Option<&[u8]>,
+) {
+    if let Some(e) = in_session(
+        event(lock, kind, owner.as_bytes(), token, Some(at)),
+        session,
+    ) {
         conn.note(e);
     }
 }
@@ -143,6 +192,8 @@ impl Engine {
                         token: r.token,
                         at: r.at,
                         policy: r.policy.map(|p| String::from_utf8_lossy(&p).into_owned()),
+                        session: r.session.map(|s| String::from_utf8_lossy(&s).into_owned()),
+                        reason: r.reason.and_then(EndCause::from_code),
                     })
                 })
                 .collect())

@@ -213,16 +213,8 @@ impl Engine {
         lease: Lease,
     ) -> Result<Attempt, EngineError> {
         seat::write(&mut tx, lock, &lease).await?;
-        if lease.fresh {
-            let at = lease.granted_at();
-            history::note(
-                &mut tx,
-                lock,
-                EventKind::Granted,
-                &lease.owner,
-                lease.token,
-                at,
-            );
+        if let Some(e) = history::granted(lock, &lease).filter(|_| lease.fresh) {
+            tx.note(e);
         }
         self.commit(tx, lock, Expect::lease(&lease)).await?;
         self.count_grant(lock, if lease.fresh { "direct" } else { "reentry" });
@@ -342,13 +334,13 @@ impl Engine {
                 .map(|s| String::from_utf8_lossy(s).into_owned()),
         };
         seat::write_marked(conn, lock, &lease, released_by).await?;
-        history::note(
+        history::note_in(
             conn,
             lock,
             EventKind::HandedOff,
-            &lease.owner,
-            lease.token,
+            (&lease.owner, lease.token),
             row.now,
+            waiter.session.as_deref(),
         );
         let delivery = self.record_handoff(conn, lock, waiter, &lease).await?;
         *queued = queued.saturating_sub(1);
@@ -451,7 +443,8 @@ impl Engine {
                     hold_count,
                 });
             }
-            history::note(&mut tx, lock, EventKind::Released, owner, token, row.now);
+            let session = row.session.as_deref();
+            history::note_in(&mut tx, lock, EventKind::Released, (owner, token), row.now, session);
             let delivery = self
                 .hand_on_marked(&mut tx, lock, &row, &mut queued, Some(mark))
                 .await?;

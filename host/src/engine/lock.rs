@@ -55,8 +55,11 @@ pub struct LockState {
     /// When the lease was granted, from the key's history (none for
     /// elections, or once pruned).
     pub acquired_at: Option<NaiveDateTime>,
+    /// Its session's expiry for a lease held in a session.
     pub expires_at: Option<NaiveDateTime>,
     pub waiters: u64,
+    /// The session the lease is held in, if it is.
+    pub session: Option<String>,
 }
 
 impl LockState {
@@ -75,6 +78,11 @@ impl LockState {
             acquired_at: entry.acquired_at,
             expires_at: entry.expires_at.filter(|_| live),
             waiters: u64::from(entry.queued),
+            session: entry
+                .session
+                .as_deref()
+                .filter(|_| live)
+                .map(|s| String::from_utf8_lossy(s).into_owned()),
         }
     }
 }
@@ -454,6 +462,7 @@ impl Engine {
                 acquired_at: None,
                 expires_at: None,
                 waiters: here,
+                session: None,
             },
         })
     }

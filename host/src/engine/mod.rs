@@ -149,6 +149,9 @@ pub enum EngineError {
     /// A multi-lock names one storage key twice.
     #[error("the key {key:?} names the storage key {storage_key:?} already named by another key")]
     DuplicateKey { key: String, storage_key: String },
+    /// The tenant has its `max_sessions` live sessions already.
+    #[error("too many sessions for this tenant")]
+    TooManySessions,
     /// The session named is unknown, ended or expired (nothing granted).
     #[error("no such session (it ended, expired, or never existed)")]
     SessionNotFound,

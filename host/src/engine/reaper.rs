@@ -110,6 +110,14 @@ impl Engine {
             self.metrics.inc("lockbroker_reaper_errors_total", &[]);
             tracing::debug!(error = %err, "ending expired sessions failed");
         }
+        // Each tenant's live sessions, for the gauge (about once a second
+        // at the default interval).
+        if prune.is_some() {
+            if let Err(err) = self.count_sessions(tenants).await {
+                self.metrics.inc("lockbroker_reaper_errors_total", &[]);
+                tracing::debug!(error = %err, "counting sessions failed");
+            }
+        }
         // Last, and on its own: a failed pruning (another broker's pruning
         // deadlocked with it) delays no handoff, and is tried again.
         let Some(retention) = prune else {

@@ -30,7 +30,7 @@ use super::{
     LockRef, Op, Scope, Scopes,
 };
 use crate::store::{
-    history::EventKind,
+    history::{EndCause, EventKind},
     locks,
     sessions::{self, SessionRow},
     Kind, Locking,
@@ -63,7 +63,28 @@ impl EndReason {
             EndReason::Expired
         }
     }
+
+    /// The reason its leases' events give.
+    fn cause(self) -> EndCause {
+        match self {
+            EndReason::Closed => EndCause::SessionClosed,
+            EndReason::Expired => EndCause::SessionExpired,
+        }
+    }
+
+    /// The `reason` label of `lockbroker_sessions_ended_total`.
+    fn label(self) -> &'static str {
+        match self {
+            EndReason::Closed => "closed",
+            EndReason::Expired => "expired",
+        }
+    }
 }
+
+/// The gauge of each tenant's live sessions (read from the database).
+const SESSIONS: &str = "lockbroker_sessions";
+/// The counter of sessions ended, by tenant and reason.
+const ENDED: &str = "lockbroker_sessions_ended_total";
 
 /// A session as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,21 +127,35 @@ fn plausible(id: &str) -> bool {
 
 impl Engine {
     /// Opens a session of `tenant` with `ttl_ms` (by the database clock)
-    /// and `lock_delay_ms`, named `name` (empty: none).
+    /// and `lock_delay_ms`, named `name` (empty: none), if the tenant has
+    /// fewer than `max_sessions` live sessions (counted in the database
+    /// first: sessions opened at the same moment through several brokers
+    /// may pass it by a few, as `max_held` may).
     ///
     /// # Errors
-    /// [`EngineError::Unavailable`].
+    /// [`EngineError::TooManySessions`]; [`EngineError::Unavailable`].
     pub fn open_session(
         &self,
         tenant: &str,
         name: String,
-        ttl_ms: u64,
-        lock_delay_ms: u64,
+        (ttl_ms, lock_delay_ms): (u64, u64),
+        max_sessions: u64,
     ) -> Op<SessionInfo> {
         let (engine, tenant) = (self.clone(), tenant.to_owned());
         finish(move |_| async move {
             let id = format!("{:032x}", rand::random::<u128>());
             let budget = engine.budget();
+            let live = engine
+                .retry(budget, || async {
+                    let mut conn = engine.conn(budget).await?;
+                    let n = sessions::count_live(&mut conn, &tenant).await?;
+                    conn.done();
+                    Ok(n)
+                })
+                .await?;
+            if live >= max_sessions {
+                return Err(EngineError::TooManySessions);
+            }
             engine
                 .retry(budget, || async {
                     let mut conn = engine.conn(budget).await?;
@@ -304,6 +339,23 @@ impl Engine {
         .await
     }
 
+    /// Sets `lockbroker_sessions` of each tenant of `tenants` to its
+    /// count of live sessions in the database (one grouped read).
+    pub(super) async fn count_sessions(&self, tenants: &Scopes) -> Result<(), EngineError> {
+        let mut conn = self.conn(self.budget()).await?;
+        let counts = sessions::live_by_tenant(&mut conn).await?;
+        conn.done();
+        for (name, scope) in tenants {
+            let n = counts
+                .iter()
+                .find(|(t, _)| t == name)
+                .map_or(0, |(_, n)| *n);
+            self.metrics
+                .set_gauge(SESSIONS, &[("tenant", &scope.tenant)], n);
+        }
+        Ok(())
+    }
+
     /// The reaper's part: marks expired sessions ended (those no other
     /// broker's reaper holds) and starts their end passes, and starts again
     /// the passes of ends left unfinished for [`STUCK_AFTER`]; `stuck` says
@@ -407,19 +459,29 @@ impl Engine {
             released += n;
         }
         self.drop_session_waiters(scope, id).await?;
+        // The row goes with the `session_ended` event, once: a pass carried
+        // out again finds no row and records nothing.
         let budget = self.budget();
-        self.retry(budget, || async {
-            let mut conn = self.conn(budget).await?;
-            sessions::delete(&mut conn, &scope.tenant, id).await?;
-            conn.done();
-            Ok(())
-        })
-        .await?;
-        let label = match reason {
-            EndReason::Closed => "closed",
-            EndReason::Expired => "expired",
-        };
-        tracing::debug!(session = %id, released, reason = label, "session ended");
+        let deleted = self
+            .retry(budget, || async {
+                let mut tx = self.begin(budget).await?;
+                let deleted = sessions::delete(&mut tx, &scope.tenant, id).await?;
+                if deleted {
+                    let ended = history::session_ended(&scope.tenant, id, reason.cause());
+                    crate::store::history::append(&mut tx, &[ended]).await?;
+                }
+                tx.commit().await?;
+                tx.done();
+                Ok(deleted)
+            })
+            .await?;
+        if deleted {
+            self.metrics.inc(
+                ENDED,
+                &[("tenant", &scope.tenant), ("reason", reason.label())],
+            );
+        }
+        tracing::debug!(session = %id, released, reason = reason.label(), "session ended");
         Ok(released)
     }
 
@@ -458,7 +520,11 @@ impl Engine {
                     EndReason::Closed => EventKind::Released,
                     EndReason::Expired => EventKind::Expired,
                 };
-                history::note(&mut tx, lock, event, &owner, row.token, row.now);
+                let e = history::event(lock, event, owner.as_bytes(), row.token, Some(row.now));
+                if let Some(mut e) = history::in_session(e, Some(id.as_bytes())) {
+                    e.reason = Some(reason.cause());
+                    tx.note(e);
+                }
                 if reason == EndReason::Expired && lock_delay_ms > 0 {
                     // The session's lock-delay: the key is not granted
                     // again before it ends (`not_before`).

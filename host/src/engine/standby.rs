@@ -52,18 +52,16 @@ impl Engine {
             let written = self
                 .retry(budget, || async {
                     let mut conn = self.conn(budget).await?;
-                    let ok = locks::set_standby(&mut conn, lock.row(), &self.broker, &holder, token)
-                        .await?;
+                    let ok =
+                        locks::set_standby(&mut conn, lock.row(), &self.broker, &holder, token)
+                            .await?;
                     conn.done();
                     Ok(ok)
                 })
                 .await;
             let give_up = written.is_err() || attempt == MARK_TRIES;
             let ok = written.unwrap_or(false);
-            match self
-                .held_here
-                .marked(lock, (&holder, token), ok, give_up)
-            {
+            match self.held_here.marked(lock, (&holder, token), ok, give_up) {
                 MarkNext::Done => return,
                 MarkNext::Retry => {}
                 MarkNext::AfterSettle => HeldHere::settled(settling, budget.deadline).await,

@@ -185,6 +185,13 @@ impl From<EngineError> for ApiError {
             EngineError::DuplicateKey { key, storage_key } => ApiError::bad_request(format!(
                 "keys must name distinct locks: {key:?} names {storage_key:?} like another key"
             )),
+            EngineError::TooManySessions => ApiError {
+                retry_after_ms: Some(crate::quota::OVER_QUOTA_RETRY_AFTER.as_millis() as u64),
+                ..ApiError::new(
+                    ErrorCode::QuotaExceeded,
+                    "the tenant has max_sessions live sessions already; nothing was opened",
+                )
+            },
             EngineError::SessionNotFound => ApiError::new(
                 ErrorCode::SessionNotFound,
                 "no such session: it ended (closed or expired) or never existed; its leases are gone",

@@ -39,8 +39,11 @@ struct Filter {
 }
 
 impl Filter {
+    /// A session's end reaches every stream of its tenant, whatever its
+    /// prefix: the keys it released may be any.
     fn wants(&self, event: &Event) -> bool {
-        event.tenant == self.tenant && event.storage_key.as_bytes().starts_with(&self.prefix)
+        event.tenant == self.tenant
+            && (event.kind.is_none() || event.storage_key.as_bytes().starts_with(&self.prefix))
     }
 }
 
@@ -230,9 +233,10 @@ async fn send(
         id: event.id,
         event: history::kind(event.event),
         kind: match event.kind {
-            Kind::Semaphore => ResourceKind::Semaphore,
-            Kind::RwLock => ResourceKind::Rwlock,
-            _ => ResourceKind::Lock,
+            Some(Kind::Semaphore) => ResourceKind::Semaphore,
+            Some(Kind::RwLock) => ResourceKind::Rwlock,
+            Some(_) => ResourceKind::Lock,
+            None => ResourceKind::Session,
         },
         storage_key: event.storage_key.clone(),
         owner: event.owner.clone(),
@@ -241,6 +245,8 @@ async fn send(
             .at
             .and_utc()
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        session: event.session.clone(),
+        reason: event.reason.map(history::reason),
     };
     let name = event.event.name();
     tx.send(sse::frame(name, Some(event.id), &data))

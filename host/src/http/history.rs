@@ -3,7 +3,7 @@
 //! answers them.
 
 use lockbroker_api::{
-    LockEvent, LockEventKind, LockHistory, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
+    EndReason, LockEvent, LockEventKind, LockHistory, HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
 };
 
 use super::{
@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     engine::{self, Engine, LockRef},
-    store::history::EventKind,
+    store::history::{EndCause, EventKind},
 };
 
 /// The `limit` of a history query: 1 to [`HISTORY_MAX_LIMIT`], default
@@ -53,6 +53,16 @@ pub fn event(e: engine::LockEvent) -> LockEvent {
             .and_utc()
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
         policy: e.policy,
+        session: e.session,
+        reason: e.reason.map(reason),
+    }
+}
+
+/// The API's name of why a session's end released a lease.
+pub fn reason(cause: EndCause) -> EndReason {
+    match cause {
+        EndCause::SessionClosed => EndReason::SessionClosed,
+        EndCause::SessionExpired => EndReason::SessionExpired,
     }
 }
 
@@ -64,5 +74,6 @@ pub fn kind(kind: EventKind) -> LockEventKind {
         EventKind::Expired => LockEventKind::Expired,
         EventKind::HandedOff => LockEventKind::HandedOff,
         EventKind::ForceReleased => LockEventKind::ForceReleased,
+        EventKind::SessionEnded => LockEventKind::SessionEnded,
     }
 }

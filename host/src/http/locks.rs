@@ -95,6 +95,7 @@ fn status(key: String, storage_key: String, state: LockState) -> LockStatus {
         acquired_at: state.acquired_at.map(rfc3339),
         expires_at: state.expires_at.map(rfc3339),
         waiters: state.waiters,
+        session: state.session,
     }
 }
 

@@ -69,7 +69,7 @@ pub async fn handle(
                 ));
             }
             let request: CreateSessionRequest = parse_json(&body)?;
-            let session = open(engine, &tenant.name, request).await?;
+            let session = open(engine, &tenant, request).await?;
             Ok(json_response(StatusCode::CREATED, &session))
         }
         "list" => Ok(ok(&list(engine, &tenant.name, req.uri().query()).await?)),
@@ -111,7 +111,7 @@ fn session(info: SessionInfo) -> Session {
 /// place of `ttl_ms`. When it ends, closed or expired by the database
 /// clock, every lease in it ends at once, each key handed to its next
 /// waiter. Sessions hold locks for now; the other kinds answer 400 when
-/// given one.
+/// given one. A tenant has at most `max_sessions` live sessions.
 #[utoipa::path(
     post,
     path = "/v1/sessions",
@@ -121,12 +121,16 @@ fn session(info: SessionInfo) -> Session {
     security(("tenantKey" = [])),
     responses(
         (status = 201, description = "The session, open.", body = Session),
+        (status = 429, description = "`quota_exceeded`: the tenant has `max_sessions` live \
+sessions (tenant config, default 100,000; counted in the database), nothing was opened; \
+`rate_limited`: the tenant sent more than its `max_requests_per_s` to this broker.",
+            body = lockbroker_api::ErrorBody),
         KeyedErrors,
     )
 )]
 async fn open(
     engine: &crate::engine::Engine,
-    tenant: &str,
+    tenant: &crate::tenant::Tenant,
     request: CreateSessionRequest,
 ) -> Result<Session, ApiError> {
     let ttl_ms = check_range(
@@ -146,7 +150,12 @@ async fn open(
         check_len("name", &name, SESSION_MAX_NAME_BYTES)?;
     }
     let info = engine
-        .open_session(tenant, name, ttl_ms, lock_delay_ms)
+        .open_session(
+            &tenant.name,
+            name,
+            (ttl_ms, lock_delay_ms),
+            tenant.max_sessions,
+        )
         .await?;
     Ok(session(info))
 }

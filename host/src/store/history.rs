@@ -22,6 +22,40 @@ pub enum EventKind {
     HandedOff = 4,
     /// An operator ended the lease.
     ForceReleased = 5,
+    /// A session ended (its leases' own events say what became of them);
+    /// stored with [`SESSION_KIND`] and the session's id as its key.
+    SessionEnded = 6,
+}
+
+/// The `kind` of a `session_ended` event's row: a session, not a key.
+pub const SESSION_KIND: u8 = 4;
+
+/// Why a session's end released a lease (`lock_events.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndCause {
+    /// Its client closed the session.
+    SessionClosed = 1,
+    /// The session's TTL ran out.
+    SessionExpired = 2,
+}
+
+impl EndCause {
+    /// The cause stored as `code`.
+    pub fn from_code(code: u8) -> Option<EndCause> {
+        match code {
+            1 => Some(EndCause::SessionClosed),
+            2 => Some(EndCause::SessionExpired),
+            _ => None,
+        }
+    }
+
+    /// The name in the API (`"session_closed"`, `"session_expired"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EndCause::SessionClosed => "session_closed",
+            EndCause::SessionExpired => "session_expired",
+        }
+    }
 }
 
 impl EventKind {
@@ -33,6 +67,7 @@ impl EventKind {
             3 => EventKind::Expired,
             4 => EventKind::HandedOff,
             5 => EventKind::ForceReleased,
+            6 => EventKind::SessionEnded,
             _ => return None,
         })
     }
@@ -45,6 +80,7 @@ impl EventKind {
             EventKind::Expired => "expired",
             EventKind::HandedOff => "handed_off",
             EventKind::ForceReleased => "force_released",
+            EventKind::SessionEnded => "session_ended",
         }
     }
 }
@@ -53,7 +89,9 @@ impl EventKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {
     pub tenant: String,
-    pub kind: Kind,
+    /// The kind of the key; `None`: a session's (`session_ended`, stored
+    /// as [`SESSION_KIND`], `lock_key` the session's id).
+    pub kind: Option<Kind>,
     pub lock_key: String,
     pub event: EventKind,
     pub owner: String,
@@ -62,6 +100,10 @@ pub struct NewEvent {
     pub at: Option<NaiveDateTime>,
     /// The id of the policy version that decided it, if one did.
     pub policy: Option<std::sync::Arc<str>>,
+    /// The session the lease is held in, if it is.
+    pub session: Option<String>,
+    /// Why a session's end released it, if one did.
+    pub reason: Option<EndCause>,
 }
 
 /// A recorded event.
@@ -72,6 +114,8 @@ pub struct EventRow {
     pub token: u64,
     pub at: NaiveDateTime,
     pub policy: Option<Vec<u8>>,
+    pub session: Option<Vec<u8>>,
+    pub reason: Option<u8>,
 }
 
 /// Appends `events` in one statement (in the caller's transaction), sent
@@ -80,10 +124,10 @@ pub async fn append(conn: &mut Conn, events: &[NewEvent]) -> sqlx::Result<()> {
     if events.is_empty() {
         return Ok(());
     }
-    let tuples = vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)), ?)"; events.len()].join(", ");
+    let tuples = vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)), ?, ?, ?)"; events.len()].join(", ");
     let sql = format!(
         r#"
-INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at, policy)
+INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at, policy, session, reason)
 VALUES {tuples}
 "#
     );
@@ -92,13 +136,15 @@ VALUES {tuples}
         .map(|e| {
             (
                 &e.tenant,
-                e.kind as u8,
+                e.kind.map_or(SESSION_KIND, |k| k as u8),
                 &e.lock_key,
                 e.event as u8,
                 &e.owner,
                 e.token,
                 e.at,
                 e.policy.as_deref(),
+                e.session.as_deref(),
+                e.reason.map(|r| r as u8),
             )
         })
         .collect();
@@ -110,7 +156,7 @@ VALUES {tuples}
 pub async fn latest(conn: &mut Conn, k: RowKey<'_>, limit: u32) -> sqlx::Result<Vec<EventRow>> {
     conn.fetch_all(
         r#"
-SELECT event, owner, token, at, policy FROM lock_events
+SELECT event, owner, token, at, policy, session, reason FROM lock_events
 WHERE tenant = ? AND kind = ? AND lock_key = ?
 ORDER BY id DESC LIMIT ?
 "#,
@@ -130,10 +176,12 @@ pub struct FeedRow {
     pub owner: Vec<u8>,
     pub token: u64,
     pub at: NaiveDateTime,
+    pub session: Option<Vec<u8>>,
+    pub reason: Option<u8>,
 }
 
 /// The columns of a [`FeedRow`].
-const FEED: &str = "id, tenant, kind, lock_key, event, owner, token, at";
+const FEED: &str = "id, tenant, kind, lock_key, event, owner, token, at, session, reason";
 
 /// Every tenant's events after `after`, oldest first, at most `limit`.
 pub async fn after(conn: &mut Conn, after: u64, limit: u32) -> sqlx::Result<Vec<FeedRow>> {

@@ -77,6 +77,8 @@ pub struct LockEntry {
     pub expires_at: Option<NaiveDateTime>,
     pub queued: u32,
     pub acquired_at: Option<NaiveDateTime>,
+    /// The session the lease is held in, if it is.
+    pub session: Option<Vec<u8>>,
 }
 
 /// A semaphore's header.
@@ -115,13 +117,15 @@ pub fn locks(kind: Kind, s: &Stretch<'_>) -> String {
     // event with its token (nothing is recorded while a lease is held).
     format!(
         r#"
-SELECT l.lock_key AS entry_key, {live} AS live, l.owner, l.token, l.hold_count, l.expires_at,
+SELECT l.lock_key AS entry_key, {live} AS live, l.owner, l.token, l.hold_count,
+  COALESCE((SELECT s.expires_at FROM sessions s WHERE s.tenant = l.tenant AND s.id = l.session),
+    l.expires_at) AS expires_at,
   l.queued, CASE WHEN {live} THEN (
     SELECT e.at FROM lock_events e
     WHERE e.tenant = l.tenant AND e.kind = l.kind AND e.lock_key = l.lock_key
       AND e.token = l.token AND e.event IN (1, 4)
     ORDER BY e.id DESC LIMIT 1)
-  END AS acquired_at
+  END AS acquired_at, CASE WHEN {live} THEN l.session END AS session
 FROM locks l WHERE l.tenant = ? AND l.kind = {} AND {}
 ORDER BY l.lock_key LIMIT ?
 "#,

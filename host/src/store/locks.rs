@@ -220,7 +220,9 @@ WHERE tenant = ? AND kind = ? AND lock_key = ?
 /// marking the row with `released_by` (a row already marked so is left to
 /// the full release, which tells a replay from a new release); whether it
 /// did. (The engine uses it
-/// for the common release, which then needs no handoff.)
+/// for the common release, which then needs no handoff.) A lease held in
+/// a session is left to the full release, whose read of the row names the
+/// session in the `released` event.
 pub async fn free_if_alone(
     conn: &mut Conn,
     k: RowKey<'_>,
@@ -235,7 +237,7 @@ UPDATE locks l SET l.owner = NULL, l.hold_count = 0, l.expires_at = NULL, l.sess
   l.released_by = ?
 WHERE l.tenant = ? AND l.kind = ? AND l.lock_key = ?
   AND l.owner = ? AND l.token = ? AND l.hold_count = ? AND l.queued = 0 AND {live}
-  AND l.waiting_at IS NULL
+  AND l.waiting_at IS NULL AND l.session IS NULL
   AND NOT (l.released_by <=> ?)
 "#,
         live = lease_live("l")

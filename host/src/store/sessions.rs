@@ -70,6 +70,31 @@ VALUES (?, ?, ?, ?, ?, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)
     Ok(())
 }
 
+/// How many live sessions `tenant` has (plain read, by the database
+/// clock).
+pub async fn count_live(conn: &mut Conn, tenant: &str) -> sqlx::Result<u64> {
+    let (n,): (i64,) = conn
+        .fetch_one(
+            "SELECT COUNT(*) FROM sessions WHERE tenant = ? AND ending = 0 AND expires_at > NOW(6)",
+            (tenant,),
+        )
+        .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// Every tenant's count of live sessions (plain read; tenants without one
+/// are not listed).
+pub async fn live_by_tenant(conn: &mut Conn) -> sqlx::Result<Vec<(Vec<u8>, i64)>> {
+    conn.fetch_all(
+        r#"
+SELECT tenant, COUNT(*) FROM sessions
+WHERE ending = 0 AND expires_at > NOW(6) GROUP BY tenant
+"#,
+        (),
+    )
+    .await
+}
+
 /// The session's row, read as asked: plain, or `LOCK IN SHARE MODE`
 /// (`shared`: an acquire in the session, which the session's end waits
 /// for).
@@ -180,13 +205,14 @@ LIMIT ?
 }
 
 /// Removes an ended session's row.
-pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<()> {
-    conn.execute(
-        "DELETE FROM sessions WHERE tenant = ? AND id = ? AND ending <> 0",
-        (tenant, id),
-    )
-    .await?;
-    Ok(())
+pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<bool> {
+    let done = conn
+        .execute(
+            "DELETE FROM sessions WHERE tenant = ? AND id = ? AND ending <> 0",
+            (tenant, id),
+        )
+        .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// A lease held in a session (plain read).

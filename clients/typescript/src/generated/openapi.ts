@@ -737,7 +737,7 @@ export interface paths {
          *     place of `ttl_ms`. When it ends, closed or expired by the database
          *     clock, every lease in it ends at once, each key handed to its next
          *     waiter. Sessions hold locks for now; the other kinds answer 400 when
-         *     given one.
+         *     given one. A tenant has at most `max_sessions` live sessions.
          */
         post: operations["openSession"];
         delete?: never;
@@ -1284,6 +1284,11 @@ export interface components {
             next: string | null;
         };
         /**
+         * @description Why a lease ended without its holder's release: its session ended.
+         * @enum {string}
+         */
+        EndReason: "session_closed" | "session_expired";
+        /**
          * @description Every error answer.
          * @example {
          *       "error": {
@@ -1506,12 +1511,15 @@ export interface components {
              *     built-in policy, and for events recorded before versions were.
              */
             policy: string | null;
+            /** @description The session the lease was held in; null for a lease of its own. */
+            session: string | null;
+            reason: components["schemas"]["EndReason"] | null;
         };
         /**
          * @description What happened to a lease.
          * @enum {string}
          */
-        LockEventKind: "granted" | "released" | "expired" | "handed_off" | "force_released";
+        LockEventKind: "granted" | "released" | "expired" | "handed_off" | "force_released" | "session_ended";
         /**
          * @description `GET /v1/locks/{key}/history`: newest first. Events are written in the
          *     same transaction as the change they record; re-entries, renewals and
@@ -1568,6 +1576,11 @@ export interface components {
              * @description Requests waiting for the lock.
              */
             waiters: number;
+            /**
+             * @description The session the lease is held in (its `expires_at` is the
+             *     session's); null when not held or held on its own.
+             */
+            session: string | null;
         };
         /** @description One page of a listing: live resources in storage-key (byte) order. A page may hold fewer than `limit` (a scan examines a bounded stretch of keys): follow `next` until it is null. */
         LockStatusPage: {
@@ -2055,7 +2068,7 @@ export interface components {
          * @description What kind of resource an event is about.
          * @enum {string}
          */
-        ResourceKind: "lock" | "semaphore" | "rwlock";
+        ResourceKind: "lock" | "semaphore" | "rwlock" | "session";
         /**
          * @description `POST /v1/admin/tenants/{tenant}/policy/rollback`: which kept version to
          *     put back in force. The body may be absent: the previous version.
@@ -2590,17 +2603,26 @@ export interface components {
             id: number;
             event: components["schemas"]["LockEventKind"];
             kind: components["schemas"]["ResourceKind"];
-            /** @description The storage key of the lock, semaphore or rwlock. */
+            /**
+             * @description The storage key of the lock, semaphore or rwlock (a session's id
+             *     for `session_ended`).
+             */
             storage_key: string;
-            /** @description The lease's holder. */
+            /** @description The lease's holder (empty for `session_ended`). */
             owner: string;
             /**
              * Format: int64
-             * @description The lease's fencing token.
+             * @description The lease's fencing token (0 for `session_ended`).
              */
             token: number;
             /** @description When, by the database clock (RFC 3339, UTC, microseconds). */
             at: string;
+            /**
+             * @description The session the lease was held in (the session that ended, for
+             *     `session_ended`); null for a lease of its own.
+             */
+            session: string | null;
+            reason: components["schemas"]["EndReason"] | null;
         };
         /**
          * @description A tenant and the policy in force (also the answer to a policy upload).
