@@ -295,10 +295,6 @@ async fn bad_requests_and_unknown_sessions() {
             json!({"owner": "w", "mode": "read", "session": s.id}),
         ),
         (
-            "/v1/elections/e/campaign",
-            json!({"candidate": "w", "session": s.id}),
-        ),
-        (
             "/v1/multilock/acquire",
             json!({"owner": "w", "keys": ["a", "b"], "session": s.id}),
         ),
@@ -830,5 +826,69 @@ async fn max_sessions_refuses_one_more() {
     open(&other, json!({"ttl_ms": 30_000})).await;
     close(&c, &first.id).await.ok::<SessionClosed>();
     open(&c, json!({"ttl_ms": 30_000})).await;
+    broker.stop().await;
+}
+
+/// An election's leadership held in a session: the campaign's answer
+/// carries the session's expiry, the leadership is not renewed on its own,
+/// and the session's close hands it to the waiting candidate (the next
+/// term).
+#[tokio::test]
+async fn a_leadership_held_in_a_session_passes_on_when_it_closes() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let s = open(&c, json!({"ttl_ms": 30_000})).await;
+    let lead = c
+        .post(
+            "/v1/elections/sess-elect/campaign",
+            &json!({"candidate": "alpha", "session": s.id}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lead.status, 200, "{lead:?}");
+    let lead = lead.json();
+    assert_eq!(lead["leader"], "alpha");
+    assert_eq!(lead["expires_at"].as_str(), Some(s.expires_at.as_str()));
+    let term = lead["term"].as_u64().unwrap();
+    let renew = c
+        .post(
+            "/v1/elections/sess-elect/renew",
+            &json!({"candidate": "alpha", "term": term, "ttl_ms": 5000}),
+        )
+        .await
+        .unwrap();
+    assert_code(&renew, 400, ErrorCode::BadRequest);
+    let shown: SessionStatus = get(&c, &s.id).await.ok();
+    assert_eq!(shown.leases.len(), 1, "{shown:?}");
+    assert_eq!(shown.leases[0].kind, "election");
+
+    let next = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.post(
+                "/v1/elections/sess-elect/campaign",
+                &json!({"candidate": "beta", "ttl_ms": 30_000, "wait_ms": 10_000}),
+            )
+            .await
+            .unwrap()
+        })
+    };
+    eventually("beta waits", WAIT, || async {
+        use sqlx::Row;
+        let mut conn = db_conn(&broker.db).await;
+        let n: i64 = sqlx::query("SELECT COUNT(*) FROM waiters WHERE granted_token IS NULL")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+            .get(0);
+        n == 1
+    })
+    .await;
+    let closed: SessionClosed = close(&c, &s.id).await.ok();
+    assert_eq!(closed.released, 1);
+    let next = next.await.unwrap();
+    assert_eq!(next.status, 200, "{next:?}");
+    let next = next.json();
+    assert_eq!((next["leader"].as_str(), next["term"].as_u64()), (Some("beta"), Some(term + 1)));
     broker.stop().await;
 }

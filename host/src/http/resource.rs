@@ -182,12 +182,13 @@ pub fn ask(request: &impl LeaseRequest, tenant: &Tenant) -> Result<Ask, ApiError
 }
 
 /// Refuses an acquire in a session for the kinds that cannot hold one
-/// yet (issue #30 adds them step by step): locks only, for now.
+/// yet (issue #30 adds them step by step): locks and elections (both rows
+/// of `locks`, ended by a session's end pass alike), for now.
 ///
 /// # Errors
 /// 400 `bad_request` naming the kind.
 pub fn sessions_supported(kind: &str, ask: &Ask) -> Result<(), ApiError> {
-    if ask.session.is_some() && kind != Lock::PATH {
+    if ask.session.is_some() && kind != Lock::PATH && kind != Election::PATH {
         return Err(ApiError::bad_request(format!(
             "sessions are not supported for {kind} yet"
         )));

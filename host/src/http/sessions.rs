@@ -110,8 +110,8 @@ fn session(info: SessionInfo) -> Session {
 /// its TTL is a good pace): name its `id` as `session` in an acquire, in
 /// place of `ttl_ms`. When it ends, closed or expired by the database
 /// clock, every lease in it ends at once, each key handed to its next
-/// waiter. Sessions hold locks for now; the other kinds answer 400 when
-/// given one. A tenant has at most `max_sessions` live sessions.
+/// waiter. Sessions hold locks and elections' leaderships for now; the
+/// other kinds answer 400 when given one. A tenant has at most `max_sessions` live sessions.
 #[utoipa::path(
     post,
     path = "/v1/sessions",
