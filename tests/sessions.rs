@@ -889,6 +889,9 @@ async fn a_leadership_held_in_a_session_passes_on_when_it_closes() {
     let next = next.await.unwrap();
     assert_eq!(next.status, 200, "{next:?}");
     let next = next.json();
-    assert_eq!((next["leader"].as_str(), next["term"].as_u64()), (Some("beta"), Some(term + 1)));
+    assert_eq!(
+        (next["leader"].as_str(), next["term"].as_u64()),
+        (Some("beta"), Some(term + 1))
+    );
     broker.stop().await;
 }
