@@ -895,3 +895,62 @@ async fn a_leadership_held_in_a_session_passes_on_when_it_closes() {
     );
     broker.stop().await;
 }
+
+/// The admin force-closes a tenant's session: its leases released (the
+/// waiter handed its key), the client's next keepalive `404`; a tenant
+/// key may not, an unknown session or tenant is `404`.
+#[tokio::test]
+async fn the_admin_force_closes_a_session() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let admin = broker.client_with(Some(lockbroker_tests::ADMIN));
+    let s = open(&c, json!({"ttl_ms": 30_000})).await;
+    let grant: Lease = acquire(&c, "forced", json!({"session": s.id})).await.ok();
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("forced", "next", 30_000, 10_000).await.unwrap() })
+    };
+    eventually("the waiter queues", WAIT, || async {
+        waiters(&c, "forced").await == 1
+    })
+    .await;
+    let path = format!("/v1/admin/tenants/default/sessions/{}", s.id);
+    let delete = |client: &Client, path: String| {
+        let client = client.clone();
+        async move {
+            client
+                .send(
+                    Method::DELETE,
+                    &path,
+                    &[],
+                    Bytes::new(),
+                    Duration::from_secs(5),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    // A tenant's key is not the admin token.
+    assert_eq!(delete(&c, path.clone()).await.status, 403);
+    let closed: SessionClosed = delete(&admin, path.clone()).await.ok();
+    assert_eq!((closed.closed, closed.released), (true, 1));
+    let handed: Lease = waiter.await.unwrap().ok();
+    assert_eq!(
+        (handed.owner.as_str(), handed.token),
+        ("next", grant.token + 1)
+    );
+    assert_code(&keepalive(&c, &s.id).await, 404, ErrorCode::SessionNotFound);
+    assert_code(&delete(&admin, path).await, 404, ErrorCode::SessionNotFound);
+    let unknown = delete(
+        &admin,
+        format!("/v1/admin/tenants/nobody/sessions/{}", s.id),
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    assert!(
+        c.counter("lockbroker_admin_actions_total{action=\"force_close_session\",result=\"ok\"}")
+            .await
+            >= 1
+    );
+    broker.stop().await;
+}

@@ -68,6 +68,10 @@ pub async fn handle(
             Ok(ok(&force_release(app, name, key).await?))
         }
         (_, ["tenants", _, "locks", _, "release"]) => Err(ApiError::method_not_allowed("POST")),
+        (&Method::DELETE, ["tenants", name, "sessions", id]) => {
+            Ok(ok(&force_close_session(app, name, id).await?))
+        }
+        (_, ["tenants", _, "sessions", _]) => Err(ApiError::method_not_allowed("DELETE")),
         (method, ["tenants", name, kind]) => {
             let query = req.uri().query();
             let list = TenantsList { app, name, query };
@@ -611,6 +615,70 @@ async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseR
         owner: forced.owner,
         token: forced.token,
         handed_off: forced.handed_off,
+    })
+}
+
+/// Force-close a session
+///
+/// Ends a tenant's live session as its client's close would: every lease
+/// held in it released (each key handed to its next waiter; history
+/// reason `session_closed`), its waiters taken out of the queue, one
+/// `session_ended` event. For a process that is gone but whose session a
+/// stuck keepalive keeps alive. The client's next keepalive gets `404
+/// session_not_found`: its leases are gone.
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/tenants/{tenant}/sessions/{id}",
+    operation_id = "forceCloseSession",
+    tag = "admin",
+    params(
+        ("tenant" = String, Path, description = "The tenant's name from the config.",
+            example = "team-a"),
+        ("id" = String, Path, description = "The session's id.",
+            example = "9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a"),
+    ),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Closed; its leases released.",
+            body = lockbroker_api::SessionClosed),
+        AdminErrors,
+        (status = 404, description = "`not_found`: no such tenant; `session_not_found`: no \
+such live session of that tenant.", body = ErrorBody),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn force_close_session(
+    app: &App,
+    name: &str,
+    id: &str,
+) -> Result<lockbroker_api::SessionClosed, ApiError> {
+    let tenant = app
+        .live()
+        .tenants
+        .get(name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+    let id = percent_encoding::percent_decode_str(id)
+        .decode_utf8_lossy()
+        .into_owned();
+    let engine = app.engine(&tenant);
+    let closed = engine
+        .close_session(crate::engine::Scope::of(&tenant), &id)
+        .await;
+    app.audit("force_close_session", closed.is_ok());
+    let released = closed?;
+    // Its leases no longer count toward `max_held`.
+    tenant.held.released(released).await;
+    tracing::info!(
+        target: "lockbroker::audit",
+        action = "force_close_session",
+        tenant = %tenant.name,
+        released,
+        "session closed by the admin"
+    );
+    Ok(lockbroker_api::SessionClosed {
+        closed: true,
+        released,
     })
 }
 

@@ -85,6 +85,7 @@ commit."
         admin::drop_shadow,
         admin::promote_policy,
         admin::force_release,
+        admin::force_close_session,
         admin::reload,
         admin::reload_status,
         ops::healthz,

@@ -1013,6 +1013,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant}/sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Force-close a session
+         * @description Ends a tenant's live session as its client's close would: every lease
+         *     held in it released (each key handed to its next waiter; history
+         *     reason `session_closed`), its waiters taken out of the queue, one
+         *     `session_ended` event. For a process that is gone but whose session a
+         *     stuck keepalive keeps alive. The client's next keepalive gets `404
+         *     session_not_found`: its leases are gone.
+         */
+        delete: operations["forceCloseSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/reload": {
         parameters: {
             query?: never;
@@ -5120,6 +5145,50 @@ export interface operations {
             405: components["responses"]["MethodNotAllowed"];
             422: components["responses"]["InvalidKey"];
             500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    forceCloseSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+                /**
+                 * @description The session's id.
+                 * @example 9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Closed; its leases released. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionClosed"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description `not_found`: no such tenant; `session_not_found`: no such live session of that tenant. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
             503: components["responses"]["Unavailable"];
         };
     };
