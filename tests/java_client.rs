@@ -3,7 +3,7 @@
 //! offline) runs as a child process with the brokers and variables of
 //! `clients/CONFORMANCE.md` ([`Conformance`]). It must succeed, and the
 //! launcher's XML report must show every conformance scenario's test
-//! (C01–C21) and the README's examples as run and passed: a suite that
+//! (C01–C23) and the README's examples as run and passed: a suite that
 //! skipped or lost a test fails here.
 
 use std::{
@@ -98,7 +98,7 @@ async fn the_java_client_passes_its_conformance_suite() {
     let xml = std::fs::read_to_string(&report)
         .unwrap_or_else(|e| panic!("the launcher wrote its report {}: {e}", report.display()));
     let cases = test_cases(&xml);
-    for id in 1..=21 {
+    for id in 1..=23 {
         let prefix = format!("c{id:02}");
         let case = cases
             .iter()

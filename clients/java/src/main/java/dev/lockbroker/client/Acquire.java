@@ -12,7 +12,8 @@ import java.util.Optional;
  * One builder for every kind, from {@link LockbrokerClient#locking},
  * {@link LockbrokerClient#semaphore}, {@link LockbrokerClient#readLock},
  * {@link LockbrokerClient#writeLock}, {@link LockbrokerClient#multiLock},
- * {@link LockbrokerClient#election}:
+ * {@link LockbrokerClient#election}, and {@link Session#locking} for a lock
+ * held in a session:
  *
  * <pre>{@code
  * try (Permit permit = client.semaphore("encoders", 4).ttl(Duration.ofMinutes(1))
@@ -42,12 +43,14 @@ public final class Acquire<L extends Lease> {
     private final String key;
     private final Map<String, Object> extra;
     private final String ownerField;
-    private final Holding holding;
+    private Holding holding;
     private final Factory<L> factory;
     private String owner;
     private Duration ttl;
     private Duration wait;
     private Integer priority;
+    /** The session the lease is held in ({@link #heldIn}); null for a lease of its own. */
+    private String session;
 
     Acquire(LockbrokerClient client, String path, String key, Map<String, Object> extra, String ownerField,
             Holding holding, Factory<L> factory) {
@@ -71,9 +74,18 @@ public final class Acquire<L extends Lease> {
         return owner(candidate);
     }
 
-    /** The lease length (default: the broker's, 30 s); renewed every third of it while held. */
+    /**
+     * The lease length (default: the broker's, 30 s); renewed every third of it while held.
+     *
+     * @throws IllegalStateException the lease is to be held in a {@link Session}, which sets its length
+     */
     public Acquire<L> ttl(Duration ttl) {
-        this.ttl = Objects.requireNonNull(ttl, "ttl");
+        Objects.requireNonNull(ttl, "ttl");
+        if (session != null) {
+            throw new IllegalStateException("a lease held in session " + session
+                    + " lives as long as the session: it takes no TTL of its own");
+        }
+        this.ttl = ttl;
         return this;
     }
 
@@ -133,6 +145,20 @@ public final class Acquire<L extends Lease> {
         }
     }
 
+    /**
+     * Holds the lease in {@code session} instead of on its own: the broker
+     * is asked with {@code "session": id} in place of {@code ttl_ms}, and
+     * the lease is kept by the session ({@link SessionHolding}). Any kind's
+     * builder can be so turned, once the broker serves that kind in
+     * sessions.
+     */
+    Acquire<L> heldIn(Session session) {
+        this.holding = new SessionHolding(holding, session);
+        this.session = session.id();
+        this.ttl = null;
+        return this;
+    }
+
     private L request(Duration wait) {
         String who = owner != null ? owner : client.uniqueOwner();
         long waitNanos = wait.toNanos();
@@ -160,7 +186,9 @@ public final class Acquire<L extends Lease> {
     private Map<String, Object> body(String who, long waitMs) {
         Map<String, Object> body = new LinkedHashMap<>(extra);
         body.put(ownerField, who);
-        if (ttl != null) {
+        if (session != null) {
+            body.put("session", session);
+        } else if (ttl != null) {
             body.put("ttl_ms", ttl.toMillis());
         }
         body.put("wait_ms", waitMs);

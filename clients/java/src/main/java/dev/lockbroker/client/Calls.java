@@ -95,6 +95,10 @@ final class Calls {
             return new Call("GET", path);
         }
 
+        static Call delete(String path) {
+            return new Call("DELETE", path);
+        }
+
         static Call post(String path, Object body) {
             Call call = new Call("POST", path);
             call.body = () -> body;

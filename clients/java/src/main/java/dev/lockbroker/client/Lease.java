@@ -19,7 +19,8 @@ import java.util.concurrent.CompletableFuture;
  * }</pre>
  *
  * <p>It renews every third of its TTL on a daemon thread (Redisson's
- * watchdog). {@link #lost()} completes when it can no longer be kept: the
+ * watchdog); one held in a {@link Session} is never renewed on its own, but
+ * lives, and is lost, with its session. {@link #lost()} completes when it can no longer be kept: the
  * broker refused a renewal, or no renewal was confirmed before the lease
  * would have run out, counted from when the last confirmed request was sent
  * (so a slow answer never makes the client believe in a longer lease than
@@ -36,7 +37,7 @@ public class Lease implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("dev.lockbroker.client");
 
     private final Holding holding;
-    private final Renewal renewal;
+    private final Keeper renewal;
     private final CompletableFuture<Void> lost = new CompletableFuture<>();
     private final String key;
     private final String owner;
@@ -53,10 +54,10 @@ public class Lease implements AutoCloseable {
         this.owner = holding.owner(grant);
         this.token = holding.token(grant);
         this.ttl = holding.ttl(grant);
-        this.renewal = new Renewal(this, holding);
+        this.renewal = holding.keeper(this);
     }
 
-    /** Starts renewing; see {@link Renewal#start}. */
+    /** Starts keeping it alive; see {@link Keeper#start}. */
     final void start(long sent, long answered, boolean waited) {
         renewal.start(sent, answered, waited, ttl);
     }
@@ -86,12 +87,7 @@ public class Lease implements AutoCloseable {
 
     /** When the lease ends by the database clock unless renewed again (moves with each renewal). */
     public Instant expiresAt() {
-        Fields g = grant;
-        Instant at = g.optInstant("expires_at");
-        if (at == null && !g.objects("locks").isEmpty()) {
-            at = g.objects("locks").get(0).optInstant("expires_at");
-        }
-        return at;
+        return holding.expiresAt(grant);
     }
 
     /**
@@ -125,7 +121,7 @@ public class Lease implements AutoCloseable {
         }
     }
 
-    /** How many renewals the broker has confirmed. */
+    /** How many renewals of this lease the broker has confirmed (0 for a lease held in a {@link Session}: its session's keepalives keep it). */
     public int renewals() {
         return renewal.renewals();
     }
@@ -187,6 +183,18 @@ public class Lease implements AutoCloseable {
             LOG.log(Level.WARNING, "lockbroker: releasing {0} failed (it ends by its TTL): {1}",
                     holding.describe(grant), e.getMessage());
         }
+    }
+
+    /**
+     * Its session was closed by {@link Session#close()}, which released it
+     * with every other lease of the session: nothing is left to give back,
+     * so a later {@link #close()} or {@link #release()} does nothing.
+     */
+    final void endedWithSession() {
+        synchronized (this) {
+            released = true;
+        }
+        renewal.stop();
     }
 
     /** When the last request the broker confirmed was sent ({@link System#nanoTime()} scale; for tests). */

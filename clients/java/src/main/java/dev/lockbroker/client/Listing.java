@@ -2,6 +2,7 @@ package dev.lockbroker.client;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.function.Function;
 import java.util.stream.Collectors;
 
 /** Listings: one page of a kind's live leases, and every page followed by cursor. */
@@ -13,6 +14,12 @@ final class Listing {
     }
 
     static <S> Page<S> page(Calls calls, String base, Kind<S> kind, String prefix, Integer limit, String cursor) {
+        return page(calls, base, kind.status, prefix, limit, cursor);
+    }
+
+    /** One page of {@code base}'s items, each read by {@code item} (sessions are listed as leases are). */
+    static <S> Page<S> page(Calls calls, String base, Function<Fields, S> item, String prefix, Integer limit,
+            String cursor) {
         StringBuilder path = new StringBuilder(base).append("?prefix=").append(Transport.segment(prefix));
         if (limit != null) {
             path.append("&limit=").append(limit);
@@ -21,7 +28,7 @@ final class Listing {
             path.append("&cursor=").append(Transport.segment(cursor));
         }
         Fields page = calls.json(Calls.Call.get(path.toString()));
-        List<S> items = page.objects("items").stream().map(kind.status).collect(Collectors.toUnmodifiableList());
+        List<S> items = page.objects("items").stream().map(item).collect(Collectors.toUnmodifiableList());
         return new Page<>(items, page.optString("next"));
     }
 

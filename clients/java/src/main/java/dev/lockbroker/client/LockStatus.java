@@ -15,9 +15,10 @@ import java.time.Instant;
  * @param acquiredAt when the lease was granted; null when free or unknown
  * @param expiresAt when the lease ends unless renewed; null when free
  * @param waiters requests waiting for it
+ * @param session the {@link Session} the lease is held in; null when free or held on its own
  */
 public record LockStatus(String key, String storageKey, boolean held, String owner, Long token, Integer holdCount,
-        Instant acquiredAt, Instant expiresAt, long waiters) {
+        Instant acquiredAt, Instant expiresAt, long waiters, String session) {
 
     static LockStatus from(Fields f) {
         Long holds = f.optNumber("hold_count");
@@ -25,6 +26,7 @@ public record LockStatus(String key, String storageKey, boolean held, String own
         return new LockStatus(f.optString("key") != null ? f.optString("key") : storageKey, storageKey,
                 f.has("held") ? f.bool("held") : f.optString("owner") != null, f.optString("owner"),
                 f.optNumber("token"), holds == null ? null : holds.intValue(), f.optInstant("acquired_at"),
-                f.optInstant("expires_at"), f.optNumber("waiters") == null ? 0 : f.number("waiters"));
+                f.optInstant("expires_at"), f.optNumber("waiters") == null ? 0 : f.number("waiters"),
+                f.optString("session"));
     }
 }

@@ -319,6 +319,59 @@ public final class LockbrokerClient {
         return new Campaign(this, name, candidate, ttl, listener).start();
     }
 
+    // ---- sessions ----
+
+    /**
+     * Opens a session ({@code POST /v1/sessions}) that keeps itself alive,
+     * a keepalive every third of {@code ttl} (1 s to 1 h), until closed:
+     * locks taken through it live as long as it does. See {@link Session}.
+     */
+    public Session session(Duration ttl) {
+        return session(ttl, null, null);
+    }
+
+    /**
+     * {@link #session(Duration)} with a {@code name} (for people and
+     * listings; may be null) and a {@code lockDelay}: how long its keys stay
+     * ungranted after it <em>expires</em> (null: none; at most 60 s).
+     */
+    public Session session(Duration ttl, String name, Duration lockDelay) {
+        return Session.open(this, Objects.requireNonNull(ttl, "ttl"), name, lockDelay);
+    }
+
+    /**
+     * The session {@code id} and its leases now ({@code GET /v1/sessions/{id}}).
+     *
+     * @throws NotFoundException {@code session_not_found}: it has ended (closed, expired) or never was
+     */
+    public SessionStatus sessionStatus(String id) {
+        return SessionStatus.from(calls.json(Calls.Call.get(KeepaliveHolding.path(id))));
+    }
+
+    /**
+     * Closes the session {@code id} ({@code DELETE /v1/sessions/{id}}),
+     * wherever it was opened (a crashed process's, found by
+     * {@link #listSessions}); its leases are released. The process that
+     * keeps it alive finds it lost.
+     *
+     * @return how many leases the close released
+     * @throws NotFoundException {@code session_not_found}: it had already ended
+     */
+    public long closeSession(String id) {
+        return calls.json(Calls.Call.delete(KeepaliveHolding.path(id)).release(id, null)).number("released");
+    }
+
+    /**
+     * One page of the tenant's live sessions whose name starts with
+     * {@code prefix} ({@code GET /v1/sessions}).
+     *
+     * @param limit 1 to 1000, or null for the broker's 100
+     * @param cursor the previous page's {@link Page#cursor()}, or null for the first page
+     */
+    public Page<SessionInfo> listSessions(String prefix, Integer limit, String cursor) {
+        return Listing.page(calls, "/v1/sessions", SessionInfo::from, prefix, limit, cursor);
+    }
+
     // ---- reads ----
 
     /** The lock {@code key} now. */

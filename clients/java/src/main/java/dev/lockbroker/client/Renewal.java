@@ -6,7 +6,8 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Keeps one lease alive, on {@link Scheduler#TIMER}: a renewal every third
+ * Keeps one lease alive (or a {@link Session}, kept as a lease of itself by
+ * {@link KeepaliveHolding}: its keepalives are these renewals), on {@link Scheduler#TIMER}: a renewal every third
  * of the TTL, each an asynchronous exchange, so that no thread waits on
  * the broker.
  *
@@ -30,7 +31,7 @@ import java.util.concurrent.TimeUnit;
  * was sent, never after.</li>
  * </ul>
  */
-final class Renewal {
+final class Renewal implements Keeper {
     /** Renewals are never closer together than this, whatever the TTL. */
     static final long MIN_EVERY = TimeUnit.MILLISECONDS.toNanos(20);
 
@@ -62,7 +63,8 @@ final class Renewal {
      * (never before {@code sent}), and is renewed at once to replace that
      * assumption with a measured bound.
      */
-    synchronized void start(long sent, long answered, boolean waited, Duration ttl) {
+    @Override
+    public synchronized void start(long sent, long answered, boolean waited, Duration ttl) {
         long ttlNanos = ttl.toNanos();
         long began = sent;
         long first = sent + every(ttlNanos);
@@ -77,7 +79,8 @@ final class Renewal {
     }
 
     /** Stops renewing (a renewal in flight is ignored when it answers). */
-    synchronized void stop() {
+    @Override
+    public synchronized void stop() {
         stopped = true;
         if (timer != null) {
             timer.cancel(false);
@@ -88,12 +91,14 @@ final class Renewal {
     }
 
     /** How many renewals the broker confirmed. */
-    synchronized int renewals() {
+    @Override
+    public synchronized int renewals() {
         return renewals;
     }
 
     /** When the last request the broker confirmed was sent ({@link System#nanoTime()} scale). */
-    synchronized long confirmedSent() {
+    @Override
+    public synchronized long confirmedSent() {
         return confirmedSent;
     }
 

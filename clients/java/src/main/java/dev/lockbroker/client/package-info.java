@@ -13,9 +13,15 @@
  * {@link dev.lockbroker.client.Leadership}, {@link dev.lockbroker.client.MultiLease};
  * {@link dev.lockbroker.client.Acquire} asks for any of them. Internals:
  * {@code Renewal} keeps one alive (every third of the TTL, lost judged from
- * when the last confirmed request was sent); {@code Holding},
- * {@code KindHolding} and {@code MultiHolding} say how a kind renews and
- * releases.</li>
+ * when the last confirmed request was sent), one of the {@code Keeper}s;
+ * {@code Holding}, {@code KindHolding} and {@code MultiHolding} say how a
+ * kind renews and releases.</li>
+ * <li>{@link dev.lockbroker.client.Session}: many leases kept alive by one
+ * keepalive, with one lost signal. Internals: {@code KeepaliveHolding}
+ * makes the session a lease of itself (kept by its {@code Renewal});
+ * {@code SessionHolding} wraps any kind's holding for a lease held in a
+ * session, kept by a {@code SessionMember} (no renewals of its own);
+ * {@code SessionLeases} passes the session's loss or close on to them.</li>
  * <li>{@link dev.lockbroker.client.Kind}: one model for every kind of lease
  * (status, listing, history written once; {@code Listing} follows pages).</li>
  * <li>{@link dev.lockbroker.client.Campaign} and

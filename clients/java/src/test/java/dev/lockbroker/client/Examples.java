@@ -1,6 +1,7 @@
 package dev.lockbroker.client;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.LongConsumer;
 
@@ -95,6 +96,33 @@ final class Examples {
         }
     }
     // README: end
+
+    // README: session
+    /**
+     * Works on several shards at once, each locked in one session: one
+     * keepalive keeps every lock, and one signal stops the work if the
+     * session is lost.
+     */
+    static void processShards(LockbrokerClient client, List<String> shards, ShardWorker worker) {
+        try (Session session = client.session(Duration.ofSeconds(15))) {
+            session.lost().thenRun(worker::stop); // one signal for every lock
+            for (String shard : shards) {
+                worker.own(shard, session.lock(shard).token());
+            }
+            worker.run();
+        } // closed: every lock released
+    }
+    // README: end
+
+    /** Works on the shards it owns, fencing its writes to each by the token of the shard's lock. */
+    interface ShardWorker {
+        void own(String shard, long token);
+
+        void run();
+
+        /** Called when the locks are lost (on another thread): stop writing. */
+        void stop();
+    }
 
     /** A write fenced by a token older than one the store has seen. */
     static final class StaleTokenException extends RuntimeException {

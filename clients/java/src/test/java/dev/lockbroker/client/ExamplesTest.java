@@ -113,6 +113,43 @@ class ExamplesTest {
         assertEquals(4, told.size(), told.toString());
     }
 
+    /** Shards locked in one session: each held in it while the worker runs, all free when it ends. */
+    @Test
+    void shardsLockedInOneSession() {
+        LockbrokerClient client = client();
+        List<String> shards = List.of(key("shard"), key("shard"), key("shard"));
+        List<String> owned = new CopyOnWriteArrayList<>();
+        AtomicBoolean stopped = new AtomicBoolean();
+        Examples.processShards(client, shards, new Examples.ShardWorker() {
+            @Override
+            public void own(String shard, long token) {
+                assertTrue(token > 0);
+                owned.add(shard);
+            }
+
+            @Override
+            public void run() {
+                String session = client.status(shards.get(0)).session();
+                assertTrue(session != null, "held in a session");
+                for (String shard : shards) {
+                    LockStatus status = client.status(shard);
+                    assertTrue(status.held());
+                    assertEquals(session, status.session(), "one session holds every shard");
+                }
+            }
+
+            @Override
+            public void stop() {
+                stopped.set(true);
+            }
+        });
+        assertEquals(shards, owned);
+        for (String shard : shards) {
+            assertFalse(client.status(shard).held(), "released when the session closed");
+        }
+        assertFalse(stopped.get(), "closing is not losing");
+    }
+
     /** A fenced write: a holder whose lease was taken away cannot overwrite its successor's write. */
     @Test
     void fencedWriteRefusesAStaleHolder() {

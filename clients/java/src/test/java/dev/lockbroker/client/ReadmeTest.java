@@ -38,7 +38,7 @@ class ReadmeTest {
         }
         Map<String, String> examples = regions(Files.readString(
                 dir().resolve("src/test/java/dev/lockbroker/client/Examples.java")));
-        assertEquals(List.of("cron-job", "leader-loop", "campaign", "fenced-write"), new ArrayList<>(examples.keySet()));
+        assertEquals(List.of("cron-job", "leader-loop", "campaign", "fenced-write", "session"), new ArrayList<>(examples.keySet()));
         for (Map.Entry<String, String> example : examples.entrySet()) {
             assertTrue(blocks.stream().anyMatch(b -> b.contains(example.getValue())),
                     "README.md shows the example " + example.getKey() + " as Examples.java has it:\n"
@@ -49,7 +49,7 @@ class ReadmeTest {
     @Test
     void readmeNamesTheTestOfEveryScenario() throws IOException {
         String readme = Files.readString(dir().resolve("README.md"));
-        for (int n = 1; n <= 21; n++) {
+        for (int n = 1; n <= 23; n++) {
             String id = String.format("C%02d", n);
             Matcher row = Pattern.compile("\\| " + id + " [^|]*\\| `(\\w+)#(c" + id.substring(1) + "\\w*)`").matcher(readme);
             assertTrue(row.find(), "README.md's table has a row for " + id);
