@@ -868,3 +868,94 @@ async fn lost_commits_are_settled() {
     );
     broker.stop().await;
 }
+
+/// Sessions across faults (issue #30): a keepalive whose `COMMIT` answer
+/// is lost is tried again (it is idempotent) and answered, the session
+/// living on; a close whose chunk's `COMMIT` answer is lost still releases
+/// every lease and says how many; the sessions and their leases survive a
+/// restart of the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_survive_lost_commit_answers_and_a_restart() {
+    let _turn = TURNS.lock().await;
+    let (proxy, broker) = Broker::behind_proxy(DB_TIMEOUT_MS).await;
+    let c = broker.client();
+    let hits = || proxy.commits_hit.load(Ordering::SeqCst);
+    let session = |r: Reply| -> lockbroker_api::Session { r.ok() };
+    let s = session(
+        c.post("/v1/sessions", &serde_json::json!({"ttl_ms": 20_000}))
+            .await
+            .unwrap(),
+    );
+    for key in ["s1", "s2"] {
+        let body = serde_json::json!({"session": s.id});
+        let reply = c
+            .post(&format!("/v1/locks/{key}/acquire"), &body)
+            .await
+            .unwrap();
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    proxy.lose_next_commit_answer();
+    let kept = c
+        .post(
+            &format!("/v1/sessions/{}/keepalive", s.id),
+            &serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits(), 1, "the fault hit the keepalive's COMMIT");
+    let kept: lockbroker_api::SessionKeepalive = kept.ok();
+    assert!(kept.expires_at > s.expires_at, "{kept:?} after {s:?}");
+    let held: LockStatus = c.status("s1").await.unwrap().ok();
+    assert_eq!(held.session.as_deref(), Some(s.id.as_str()));
+
+    proxy.lose_next_commit_answer();
+    let closed = c
+        .send(
+            hyper::Method::DELETE,
+            &format!("/v1/sessions/{}", s.id),
+            &[],
+            bytes::Bytes::new(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits(), 2, "the fault hit the close's COMMIT");
+    let closed: lockbroker_api::SessionClosed = closed.ok();
+    assert_eq!((closed.closed, closed.released), (true, 2));
+    for key in ["s1", "s2"] {
+        let status: LockStatus = c.status(key).await.unwrap().ok();
+        assert!(!status.held, "{key}: {status:?}");
+    }
+    let db = broker.db.clone();
+    broker.stop().await;
+    drop(proxy);
+
+    // A restart: the session and its lease are rows, not memory.
+    let first = BrokerProcess::start(&db, "").await;
+    let c = first.client();
+    let s = session(
+        c.post("/v1/sessions", &serde_json::json!({"ttl_ms": 20_000}))
+            .await
+            .unwrap(),
+    );
+    let body = serde_json::json!({"session": s.id});
+    let granted: Lease = c.post("/v1/locks/r1/acquire", &body).await.unwrap().ok();
+    first.stop().await;
+    let second = BrokerProcess::start(&db, "").await;
+    let c = second.client();
+    let kept = c
+        .post(
+            &format!("/v1/sessions/{}/keepalive", s.id),
+            &serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept.status, 200, "{kept:?}");
+    let held: LockStatus = c.status("r1").await.unwrap().ok();
+    assert_eq!(
+        (held.token, held.session.as_deref()),
+        (Some(granted.token), Some(s.id.as_str()))
+    );
+    second.stop().await;
+    lockbroker_tests::drop_db(&db).await;
+}

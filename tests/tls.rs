@@ -110,6 +110,23 @@ async fn the_api_is_served_over_https_and_not_in_plain_text() {
     assert_ne!(code, 0);
     let (code, out) = curl(&[&format!("{url}/healthz")]).await;
     assert_ne!(code, 0, "{out}");
+    // The certificate's expiry is a gauge (the test CA signs for 2 days).
+    let (code, out) = curl(&["--cacert", &ca, &format!("{url}/metrics")]).await;
+    assert_eq!(code, 0, "{out}");
+    let expiry: i64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("lockbroker_tls_certificate_expiry_timestamp_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no expiry gauge in {out}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let in_two_days = now + 2 * 86_400;
+    assert!(
+        (expiry - in_two_days).abs() < 600,
+        "{expiry} vs {in_two_days}"
+    );
 }
 
 #[tokio::test]

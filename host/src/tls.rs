@@ -13,7 +13,10 @@
 use std::{
     io,
     path::{Path, PathBuf},
-    sync::{Arc, RwLock},
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc, RwLock,
+    },
     time::{Duration, SystemTime},
 };
 
@@ -39,6 +42,10 @@ pub struct Tls {
     current: RwLock<Arc<ServerConfig>>,
     /// What the files looked like when last loaded (or tried).
     seen: std::sync::Mutex<Vec<Stamp>>,
+    /// When the certificate in force stops being valid (its `notAfter`,
+    /// Unix seconds; 0 when it could not be read): the expiry gauge, so
+    /// that an alert fires before clients start refusing the handshake.
+    not_after: AtomicI64,
 }
 
 /// A file's modification time and size: a change of either is a new file.
@@ -57,7 +64,13 @@ impl Tls {
             files: RwLock::new(config.clone()),
             current: RwLock::new(server),
             seen: std::sync::Mutex::new(seen),
+            not_after: AtomicI64::new(not_after(&config.cert_file)),
         })
+    }
+
+    /// When the certificate in force expires, in Unix seconds (0: unknown).
+    pub fn not_after(&self) -> i64 {
+        self.not_after.load(Ordering::Relaxed)
     }
 
     /// Completes a TLS handshake on `stream` with the config in force.
@@ -85,6 +98,8 @@ impl Tls {
         match server_config(&files) {
             Ok(config) => {
                 *self.current.write().expect("tls config") = config;
+                self.not_after
+                    .store(not_after(&files.cert_file), Ordering::Relaxed);
                 tracing::info!(cert_file = %files.cert_file.display(), "TLS certificate reloaded");
                 true
             }
@@ -115,6 +130,19 @@ impl Tls {
         *self.files.write().expect("tls files") = files;
         self.reload(true);
     }
+}
+
+/// The `notAfter` of the first certificate of the PEM file `path` (the
+/// server's own), in Unix seconds; 0 when it cannot be read (the handshake
+/// config loaded it, so that is unexpected, and the gauge says "unknown").
+fn not_after(path: &Path) -> i64 {
+    let Ok(chain) = certificates(path) else {
+        return 0;
+    };
+    chain
+        .first()
+        .and_then(|der| x509_parser::parse_x509_certificate(der).ok())
+        .map_or(0, |(_, cert)| cert.validity().not_after.timestamp())
 }
 
 /// Whether `files` make a working TLS config (for a config reload, before

@@ -413,7 +413,9 @@ impl Engine {
 
     /// Carries out the end of `scope`'s session `id`, marked ended: its
     /// leases released in chunks, its waiters taken out, its row deleted.
-    /// How many leases it released.
+    /// How many leases it released: those it held when the pass began (a
+    /// chunk whose commit's answer was lost is found out by reading what
+    /// is left, so the count is taken first).
     pub(super) async fn end_pass(
         &self,
         scope: &Scope,
@@ -421,7 +423,15 @@ impl Engine {
         reason: EndReason,
         lock_delay_ms: u64,
     ) -> Result<u64, EngineError> {
-        let mut released = 0u64;
+        let budget = self.budget();
+        let released = self
+            .retry(budget, || async {
+                let mut conn = self.conn(budget).await?;
+                let n = sessions::count_leases(&mut conn, &scope.tenant, id).await?;
+                conn.done();
+                Ok(n)
+            })
+            .await?;
         let mut stalled = 0;
         loop {
             let budget = self.budget();
@@ -444,19 +454,25 @@ impl Engine {
                 let key = String::from_utf8_lossy(&h.lock_key).into_owned();
                 chunk.push(scope.resolve(kind, key.clone(), key).await);
             }
-            let n = self
+            let n = match self
                 .release_in_session(&chunk, id, reason, lock_delay_ms)
-                .await?;
+                .await
+            {
+                Ok(n) => n,
+                // The chunk's commit answer was lost: what is left says
+                // whether it happened.
+                Err(EngineError::Unavailable(super::DbFailure::Unknown)) => 0,
+                Err(err) => return Err(err),
+            };
             if n == 0 {
-                // Nothing of it was the session's any more: read again (a
-                // few times: rows it cannot release are left to the
-                // reaper's next look).
+                // Nothing of it was the session's any more, or unknown:
+                // read again (a few times: rows it cannot release are left
+                // to the reaper's next look).
                 stalled += 1;
                 if stalled > 3 {
                     return Err(EngineError::Unavailable(super::DbFailure::Unknown));
                 }
             }
-            released += n;
         }
         self.drop_session_waiters(scope, id).await?;
         // The row goes with the `session_ended` event, once: a pass carried

@@ -76,6 +76,13 @@ pub fn metrics(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
 /// Sets the gauges that are read rather than counted: connections of
 /// each database pool, waiters queued on this broker.
 fn refresh(app: &App) {
+    if let Some(tls) = &app.tls {
+        app.metrics.set_gauge(
+            "lockbroker_tls_certificate_expiry_timestamp_seconds",
+            &[],
+            tls.not_after(),
+        );
+    }
     let mut waiters = 0;
     for engine in &app.engines {
         waiters += engine.local_waiters();

@@ -241,6 +241,20 @@ ORDER BY kind, lock_key LIMIT ?
     .await
 }
 
+/// How many leases the session holds (plain read).
+pub async fn count_leases(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<u64> {
+    let (n,): (i64,) = conn
+        .fetch_one(
+            r#"
+SELECT COUNT(*) FROM locks FORCE INDEX (locks_by_session)
+WHERE tenant = ? AND session = ? AND owner IS NOT NULL
+"#,
+            (tenant, id),
+        )
+        .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// A pending waiter of a session.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct WaiterOf {
