@@ -2,7 +2,7 @@
 //! `unittest` suite runs as a child process, handed the conformance brokers
 //! (`lockbroker_tests::Conformance`: plain HTTP and mutual TLS on one fresh
 //! database, the tenants of `clients/CONFORMANCE.md`), and must pass — with
-//! every scenario C01–C21 run and passed by both the sync client
+//! every scenario C01–C23 run and passed by both the sync client
 //! (`tests/test_conformance_sync.py`) and the async one
 //! (`tests/test_conformance_async.py`).
 //!
@@ -28,8 +28,8 @@ const INSTALL_WITHIN: Duration = Duration::from_secs(120);
 /// The conformance modules, one per client, each with a test per scenario.
 const CONFORMANCE_MODULES: [&str; 2] = ["test_conformance_sync", "test_conformance_async"];
 
-/// The scenarios of `clients/CONFORMANCE.md`: C01 to C21.
-const SCENARIOS: std::ops::RangeInclusive<u32> = 1..=21;
+/// The scenarios of `clients/CONFORMANCE.md`: C01 to C23.
+const SCENARIOS: std::ops::RangeInclusive<u32> = 1..=23;
 
 fn client_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

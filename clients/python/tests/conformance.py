@@ -1,4 +1,4 @@
-"""What the conformance suites (``clients/CONFORMANCE.md``, C01–C21) of the sync and the async
+"""What the conformance suites (``clients/CONFORMANCE.md``, C01–C23) of the sync and the async
 client share: the brokers and tenants the harness hands over, the stand-ins the scenarios allow
 (in ``helpers``), interrupting the main thread, and what a scenario expects once its client has
 done its part (``check_*``: one definition of each expectation, whichever client is tested).
@@ -211,6 +211,45 @@ def check_resumed(case: unittest.TestCase, resumed: List[Any], events: List[Any]
         ("granted", prefix + "two", second.token), ("released", prefix + "two", second.token)
     ], "nothing already seen")
     case.assertGreater(resumed[0].id, events[1].id)
+
+
+def check_session_holds(case: unittest.TestCase, statuses: List[Any], session: Any, leases: List[Any]) -> None:
+    """C22: each lease of the session is held with its token, and its status names the session."""
+    case.assertEqual(
+        [(s.held, s.owner, s.token, s.session) for s in statuses],
+        [(True, lease.owner, lease.token, session.id) for lease in leases],
+    )
+    case.assertTrue(all(lease.token > 0 for lease in leases), "granted with fencing tokens")
+
+
+def check_session_kept(case: unittest.TestCase, statuses: List[Any], session: Any, leases: List[Any], fake: FakeBroker, held_for: float) -> None:
+    """C22: after ``held_for`` seconds (more than three TTLs) with no call of the test's, the leases
+    are still held with the same tokens and nothing was lost: the session kept itself alive with a
+    keepalive about every third of its TTL, and no lease of it was renewed on its own."""
+    check_session_holds(case, statuses, session, leases)
+    case.assertFalse(session.lost.is_set(), "the session's lost signal has not fired")
+    case.assertFalse(any(lease.lost.is_set() for lease in leases))
+    keepalives = fake.count("POST", f"/v1/sessions/{session.id}/keepalive")
+    expected = held_for / (session.ttl / 3.0)  # every third of the TTL
+    case.assertGreaterEqual(keepalives, expected * 0.7, "a keepalive about every third of the TTL")
+    case.assertLessEqual(keepalives, expected * 1.5 + 1, "and not more often")
+    case.assertIn(session.keepalives, (keepalives - 1, keepalives), "each one confirmed (the last may be in flight)")
+    case.assertEqual(fake.count("POST", "/renew"), 0, "no lease of it renewed on its own")
+
+
+def check_session_lost(case: unittest.TestCase, session: Any, leases: List[Any], lost_after: float, logged: List[str]) -> None:
+    """C23: a session closed from outside was lost ``lost_after`` seconds later, within one TTL,
+    once, and so is every lease of it."""
+    case.assertLess(lost_after, session.ttl, "lost within one TTL of the session")
+    case.assertIsInstance(session.lost_reason, lockbroker.SessionNotFound)
+    case.assertTrue(all(lease.lost.is_set() for lease in leases), "every lease of it reports lost")
+    case.assertTrue(all(isinstance(lease.lost_reason, lockbroker.SessionNotFound) for lease in leases))
+    case.assertEqual(len([line for line in logged if "lost" in line]), 1, "the lost signal fired once")
+
+
+def check_new_holder_kept(case: unittest.TestCase, status: Any, new: Any) -> None:
+    """C23: closing the lost session and releasing its lease left the new holder's lease alone."""
+    case.assertEqual((status.held, status.owner, status.token, status.session), (True, new.owner, new.token, None))
 
 
 async def eventually_async(what: str, timeout: float, check: Callable[[], Union[T, Awaitable[T]]]) -> T:

@@ -239,7 +239,7 @@ class FakeBroker:
                 self.end_headers()
                 self.wfile.write(raw)
 
-            do_GET = do_POST = _answer
+            do_GET = do_POST = do_DELETE = _answer
 
             def log_message(self, *args) -> None:
                 pass

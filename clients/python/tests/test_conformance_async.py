@@ -1,4 +1,4 @@
-"""The conformance scenarios of clients/CONFORMANCE.md (C01–C21), for the async client
+"""The conformance scenarios of clients/CONFORMANCE.md (C01–C23), for the async client
 (``lockbroker.AsyncClient``), against the conformance brokers. One test per scenario, named
 after its id, as in ``test_conformance_sync.py``.
 
@@ -403,6 +403,46 @@ class Transport(AsyncCase):
     @staticmethod
     async def free(c, k):
         return not (await c.locks.status(k)).held
+
+
+class Sessions(AsyncCase):
+    async def test_c22_a_session_keeps_its_locks_alive_and_releases_them_when_closed(self):
+        c, k1, k2 = async_client(), unique("c22"), unique("c22")
+        fake = forwarder()  # counts the keepalives and renewals the session's client sends
+        self.addCleanup(fake.close)
+        held_for = 10.0
+        async with lockbroker.AsyncClient(fake.url, key()).session(ttl=3.0) as session:
+            a = await session.lock(k1, wait=5)
+            b = await session.try_lock(k2)
+            self.assertIsNotNone(b, "granted at once: the key is free")
+            expect.check_session_holds(self, [await c.locks.status(k) for k in (k1, k2)], session, [a, b])
+            await asyncio.sleep(held_for)  # time is what is tested: more than three TTLs, no call of the test's
+            statuses = [await c.locks.status(k) for k in (k1, k2)]
+            expect.check_session_kept(self, statuses, session, [a, b], fake, held_for)
+            await a.release()
+            self.assertFalse((await c.locks.status(k1)).held, "released through its handle: free at once")
+            self.assertEqual((await c.locks.status(k2)).token, b.token, "the other stays held")
+        self.assertFalse((await c.locks.status(k2)).held, "closing the session released every lease of it")
+        with self.assertRaises(lockbroker.SessionNotFound) as caught:
+            await c.sessions.status(session.id)
+        self.assertEqual(caught.exception.status, 404)
+
+    async def test_c23_a_session_closed_from_outside_is_lost_once(self):
+        c, k = async_client(), unique("c23")
+        with self.assertLogs("lockbroker", "WARNING") as logs:
+            async with c.session(ttl=3.0) as session:
+                async with session.lock(k, wait=5) as lease:
+                    other = await session.lock(unique("c23"), wait=5)
+                    closed_at = time.monotonic()
+                    await c.sessions.close(session.id)  # from outside: the session's handle is not told
+                    new = await c.locks.acquire(k, "c23-new-holder", ttl=30)
+                    self.addAsyncCleanup(c.locks.release, k, "c23-new-holder", new.token)
+                    await asyncio.wait_for(session.lost.wait(), session.ttl)  # lost within one TTL
+                    lost_after = time.monotonic() - closed_at
+                self.assertIsNone(await lease.release(), "releasing its lost lease (again) does not raise")
+            self.assertIsNone(await session.close(), "closing the lost session does not raise (nor did its block)")
+        expect.check_session_lost(self, session, [lease, other], lost_after, logs.output)
+        expect.check_new_holder_kept(self, await c.locks.status(k), new)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The conformance scenarios of clients/CONFORMANCE.md (C01–C21), for the sync client
+"""The conformance scenarios of clients/CONFORMANCE.md (C01–C23), for the sync client
 (``lockbroker.Client``), against the conformance brokers. One test per scenario, named after
 its id; ``test_conformance_async.py`` has the same for the async client."""
 
@@ -375,6 +375,45 @@ class Transport(unittest.TestCase):
         self.assertIsNone(granting.error)
         eventually("the grant is given back", 10, lambda: not c.locks.status(k).held)
         self.assertEqual(c.locks.history(k, limit=1)[0].event, "released", "released, not left to expire")
+
+
+class Sessions(unittest.TestCase):
+    def test_c22_a_session_keeps_its_locks_alive_and_releases_them_when_closed(self):
+        c, k1, k2 = client(), unique("c22"), unique("c22")
+        fake = forwarder()  # counts the keepalives and renewals the session's client sends
+        self.addCleanup(fake.close)
+        held_for = 10.0
+        with lockbroker.Client(fake.url, key()).session(ttl=3.0) as session:
+            a = session.lock(k1, wait=5)
+            b = session.try_lock(k2)
+            self.assertIsNotNone(b, "granted at once: the key is free")
+            expect.check_session_holds(self, [c.locks.status(k) for k in (k1, k2)], session, [a, b])
+            time.sleep(held_for)  # time is what is tested: more than three TTLs, no call of the test's
+            expect.check_session_kept(self, [c.locks.status(k) for k in (k1, k2)], session, [a, b], fake, held_for)
+            a.release()
+            self.assertFalse(c.locks.status(k1).held, "released through its handle: free at once")
+            self.assertEqual(c.locks.status(k2).token, b.token, "the other stays held")
+        self.assertFalse(c.locks.status(k2).held, "closing the session released every lease of it")
+        with self.assertRaises(lockbroker.SessionNotFound) as caught:
+            c.sessions.status(session.id)
+        self.assertEqual(caught.exception.status, 404)
+
+    def test_c23_a_session_closed_from_outside_is_lost_once(self):
+        c, k = client(), unique("c23")
+        with self.assertLogs("lockbroker", "WARNING") as logs:
+            with c.session(ttl=3.0) as session:
+                lease = session.lock(k, wait=5)
+                other = session.lock(unique("c23"), wait=5)
+                closed_at = time.monotonic()
+                c.sessions.close(session.id)  # from outside: the session's handle is not told
+                new = c.locks.acquire(k, "c23-new-holder", ttl=30)
+                self.addCleanup(c.locks.release, k, "c23-new-holder", new.token)
+                self.assertTrue(session.lost.wait(session.ttl), "lost within one TTL")
+                lost_after = time.monotonic() - closed_at
+                self.assertIsNone(lease.release(), "releasing its lost lease does not raise")
+            self.assertIsNone(session.close(), "closing the lost session does not raise (nor did its with block)")
+        expect.check_session_lost(self, session, [lease, other], lost_after, logs.output)
+        expect.check_new_holder_kept(self, c.locks.status(k), new)
 
 
 if __name__ == "__main__":

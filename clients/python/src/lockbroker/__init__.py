@@ -35,6 +35,9 @@ Shared by both clients, without I/O:
 - ``renewing``: a held lease's renewals; ``clock``: when a lease is renewed
   and when it counts as lost; ``heldbase``: what a held lease is (its
   fields, its release once);
+- ``sessionspecs``: the session calls; ``sessionbase``: a session kept
+  alive by the same renewal loop (its keepalive), its one lost signal
+  fanned out to the leases held in it, its close;
 - ``resuming``: the event stream and ``observe``, connected again when they
   break; ``sse``: the Server-Sent Events format and reading one stream;
 - ``models``: the typed answers; ``errors``: the exceptions; ``guards``:
@@ -49,6 +52,9 @@ The sync front end (threads):
 - ``handles``: :class:`Lease` (and :class:`Permit`, :class:`RwLease`,
   :class:`Leader`, :class:`MultiLease`): held leases that renew themselves
   and release on ``with`` exit; ``renewal``: their renewal thread;
+- ``sessions``: :class:`Session` (``client.session(ttl)``), kept alive by
+  a thread and closed on ``with`` exit, the :class:`SessionLease` held in
+  it, and :class:`Sessions` (``client.sessions``, the plain calls);
 - ``events``: the event stream, resumed with ``Last-Event-ID``;
 - ``running``: plans walked by blocking; ``transport``: their HTTP steps
   with ``http.client``.
@@ -81,6 +87,7 @@ from .errors import (
     TooManyStreams,
     QuotaExceeded,
     RateLimited,
+    SessionNotFound,
     TooManyWaiters,
     Unauthenticated,
     Unavailable,
@@ -106,9 +113,15 @@ from .models import (
     SemaphoreGrant,
     SemaphoreHolder,
     SemaphoreStatus,
+    SessionClosed,
+    SessionInfo,
+    SessionKeepalive,
+    SessionLeaseInfo,
+    SessionStatus,
     Term,
     Validity,
 )
+from .sessions import Session, SessionLease, Sessions
 from .wire import quote_key
 
 
@@ -159,6 +172,15 @@ __all__ = [
     "SemaphoreHolder",
     "SemaphoreStatus",
     "Semaphores",
+    "Session",
+    "SessionClosed",
+    "SessionInfo",
+    "SessionKeepalive",
+    "SessionLease",
+    "SessionLeaseInfo",
+    "SessionNotFound",
+    "SessionStatus",
+    "Sessions",
     "Term",
     "TlsError",
     "TooLarge",

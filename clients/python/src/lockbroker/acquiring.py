@@ -49,10 +49,12 @@ def hold(
     priority: int,
     fields: Dict[str, Any],
     make: MakeHeld[T],
+    session: Optional[str] = None,
 ) -> Plan[T]:
     """Acquires ``key`` of the kind ``spec`` for ``owner`` (None: a new ``host:pid:uuid``, given
     back if interrupted), waiting up to ``wait`` seconds, and gives the held handle ``make``
-    makes of the grant. ``fields``: what the kind's acquire needs besides the terms.
+    makes of the grant. ``fields``: what the kind's acquire needs besides the terms;
+    ``session``: the id of the session to hold it in (``ttl`` unused then).
 
     Raises:
         TypeError, ValueError: ``fields`` are not the kind's (before anything is sent: a
@@ -63,7 +65,7 @@ def hold(
     spec.check(fields)
     fresh = owner is None
     owner = owner or default_owner()
-    call = spec.acquire(key, owner, ttl, wait, priority, fields, exchange.timeout)
+    call = spec.acquire(key, owner, ttl, wait, priority, fields, exchange.timeout, session)
     sent = time.monotonic()
     grant = None
     try:

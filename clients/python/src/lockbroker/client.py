@@ -6,7 +6,8 @@ Every kind of lease is one :class:`~lockbroker.kinds.Kind` (``kinds.py``):
 ``status``/``list`` (and ``history``) and the guards ``hold``/``try_hold``.
 The client adds the guards by their usual names (``lock``, ``semaphore``,
 ``read_lock``, ``campaign``, ..., shared with the async client in
-``guards.py``), multi-locks, the admin force-release and the event stream.
+``guards.py``), sessions (``session``, ``sessions``), multi-locks, the admin
+force-release and the event stream.
 
 Durations are seconds (floats), as elsewhere in Python; the broker's
 ``*_ms`` fields are filled from them. What the client is built from, and its
@@ -22,6 +23,7 @@ from .guards import GuardNames
 from .handles import MultiLease
 from .kinds import Elections, Locks, RwLocks, Semaphores, default_owner
 from .models import ForceReleased, MultiLockGrant, MultiLockReleased
+from .sessions import Session, Sessions
 from .specs import MAX_WAIT
 from .transport import Transport
 
@@ -70,7 +72,10 @@ class Client(GuardNames, ClientBase):
     _transport_type = Transport
     _kind_types = (Locks, Semaphores, RwLocks, Elections)
     _multi_lease_type = MultiLease
+    _session_type = Session
+    _sessions_type = Sessions
     _http: Transport
+    sessions: Sessions
     locks: Locks
     semaphores: Semaphores
     rwlocks: RwLocks
@@ -99,6 +104,27 @@ class Client(GuardNames, ClientBase):
             TooManyStreams: the tenant has its most streams open on this broker.
         """
         return EventStream(self._http, prefix, after, timeout, idle_timeout)
+
+    # -- sessions --------------------------------------------------------------
+
+    def session(self, ttl: float = 15.0, name: Optional[str] = None, lock_delay: Optional[float] = None) -> Session:
+        """Opens a session and keeps it alive (a keepalive every third of ``ttl``, in a background
+        thread) until it is closed, at the end of its ``with`` block::
+
+            with client.session(ttl=15) as session:
+                with session.lock("job-a") as a, session.lock("job-b") as b:
+                    run_job(fencing_tokens=(a.token, b.token))
+
+        Leases taken in it (``session.lock``) live as long as it does, with no renewals of their
+        own: one keepalive keeps them all, and ``session.lost`` is their one lost signal.
+        ``ttl``: 1 to 3600 seconds; ``name``: for listings (``client.sessions.list``);
+        ``lock_delay``: how long its keys stay ungranted after it *expires* (not after a close).
+
+        Raises:
+            ValueError: ``ttl`` out of range (nothing sent).
+            QuotaExceeded: the tenant has its most sessions open (after the client's retries).
+        """
+        return self._http.run(self._opening(ttl, name, lock_delay))
 
     # -- multi-locks -----------------------------------------------------------
 

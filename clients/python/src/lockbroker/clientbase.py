@@ -9,7 +9,7 @@ sends it, blocking or awaited.
 import ssl
 from typing import Any, Dict, List, Optional, Tuple, Type
 
-from . import acquiring, specs
+from . import acquiring, sessionbase, specs
 from .options import Options
 from .specs import own_deadline
 from .steps import Plan
@@ -25,6 +25,9 @@ class ClientBase:
     _kind_types: Tuple[Type[Any], Type[Any], Type[Any], Type[Any]]
     #: The front end's multi-lock handle.
     _multi_lease_type: Type[Any]
+    #: The front end's session kept alive, and its plain session calls (``client.sessions``).
+    _session_type: Type[Any]
+    _sessions_type: Type[Any]
 
     def __init__(
         self,
@@ -51,10 +54,19 @@ class ClientBase:
         self.semaphores = semaphores(self, self._http)
         self.rwlocks = rwlocks(self, self._http)
         self.elections = elections(self, self._http)
+        self.sessions = self._sessions_type(self, self._http)
 
     @property
     def url(self) -> str:
         return self._http.exchange.url
+
+    # -- sessions ------------------------------------------------------------------
+
+    def _opening(self, ttl: float, name: Optional[str], lock_delay: Optional[float]) -> Plan[Any]:
+        """A session's open, giving the front end's session, kept alive (``sessionbase.opening``)."""
+        return sessionbase.opening(
+            self._http.exchange, ttl, name, lock_delay, lambda info, sent: self._session_type(self, info, sent)
+        )
 
     # -- multi-locks ---------------------------------------------------------------
 

@@ -59,6 +59,11 @@ class NotFound(LockbrokerError):
     """404 ``not_found``: no such path (a broker without this feature)."""
 
 
+class SessionNotFound(NotFound):
+    """404 ``session_not_found``: the session is unknown, closed or expired (by the database
+    clock), or another tenant's. Every lease it held is gone; an acquire naming it granted nothing."""
+
+
 class Busy(LockbrokerError):
     """409, the resource is taken by others: wait or try again later.
 
@@ -159,6 +164,7 @@ _BY_CODE: Dict[str, Type[LockbrokerError]] = {
     "unauthenticated": Unauthenticated,
     "forbidden": Forbidden,
     "not_found": NotFound,
+    "session_not_found": SessionNotFound,
     "lock_held": LockHeld,
     "semaphore_full": SemaphoreFull,
     "permits_mismatch": PermitsMismatch,

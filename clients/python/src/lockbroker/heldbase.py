@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Optional
 from .clock import LeaseClock
 from .errors import LeaseLost, LockbrokerError
 from .models import Grant, MultiLockGrant
-from .renewing import Renewals
+from .renewing import Keeping
 from .steps import Invoke, Plan
 
 log = logging.getLogger("lockbroker")
@@ -30,9 +30,9 @@ class HeldBase:
     """Something held: renewed in the background until released (see the front ends' ``lost``)."""
 
     lost: Any
-    _renewer: Renewals
+    _renewer: Keeping
 
-    def _begin(self, what: str, release: Callable[[], Any], renewer: Renewals) -> None:
+    def _begin(self, what: str, release: Callable[[], Any], renewer: Keeping) -> None:
         """Set up by the front end's ``__init__``, once ``lost`` is made."""
         self._what = what
         self._release = release

@@ -39,8 +39,17 @@ class KindBase:
 
     # -- calls -----------------------------------------------------------------
 
-    def _acquisition(self, key: str, owner: str, ttl: float, wait: float, priority: int, fields: Dict[str, Any]) -> Call:
-        return self.spec.acquire(key, owner, ttl, wait, priority, fields, self.client.timeout)
+    def _acquisition(
+        self,
+        key: str,
+        owner: str,
+        ttl: float,
+        wait: float,
+        priority: int,
+        fields: Dict[str, Any],
+        session: Optional[str] = None,
+    ) -> Call:
+        return self.spec.acquire(key, owner, ttl, wait, priority, fields, self.client.timeout, session)
 
     def _renewal(self, key: str, ids: Dict[str, Any], ttl: float, read_timeout: float, deadline: float) -> Call:
         """One renewal for a handle's renewer, which does its own retrying (``renewing.py``)."""

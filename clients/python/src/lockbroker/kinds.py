@@ -42,18 +42,29 @@ class Kind(KindBase, Generic[G, S, L]):
     # -- plain calls -------------------------------------------------------
 
     def acquire(
-        self, key: str, owner: str, ttl: float = 30.0, wait: float = 0.0, priority: int = 0, **fields: Any
+        self,
+        key: str,
+        owner: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        priority: int = 0,
+        *,
+        session: Optional[str] = None,
+        **fields: Any,
     ) -> G:
         """Takes ``key`` for ``owner`` once, waiting up to ``wait`` seconds (0: try once); no
         renewal (see :meth:`hold`). ``fields``: what this kind's acquire needs besides.
+        ``session``: a session's id to hold the lease in, in place of ``ttl`` (locks only; see
+        :meth:`Client.session`, which keeps one alive).
 
         Raises:
             Busy (``LockHeld``, ``SemaphoreFull``): taken by others after ``wait``.
             OutcomeUnknown: the connection broke after the acquire was sent; it
                 may have been granted (look at :meth:`status` for ``owner``).
+            SessionNotFound: ``session`` has ended (nothing was granted).
             BadRequest, InvalidKey, Unauthenticated, Unavailable, ...: see ``errors``.
         """
-        return self._http.call(self._acquisition(key, owner, ttl, wait, priority, fields))
+        return self._http.call(self._acquisition(key, owner, ttl, wait, priority, fields, session))
 
     def renew(self, key: str, owner: str, token: int, ttl: float = 30.0, **ids: Any) -> G:
         """Extends a held lease to ``ttl`` seconds from now (``ids``: a semaphore's ``slot``).

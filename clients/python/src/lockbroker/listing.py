@@ -6,16 +6,22 @@ than ``limit`` leaves; each next page follows the cursor of the last. One live f
 scan is given exactly once; one granted or released meanwhile may or may not be.
 """
 
-from typing import Optional
+from typing import Optional, Protocol
 
 from .exchange import Exchange
-from .specs import Spec
 from .steps import Emit, Plan
+from .wire import Call
 
 
-def pages(exchange: Exchange, spec: Spec, prefix: str, limit: Optional[int], page_size: int) -> Plan[None]:
-    """Emits the live ones of the kind ``spec`` whose storage key starts with ``prefix``, in
-    storage-key order, at most ``limit`` (None: all), fetching ``page_size`` at a time."""
+class Paged(Protocol):
+    """What is listed page by page: a kind's spec, or the sessions (``sessionspecs.LISTING``)."""
+
+    def page(self, prefix: str, limit: int, cursor: Optional[str]) -> Call: ...
+
+
+def pages(exchange: Exchange, spec: Paged, prefix: str, limit: Optional[int], page_size: int) -> Plan[None]:
+    """Emits the live ones of the kind ``spec`` (or the sessions) whose storage key (name) starts
+    with ``prefix``, in that order, at most ``limit`` (None: all), fetching ``page_size`` at a time."""
     left, cursor = limit, None
     while left is None or left > 0:
         items, cursor = yield from exchange.call(spec.page(prefix, page_size if left is None else min(page_size, left), cursor))

@@ -24,7 +24,7 @@ M = TypeVar("M", bound="Model")
 _FRACTION = re.compile(r"\.(\d+)")
 
 #: Fields holding an RFC 3339 time, whatever the model.
-_TIMES = frozenset(("expires_at", "acquired_at", "at"))
+_TIMES = frozenset(("expires_at", "acquired_at", "created_at", "at"))
 
 
 def parse_time(text: Optional[str]) -> Optional[datetime]:
@@ -151,6 +151,9 @@ class LockStatus(Model):
     acquired_at: Optional[datetime]
     expires_at: Optional[datetime]
     waiters: int
+    session: Optional[str] = None
+    """The session the lease is held in (``expires_at`` is the session's); None when not held or
+    held on its own (and from a broker older than sessions)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +233,10 @@ class LockEvent(Model):
     owner: str
     token: int
     at: datetime
+    session: Optional[str] = None
+    """The session the lease was held in; None for a lease of its own."""
+    reason: Optional[str] = None
+    """Why a lease ended without its holder's release (``session_closed``, ``session_expired``), or None."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,3 +320,58 @@ class ForceReleased(Model):
     owner: str
     token: int
     handed_off: bool
+
+
+# -- sessions --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionInfo(Model):
+    """A session (``POST /v1/sessions``, one item of ``GET /v1/sessions``): ``id`` is what an acquire
+    names to hold its lease in it; it lives ``ttl_ms`` past its last keepalive (database clock)."""
+
+    id: str
+    name: Optional[str]
+    ttl_ms: int
+    lock_delay_ms: int
+    created_at: Optional[datetime]
+    expires_at: Optional[datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionLeaseInfo(Model):
+    """One lease held in a session: its ``kind`` (``"lock"``), key and fencing ``token`` (``slot`` and
+    ``mode`` for the kinds that have them, once the broker holds those in sessions)."""
+
+    kind: str
+    key: str
+    storage_key: str
+    token: int
+    slot: Optional[int] = None
+    mode: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionStatus(SessionInfo):
+    """``GET /v1/sessions/{id}``: the session and every lease held in it."""
+
+    leases: List[SessionLeaseInfo] = dataclasses.field(default_factory=list)
+
+    _nested = {"leases": SessionLeaseInfo}
+    _lists = frozenset(("leases",))
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionKeepalive(Model):
+    """A keepalive's answer: the session's new expiry (database clock)."""
+
+    id: str
+    expires_at: Optional[datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionClosed(Model):
+    """A close's answer: ``released`` counts the leases it ended."""
+
+    closed: bool
+    released: int

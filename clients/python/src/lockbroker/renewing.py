@@ -9,7 +9,7 @@ ends at that step; a lease stopped meanwhile (released) is not lost.
 
 import logging
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from .clock import LeaseClock
 from .errors import LockbrokerError
@@ -17,6 +17,17 @@ from .retry import transient
 from .steps import Invoke, Plan, Sleep
 
 log = logging.getLogger("lockbroker")
+
+
+class Keeping(Protocol):
+    """What keeps a held thing alive, as its handle sees it (``heldbase.py``): a lease's own
+    :class:`Renewals`, or for a lease held in a session the session's keepalives
+    (``sessionbase.InSession``)."""
+
+    clock: LeaseClock
+    renewals: int
+    last_error: Optional[LockbrokerError]
+    stop: Callable[[], Any]
 
 
 class Renewals:

@@ -15,6 +15,8 @@ The modules, one concern each:
   as async iterators;
 - ``handles``: :class:`Acquiring` (what a guard returns) and the held leases;
 - ``renewal``: the renewal task;
+- ``sessions``: :class:`AsyncSession` (kept alive by a task, closed on
+  ``async with`` exit), the leases held in it, ``client.sessions``;
 - ``streams``: the event stream;
 - ``running``: plans walked by awaiting each step; ``transport``: their
   HTTP steps; ``http``: HTTP/1.1 over asyncio streams.
@@ -28,6 +30,7 @@ renewal; the models and errors. Here is only the waiting.
 from .client import AsyncClient
 from .handles import Acquiring, AsyncHeld, AsyncLeader, AsyncLease, AsyncMultiLease, AsyncPermit, AsyncRwLease
 from .kinds import AsyncElections, AsyncKind, AsyncLocks, AsyncRwLocks, AsyncSemaphores
+from .sessions import AsyncSession, AsyncSessionLease, AsyncSessions
 from .streams import AsyncEventStream
 
 __all__ = [
@@ -45,4 +48,7 @@ __all__ = [
     "AsyncRwLease",
     "AsyncRwLocks",
     "AsyncSemaphores",
+    "AsyncSession",
+    "AsyncSessionLease",
+    "AsyncSessions",
 ]

@@ -18,6 +18,7 @@ from ..models import ForceReleased, MultiLockGrant, MultiLockReleased
 from ..specs import MAX_WAIT
 from .handles import Acquiring, AsyncMultiLease
 from .kinds import AsyncElections, AsyncLocks, AsyncRwLocks, AsyncSemaphores
+from .sessions import AsyncSession, AsyncSessions
 from .streams import AsyncEventStream
 from .transport import AsyncTransport
 
@@ -45,7 +46,10 @@ class AsyncClient(GuardNames, ClientBase):
     _transport_type = AsyncTransport
     _kind_types = (AsyncLocks, AsyncSemaphores, AsyncRwLocks, AsyncElections)
     _multi_lease_type = AsyncMultiLease
+    _session_type = AsyncSession
+    _sessions_type = AsyncSessions
     _http: AsyncTransport
+    sessions: AsyncSessions
     locks: AsyncLocks
     semaphores: AsyncSemaphores
     rwlocks: AsyncRwLocks
@@ -67,6 +71,23 @@ class AsyncClient(GuardNames, ClientBase):
                     print(event.event, event.storage_key, event.token)
         """
         return AsyncEventStream(self._http, prefix, after, timeout, idle_timeout)
+
+    # -- sessions --------------------------------------------------------------
+
+    def session(
+        self, ttl: float = 15.0, name: Optional[str] = None, lock_delay: Optional[float] = None
+    ) -> Acquiring[AsyncSession]:
+        """Opens a session when entered or awaited, and keeps it alive in a task until it is closed,
+        as the sync ``Client.session``::
+
+            async with client.session(ttl=15) as session:
+                async with session.lock("job-a") as a, session.lock("job-b") as b:
+                    await run_job(fencing_tokens=(a.token, b.token))
+
+        ``session = await client.session(15)`` hands it over; close it with
+        ``await session.close()`` (or its own ``async with``).
+        """
+        return Acquiring(lambda: self._http.run(self._opening(ttl, name, lock_delay)))
 
     # -- multi-locks -----------------------------------------------------------
 

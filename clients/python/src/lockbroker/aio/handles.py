@@ -15,7 +15,7 @@ sync handles, in ``heldbase.py``; here are the task and ``async with``.
 """
 
 import asyncio
-from typing import Any, Awaitable, Callable, Generator, Generic, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Generic, List, Optional, Protocol, TypeVar
 
 from ..clock import LeaseClock
 from ..heldbase import HeldBase, LeaderFields, LeaseBase, MultiLeaseBase, PermitFields, RwFields
@@ -94,11 +94,17 @@ class AsyncMultiLease(MultiLeaseBase, AsyncHeld):
     own fencing token."""
 
 
-L = TypeVar("L", bound=AsyncHeld)
+class _Exits(Protocol):
+    """What an ``async with`` of an :class:`Acquiring` hands over: a held lease, or a session."""
+
+    async def __aexit__(self, *exc: Any) -> None: ...
+
+
+L = TypeVar("L", bound=_Exits)
 
 
 class Acquiring(Generic[L]):
-    """An acquire not yet made: ``async with`` it, or ``await`` it.
+    """An acquire not yet made (or a session not yet opened): ``async with`` it, or ``await`` it.
 
     ``async with client.lock("k") as lease:`` acquires on entry and releases
     on exit (normal, exception, or the task cancelled);

@@ -36,11 +36,19 @@ class AsyncKind(KindBase, Generic[G, S, L]):
     # -- plain calls -------------------------------------------------------
 
     async def acquire(
-        self, key: str, owner: str, ttl: float = 30.0, wait: float = 0.0, priority: int = 0, **fields: Any
+        self,
+        key: str,
+        owner: str,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+        priority: int = 0,
+        *,
+        session: Optional[str] = None,
+        **fields: Any,
     ) -> G:
         """Takes ``key`` for ``owner`` once, waiting up to ``wait`` seconds (0: try once); no
-        renewal (see :meth:`hold`). Raises as the sync ``Kind.acquire``."""
-        return await self._http.call(self._acquisition(key, owner, ttl, wait, priority, fields))
+        renewal (see :meth:`hold`); ``session`` as the sync ``Kind.acquire``'s. Raises as it does."""
+        return await self._http.call(self._acquisition(key, owner, ttl, wait, priority, fields, session))
 
     async def renew(self, key: str, owner: str, token: int, ttl: float = 30.0, **ids: Any) -> G:
         """Extends a held lease to ``ttl`` seconds from now. Raises ``LeaseLost``."""
