@@ -155,6 +155,122 @@ async fn run_holds_the_lock_while_the_command_runs() {
 }
 
 #[tokio::test]
+async fn session_run_holds_every_lock_in_one_session_while_the_command_runs() {
+    let broker = Broker::start().await;
+    let c = rust_client(&broker);
+    // The command checks, from inside, that both locks are held in a
+    // session, past the session's 1 s TTL because lockctl keeps it alive.
+    let l = bin("lockctl").display().to_string();
+    let script = format!(
+        "sleep 1.5; for k in job-a job-b; do s=$({l} status $k) || exit 1; \
+         echo \"$s\" | grep -q '\"held\":true' || exit 2; \
+         echo \"$s\" | grep -q '\"session\":\"' || exit 3; done; exit 7"
+    );
+    let out = lockctl(
+        &broker,
+        &[
+            "session", "run", "--ttl", "1s", "--name", "nightly", "--lock", "job-b", "--lock",
+            "job-a", "--", "sh", "-c", &script,
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "exit status of the command: {out:?}"
+    );
+    // Closed after the command: every lock free, the session gone.
+    for key in ["job-a", "job-b"] {
+        let status = c.locks().status(key).await.unwrap();
+        assert!(!status.held, "released after the command: {status:?}");
+    }
+    assert!(c
+        .sessions()
+        .list("nightly", None, None)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+
+    // A lock that cannot be had within --wait-ms: 75, and the lock taken
+    // before it is released with the session.
+    broker
+        .client()
+        .acquire("busy-b", "other", 60_000, 0)
+        .await
+        .unwrap();
+    let out = lockctl(
+        &broker,
+        &[
+            "session",
+            "run",
+            "--lock",
+            "free-a",
+            "--lock",
+            "busy-b",
+            "--wait-ms",
+            "200",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(!c.locks().status("free-a").await.unwrap().held);
+
+    // A bad --ttl is a usage error.
+    let out = lockctl(
+        &broker,
+        &["session", "run", "--ttl", "15", "--lock", "x", "--", "true"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn session_run_stops_the_command_when_the_session_is_lost() {
+    let broker = Broker::start().await;
+    let c = rust_client(&broker);
+    let runner = {
+        let url = broker.url().to_owned();
+        tokio::spawn(async move {
+            tokio::process::Command::new(bin("lockctl"))
+                .args([
+                    "session", "run", "--ttl", "3s", "--lock", "lost-a", "--lock", "lost-b", "--",
+                    "sleep", "30",
+                ])
+                .env("LOCKBROKER_URL", url)
+                .env("LOCKBROKER_API_KEY", KEY)
+                .output()
+                .await
+                .unwrap()
+        })
+    };
+    // Wait for both grants, then close the session behind lockctl's back.
+    let session = eventually_some(
+        "lockctl session run takes both locks",
+        Duration::from_secs(10),
+        || async {
+            let a = c.locks().status("lost-a").await.ok()?;
+            let b = c.locks().status("lost-b").await.ok()?;
+            (a.held && b.held && a.session == b.session).then_some(a.session?)
+        },
+    )
+    .await;
+    let closed = c.sessions().close(&session).await.unwrap();
+    assert_eq!(closed.released, 2);
+    let started = std::time::Instant::now();
+    let out = runner.await.unwrap();
+    assert_eq!(out.status.code(), Some(76), "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "sleep 30 was stopped"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
 async fn rw_holds_a_read_or_write_lease_while_the_command_runs() {
     let broker = Broker::start().await;
     // From inside a read held past its 600 ms TTL (lockctl renews it):

@@ -1,4 +1,4 @@
-//! The client conformance scenarios (`clients/CONFORMANCE.md`, C01–C21)
+//! The client conformance scenarios (`clients/CONFORMANCE.md`, C01–C23)
 //! for `lockbroker-client`, in-process: each test starts the run's two
 //! brokers (plain HTTP and mutual TLS, one database) with
 //! [`Conformance`] and reads what a suite is given from
@@ -1218,6 +1218,134 @@ async fn c21_a_cancelled_acquire_leaves_no_lease_behind() {
         )
         .await;
     }
+    env.stop().await;
+}
+
+// --- Sessions ---
+
+/// The lock `key`'s status: held, in `session`, with `token`.
+async fn assert_held_in(c: &Client, key: &str, session: &str, token: u64) {
+    let status = c.locks().status(key).await.unwrap();
+    assert!(status.held, "{status:?}");
+    assert_eq!(status.session.as_deref(), Some(session), "{status:?}");
+    assert_eq!(status.token, Some(token), "{status:?}");
+}
+
+#[tokio::test]
+async fn c22_a_session_keeps_its_locks_alive_and_releases_them_when_closed() {
+    let env = Env::start().await;
+    let c = env.client();
+    let (a, b) = (unique("c22-a"), unique("c22-b"));
+    let ttl = Duration::from_secs(3);
+    let session = c.session(ttl).await.unwrap();
+    let first = session.lock(&a).acquire().await.unwrap();
+    let second = session.lock(&b).try_acquire().await.unwrap().expect("free");
+    assert!(first.token() > 0 && second.token() > 0);
+    assert_held_in(&c, &a, session.id(), first.token()).await;
+    assert_held_in(&c, &b, session.id(), second.token()).await;
+    let lost = session.lost();
+    let first_expiry = session.info().unwrap().expires_at;
+    // Time is what is tested: 10 s, more than three TTLs, without a call
+    // of the test's.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_held_in(&c, &a, session.id(), first.token()).await;
+    assert_held_in(&c, &b, session.id(), second.token()).await;
+    assert!(!session.is_lost() && !first.is_lost() && !second.is_lost());
+    assert!(
+        tokio::time::timeout(Duration::ZERO, lost).await.is_err(),
+        "lost() did not resolve"
+    );
+    assert_ne!(
+        session.info().unwrap().expires_at,
+        first_expiry,
+        "kept alive"
+    );
+    // The broker refuses to renew a session's lease: had the guards tried,
+    // they would have been refused and lost.
+
+    // One released through its handle is free at once; the other stays.
+    first.release().await.unwrap();
+    assert!(!c.locks().status(&a).await.unwrap().held);
+    assert_held_in(&c, &b, session.id(), second.token()).await;
+
+    // Scope exit (`Drop`) closes the session in the background: every
+    // lease of it is released and the session is gone.
+    let id = session.id().to_owned();
+    {
+        let _scope = session;
+    }
+    eventually("the remaining key is free", PROMPTLY, || async {
+        !c.locks().status(&b).await.unwrap().held
+    })
+    .await;
+    let gone = c.sessions().status(&id).await.unwrap_err();
+    assert_eq!(gone.code(), Some(ErrorCode::SessionNotFound), "{gone}");
+    assert_eq!(gone.api().map(|e| e.status), Some(404));
+    // Closed with its session: nothing left to release, no error.
+    second.release().await.unwrap();
+
+    // An explicit close: the key is free right after it answers.
+    let session = c.session(ttl).await.unwrap();
+    let lock = session.lock(&a).try_acquire().await.unwrap().expect("free");
+    assert_held_in(&c, &a, session.id(), lock.token()).await;
+    let id = session.id().to_owned();
+    session.close().await.unwrap();
+    assert!(!c.locks().status(&a).await.unwrap().held);
+    assert_eq!(
+        c.sessions().status(&id).await.unwrap_err().code(),
+        Some(ErrorCode::SessionNotFound)
+    );
+    assert!(!lock.is_lost());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn c23_a_session_closed_from_outside_is_lost_once_with_its_leases() {
+    let env = Env::start().await;
+    let c = env.client();
+    let key = unique("c23");
+    let ttl = Duration::from_secs(3);
+    let session = c.session(ttl).await.unwrap();
+    let lock = session
+        .lock(&key)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    let (lost, lease_lost) = (session.lost(), lock.lost());
+    let closed = c.sessions().close(session.id()).await.unwrap();
+    assert_eq!(closed.released, 1);
+    let ended = Instant::now();
+    let thief = c.lock(&key).try_acquire().await.unwrap().expect("freed");
+    let reason = tokio::time::timeout(ttl, lost)
+        .await
+        .expect("lost() fires within one TTL");
+    assert!(ended.elapsed() <= ttl, "{:?}", ended.elapsed());
+    match &reason {
+        LostReason::Refused(refusal) => {
+            assert_eq!(refusal.code, ErrorCode::SessionNotFound, "{refusal}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Every lease of it reports lost, for the same reason; the signal
+    // stays fired (once: it never goes back to held).
+    let lease_reason = tokio::time::timeout(PROMPTLY, lease_lost)
+        .await
+        .expect("the lease's lost() fires");
+    assert_eq!(lease_reason, reason);
+    assert!(session.is_lost() && lock.is_lost());
+    assert_eq!(session.lost().await, reason);
+    assert!(session.info().is_none());
+    // Releasing the lease and closing the lost session answer that it was
+    // lost (values, no panic) and leave the new holder's lease alone.
+    assert!(matches!(lock.release().await, Err(Error::LeaseLost(_))));
+    assert!(matches!(session.close().await, Err(Error::LeaseLost(_))));
+    let status = c.locks().status(&key).await.unwrap();
+    assert_eq!(
+        (status.owner, status.token, status.session),
+        (Some(owner_of(&thief)), Some(thief.token()), None)
+    );
+    thief.release().await.unwrap();
     env.stop().await;
 }
 

@@ -3,7 +3,9 @@
 //! `acquire|release|renew|status|validate` print the broker's JSON answer
 //! (`status` also of a semaphore or an election); `run KEY -- CMD...` holds
 //! the lock while CMD runs, `multi KEY... -- CMD...` several locks, all or
-//! none (`run.rs`), `rw read|write KEY -- CMD...` a reader-writer lock;
+//! none (`run.rs`), `rw read|write KEY -- CMD...` a reader-writer lock,
+//! `session run --lock K1 --lock K2 -- CMD...` several locks in one
+//! session (`session.rs`);
 //! `history KEY [--limit N]` prints the lock's recorded events, newest
 //! first; `force-release TENANT KEY` ends a stuck lease (admin); `watch
 //! ELECTION` prints changes of leader (`watch.rs`); `ls [PREFIX]` lists
@@ -18,11 +20,13 @@
 //! (CMD was stopped). The connection settings (URL, key, TLS files, the
 //! calls' deadline) are [`Connection`]'s.
 
+mod duration;
 mod events;
 mod ls;
 mod output;
 mod policy;
 mod run;
+mod session;
 mod watch;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -39,7 +43,7 @@ use output::{Output, EXIT_USAGE};
 /// What `lockctl --help` ends with.
 const AFTER_HELP: &str = "\
 Exit status:
-  0   success (run, multi, rw: the command's own status)
+  0   success (run, multi, rw, session run: the command's own status)
   1   the broker refused: its JSON error is printed. A 429 (rate_limited,
       quota_exceeded) is first waited out and retried within --timeout-ms;
       if it still refuses, lockctl prints the reason and how long to wait
@@ -48,9 +52,9 @@ Exit status:
   3   the broker could not be reached (or TLS with it failed), or did not
       answer in time
   4   validate: the token is not the live grant
-  75  run, multi, rw: not acquired within --wait-ms
-  76  run, multi, rw: the lease was lost while the command ran (it was
-      stopped)
+  75  run, multi, rw, session run: not acquired within --wait-ms
+  76  run, multi, rw, session run: the lease (or the session) was lost
+      while the command ran (it was stopped)
 
 HTTPS: --ca-file trusts the broker's CA instead of the system's roots;
 --client-cert and --client-key (both) present a client certificate to a
@@ -244,6 +248,9 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Sessions: many locks kept alive by one keepalive.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Whether TOKEN is the lock's live grant now: prints the broker's
     /// answer; exits 0 when valid, 4 when not.
     Validate { key: String, token: u64 },
@@ -311,6 +318,39 @@ enum Command {
     /// A tenant's policy (admin token: --admin-token or $LOCKBROKER_ADMIN_TOKEN).
     #[command(subcommand)]
     Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum SessionCommand {
+    /// Hold every --lock in one session while CMD runs, and exit with CMD's
+    /// status.
+    ///
+    /// The session keeps itself alive (a keepalive every third of --ttl);
+    /// the locks are taken one by one in sorted order, within --wait-ms
+    /// in all (75 if one cannot be had: those taken are released). If the
+    /// session is lost (closed from outside, or keepalives not confirmed
+    /// before it would expire), CMD is stopped and lockctl exits 76. When
+    /// CMD ends the session is closed, releasing every lock at once.
+    Run {
+        /// A lock to hold (repeat for more).
+        #[arg(long = "lock", value_name = "KEY", required = true)]
+        locks: Vec<String>,
+        /// How long the session lives without a keepalive: 1s to 1h
+        /// (units ms, s, m, h).
+        #[arg(long, default_value = "15s", value_parser = duration::parse)]
+        ttl: Duration,
+        /// A name for the session, shown in listings.
+        #[arg(long)]
+        name: Option<String>,
+        /// Defaults to $LOCKBROKER_OWNER or host:pid.
+        #[arg(long, env = "LOCKBROKER_OWNER")]
+        owner: Option<String>,
+        /// How long to wait for all the locks before giving up with 75.
+        #[arg(long, default_value_t = 300_000)]
+        wait_ms: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 /// The mode of `lockctl rw`.
@@ -489,6 +529,20 @@ async fn main() -> ExitCode {
             };
             let args = run_args(owner, ttl_ms, wait_ms, command);
             run::run(client.rwlock(key, mode), out, args).await
+        }
+        Command::Session(SessionCommand::Run {
+            locks,
+            ttl,
+            name,
+            owner,
+            wait_ms,
+            command,
+        }) => {
+            let what = session::SessionArgs { name, locks };
+            // The session's TTL is its leases' lease length.
+            let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+            let args = run_args(owner, ttl_ms, wait_ms, command);
+            session::run(&client, out, what, args).await
         }
         Command::Validate { key, token } => match client.locks().validate(&key, token).await {
             Ok(validity) => {

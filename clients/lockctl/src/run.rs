@@ -1,14 +1,16 @@
 //! `lockctl run KEY -- CMD...`: hold the lock while CMD runs, like `flock`
 //! or `consul lock`; `lockctl multi KEY... -- CMD...` the same with several
 //! locks taken all or none; `lockctl rw read|write KEY -- CMD...` with a
-//! reader-writer lock (like `flock -s` / `flock -x`). The lock is a [`Guard`]: it renews every third
-//! of the TTL; when the lease is lost CMD is stopped (SIGTERM, SIGKILL 5 s
-//! later) and lockctl exits 76; otherwise it releases the lock when CMD
-//! ends and exits with CMD's status.
+//! reader-writer lock (like `flock -s` / `flock -x`); `lockctl session run`
+//! with several locks in one session (`session.rs`). What is held is
+//! [`Held`]: a [`Guard`] renews every third of the TTL, a session keeps
+//! itself alive as often; when the lease (or the session) is lost CMD is
+//! stopped (SIGTERM, SIGKILL 5 s later) and lockctl exits 76; otherwise it
+//! releases when CMD ends and exits with CMD's status.
 
-use std::{process::ExitCode, time::Duration};
+use std::{future::Future, process::ExitCode, time::Duration};
 
-use lockbroker_client::{ErrorCode, Guard, Guarded, LeaseBuilder};
+use lockbroker_client::{ErrorCode, Guard, Guarded, LeaseBuilder, LostReason};
 use serde::Serialize;
 use serde_json::json;
 
@@ -40,14 +42,38 @@ where
     hold(acquired, out, &args.command).await
 }
 
-/// Holds the acquired lease while `command` runs.
-async fn hold<K: Guarded<Lease: Serialize>>(
-    acquired: lockbroker_client::Result<Guard<K>>,
+/// What is held while CMD runs: one guard, or a session and its leases.
+pub trait Held: Sized {
+    /// The `acquired` event printed with `--json`.
+    fn acquired(&self) -> serde_json::Value;
+    /// Resolves when what is held is lost.
+    fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static;
+    /// Gives it all back.
+    fn release(self) -> impl Future<Output = lockbroker_client::Result<()>>;
+}
+
+impl<K: Guarded<Lease: Serialize>> Held for Guard<K> {
+    fn acquired(&self) -> serde_json::Value {
+        json!({"event": "acquired", "lease": self.grant()})
+    }
+
+    fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        Guard::lost(self)
+    }
+
+    fn release(self) -> impl Future<Output = lockbroker_client::Result<()>> {
+        Guard::release(self)
+    }
+}
+
+/// Holds what was acquired while `command` runs.
+pub async fn hold<H: Held>(
+    acquired: lockbroker_client::Result<H>,
     out: Output,
     command: &[String],
 ) -> ExitCode {
-    let guard = match acquired {
-        Ok(guard) => guard,
+    let held = match acquired {
+        Ok(held) => held,
         Err(err) => {
             let code = out.fail("cannot acquire", &err, false);
             return if err.code() == Some(ErrorCode::LockHeld) {
@@ -58,7 +84,7 @@ async fn hold<K: Guarded<Lease: Serialize>>(
         }
     };
     if out.json_flag {
-        event(&json!({"event": "acquired", "lease": guard.grant()}));
+        event(&held.acquired());
     }
     let mut child = match tokio::process::Command::new(&command[0])
         .args(&command[1..])
@@ -67,14 +93,14 @@ async fn hold<K: Guarded<Lease: Serialize>>(
         Ok(child) => child,
         Err(err) => {
             eprintln!("lockctl: cannot run {:?}: {err}", command[0]);
-            let _ = guard.release().await;
+            let _ = held.release().await;
             return ExitCode::from(127);
         }
     };
-    let lost = guard.lost();
+    let lost = held.lost();
     tokio::select! {
         status = child.wait() => {
-            release(guard, out).await;
+            release(held, out).await;
             match status {
                 Ok(status) => {
                     let code = exit_code_of(status);
@@ -99,7 +125,7 @@ async fn hold<K: Guarded<Lease: Serialize>>(
         }
         _ = tokio::signal::ctrl_c() => {
             stop(&mut child).await;
-            release(guard, out).await;
+            release(held, out).await;
             ExitCode::from(130)
         }
     }
@@ -111,8 +137,8 @@ fn event(value: &serde_json::Value) {
     eprintln!("{value}");
 }
 
-async fn release<K: Guarded>(guard: Guard<K>, out: Output) {
-    if let Err(err) = guard.release().await {
+async fn release<H: Held>(held: H, out: Output) {
+    if let Err(err) = held.release().await {
         if !out.json_flag {
             eprintln!("lockctl: release: {err}");
         } else {

@@ -14,6 +14,7 @@ use crate::{
     error::Result,
     guard::{Guard, Guarded},
     pending::Pending,
+    session::InSession,
 };
 
 /// How long `acquire()`/`campaign()` wait for the lease unless told.
@@ -28,6 +29,8 @@ pub struct LeaseBuilder<K: Guarded> {
     ttl: Option<Duration>,
     wait: Duration,
     priority: Option<i32>,
+    /// The session to hold the lease in, instead of a TTL of its own.
+    session: Option<InSession>,
 }
 
 /// Builds a [`LockGuard`](crate::LockGuard); from [`Client::lock`].
@@ -85,7 +88,15 @@ impl<K: Guarded> LeaseBuilder<K> {
             ttl: None,
             wait: DEFAULT_WAIT,
             priority: None,
+            session: None,
         }
+    }
+
+    /// Holds the lease in a session: no TTL of its own, no renewals; it
+    /// lives and ends with the session (`session.rs`).
+    pub(crate) fn in_session(mut self, session: InSession) -> Self {
+        self.session = Some(session);
+        self
     }
 
     /// Who holds it (an election's candidate; default: a name unique to
@@ -159,11 +170,21 @@ impl<K: Guarded> LeaseBuilder<K> {
     async fn request(self, wait: Duration) -> Result<Guard<K>> {
         let made_up = self.owner.is_none();
         let owner = self.owner.unwrap_or_else(|| self.client.unique_owner());
+        let (session, session_end) = match self.session {
+            Some(InSession { id, end }) => (Some(id), Some(end)),
+            None => (None, None),
+        };
         let terms = LeaseTerms {
-            ttl_ms: self.ttl.map(millis),
+            // The broker refuses a TTL beside a session: the session's is
+            // the lease's.
+            ttl_ms: if session.is_some() {
+                None
+            } else {
+                self.ttl.map(millis)
+            },
             wait_ms: Some(millis(wait)),
             priority: self.priority,
-            session: None,
+            session,
         };
         let pending = Pending::<K>::new(self.client, self.target, owner, made_up);
         let sent = Instant::now();
@@ -176,13 +197,11 @@ impl<K: Guarded> LeaseBuilder<K> {
         .await;
         let client = pending.client().clone();
         pending.settle(&acquired);
-        Ok(Guard::start(
-            client,
-            acquired?,
-            sent,
-            Instant::now(),
-            !wait.is_zero(),
-        ))
+        let grant = acquired?;
+        Ok(match session_end {
+            Some(end) => Guard::follow(client, grant, end),
+            None => Guard::start(client, grant, sent, Instant::now(), !wait.is_zero()),
+        })
     }
 }
 

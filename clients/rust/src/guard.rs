@@ -31,32 +31,20 @@ use crate::{
 /// Renewals are never closer together than this, whatever the TTL.
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(20);
 
-/// What a [`Guard`] can hold, and how it takes, renews and releases it:
-/// every [`LeaseKind`](crate::LeaseKind) whose acquire the client knows
-/// how to make ([`Kind`]: [`Lock`](crate::Lock),
-/// [`Semaphore`](crate::Semaphore), [`RwLock`](crate::RwLock),
-/// [`Election`](crate::Election)), and [`MultiLock`](crate::MultiLock).
+/// What a [`Guard`]'s task needs of what it keeps: the lease, how to
+/// extend it and how to give it back. Every [`Guarded`] kind is
+/// `Renewable`; so is a session (its keepalive is its renewal, its close
+/// its release), which is how a [`Session`](crate::Session) reuses the
+/// guard's renewal and lost-detection instead of a second copy of them.
 /// Sealed: implemented by this crate only.
-pub trait Guarded: sealed::Sealed + Send + Sync + 'static {
+pub trait Renewable: sealed::Sealed + Send + Sync + 'static {
     /// The lease as granted, and as each renewal replaces it.
     type Lease: Clone + Send + Sync + 'static;
-    /// What an acquire names: a key and what the kind asks besides the
-    /// terms (a semaphore's size, an rwlock's mode); a multi-lock's keys.
-    type Target: Send + Sync + 'static;
-    /// The refusal that means "taken now": `try_acquire` answers `None`.
-    const BUSY: ErrorCode;
 
     /// The fencing token (an election's term).
     fn token(lease: &Self::Lease) -> u64;
     /// The lease length the broker granted.
     fn ttl(lease: &Self::Lease) -> Duration;
-    /// Asks for a lease for `owner` on `terms`.
-    fn acquire(
-        client: &Client,
-        target: &Self::Target,
-        owner: String,
-        terms: LeaseTerms,
-    ) -> impl Future<Output = Result<Self::Lease>> + Send;
     /// Extends `lease` by as long as it was granted.
     fn renew(
         client: &Client,
@@ -64,6 +52,27 @@ pub trait Guarded: sealed::Sealed + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Lease>> + Send;
     /// Gives `lease` back.
     fn release(client: &Client, lease: &Self::Lease) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// What a [`Guard`] can hold, and how it takes it: every
+/// [`LeaseKind`](crate::LeaseKind) whose acquire the client knows how to
+/// make ([`Kind`]: [`Lock`](crate::Lock), [`Semaphore`](crate::Semaphore),
+/// [`RwLock`](crate::RwLock), [`Election`](crate::Election)), and
+/// [`MultiLock`](crate::MultiLock). Sealed: implemented by this crate only.
+pub trait Guarded: Renewable {
+    /// What an acquire names: a key and what the kind asks besides the
+    /// terms (a semaphore's size, an rwlock's mode); a multi-lock's keys.
+    type Target: Send + Sync + 'static;
+    /// The refusal that means "taken now": `try_acquire` answers `None`.
+    const BUSY: ErrorCode;
+
+    /// Asks for a lease for `owner` on `terms`.
+    fn acquire(
+        client: &Client,
+        target: &Self::Target,
+        owner: String,
+        terms: LeaseTerms,
+    ) -> impl Future<Output = Result<Self::Lease>> + Send;
     /// Gives back whatever `owner` holds of `target`: for an acquire that
     /// was cancelled, or whose answer never came, and that may have been
     /// granted all the same.
@@ -75,18 +84,16 @@ pub trait Guarded: sealed::Sealed + Send + Sync + 'static {
 }
 
 pub(crate) mod sealed {
-    /// Seals [`Guarded`](super::Guarded).
+    /// Seals [`Renewable`](super::Renewable) and [`Guarded`](super::Guarded).
     pub trait Sealed {}
 }
 
 impl<K: Kind> sealed::Sealed for K {}
 
-/// Every lease kind is guarded alike: `/v1/{kind}/{key}/acquire`, then
-/// renewals and the release made from the lease itself.
-impl<K: Kind> Guarded for K {
+/// Every lease kind is kept alike: renewals and the release made from the
+/// lease itself.
+impl<K: Kind> Renewable for K {
     type Lease = K::Lease;
-    type Target = (String, K::Extra);
-    const BUSY: ErrorCode = K::BUSY;
 
     fn token(lease: &K::Lease) -> u64 {
         lease.token()
@@ -94,16 +101,6 @@ impl<K: Kind> Guarded for K {
 
     fn ttl(lease: &K::Lease) -> Duration {
         Duration::from_millis(lease.ttl_ms())
-    }
-
-    async fn acquire(
-        client: &Client,
-        (key, extra): &(String, K::Extra),
-        owner: String,
-        terms: LeaseTerms,
-    ) -> Result<K::Lease> {
-        let request = K::request(owner, terms, extra);
-        client.leases::<K>().acquire(key, &request).await
     }
 
     async fn renew(client: &Client, lease: &K::Lease) -> Result<K::Lease> {
@@ -118,6 +115,22 @@ impl<K: Kind> Guarded for K {
             .release(lease.key(), &request)
             .await
             .map(drop)
+    }
+}
+
+/// Every lease kind is taken alike: `/v1/{kind}/{key}/acquire`.
+impl<K: Kind> Guarded for K {
+    type Target = (String, K::Extra);
+    const BUSY: ErrorCode = K::BUSY;
+
+    async fn acquire(
+        client: &Client,
+        (key, extra): &(String, K::Extra),
+        owner: String,
+        terms: LeaseTerms,
+    ) -> Result<K::Lease> {
+        let request = K::request(owner, terms, extra);
+        client.leases::<K>().acquire(key, &request).await
     }
 
     async fn abandon(client: &Client, (key, _): &(String, K::Extra), owner: &str) -> Result<()> {
@@ -148,6 +161,11 @@ struct Stop {
 /// [`RwLockGuard`](crate::RwLockGuard), [`LeaderGuard`](crate::LeaderGuard),
 /// [`MultiLockGuard`](crate::MultiLockGuard).
 ///
+/// A lease held in a [`Session`](crate::Session) is a guard too, but its
+/// task renews nothing (the broker refuses to renew it: the session's
+/// keepalive keeps it): it follows the session, lost when the session is
+/// lost, ended when the session is closed.
+///
 /// A task owned by the guard renews the lease every third of its TTL. The
 /// lease is lost ([`Guard::lost`] resolves) when the broker refuses a
 /// renewal, or when no renewal succeeded before the lease would have run
@@ -156,13 +174,13 @@ struct Stop {
 /// broker's). [`Guard::release`] stops the renewals and releases; dropping
 /// the guard does the same in the background.
 #[must_use = "dropping the guard releases the lease"]
-pub struct Guard<K: Guarded> {
+pub struct Guard<K: Renewable> {
     state: watch::Receiver<State<K::Lease>>,
     stop: Option<oneshot::Sender<Stop>>,
     token: u64,
 }
 
-impl<K: Guarded> std::fmt::Debug for Guard<K>
+impl<K: Renewable> std::fmt::Debug for Guard<K>
 where
     K::Lease: std::fmt::Debug,
 {
@@ -174,7 +192,7 @@ where
     }
 }
 
-impl<K: Guarded> Guard<K> {
+impl<K: Renewable> Guard<K> {
     /// Starts guarding `grant`, which was asked for at `sent` and arrived at
     /// `answered`, after waiting in the queue if `queued`. Must run inside a
     /// tokio runtime (it spawns the renewal).
@@ -223,6 +241,43 @@ impl<K: Guarded> Guard<K> {
         }
     }
 
+    /// Guards `grant`, a lease held in a session: nothing is renewed; the
+    /// lease is lost when `session_end` answers a reason (the session was
+    /// lost), and over when it answers `None` (the session was closed,
+    /// which released every lease in it). Release and drop work as for
+    /// any guard. Must run inside a tokio runtime.
+    pub(crate) fn follow(
+        client: Client,
+        grant: K::Lease,
+        session_end: impl Future<Output = Option<LostReason>> + Send + 'static,
+    ) -> Guard<K> {
+        let token = K::token(&grant);
+        let (state_tx, state) = watch::channel(State::Held(grant.clone()));
+        let (stop, stop_rx) = oneshot::channel();
+        tokio::spawn(follow::<K>(client, grant, session_end, state_tx, stop_rx));
+        Guard {
+            state,
+            stop: Some(stop),
+            token,
+        }
+    }
+
+    /// Resolves when the lease is no longer held: with the reason if it
+    /// was lost, `None` if it was released (or the guard's task is gone).
+    /// What leases held in a session follow.
+    pub(crate) fn ended(&self) -> impl Future<Output = Option<LostReason>> + Send + 'static {
+        let mut state = self.state.clone();
+        async move {
+            match state.wait_for(|s| !matches!(s, State::Held(_))).await {
+                Ok(now) => match &*now {
+                    State::Lost(reason) => Some(reason.clone()),
+                    _ => None,
+                },
+                Err(_) => None,
+            }
+        }
+    }
+
     /// The fencing token: pass it to whatever the lease protects, which
     /// should refuse writes carrying an older one.
     pub fn token(&self) -> u64 {
@@ -249,16 +304,9 @@ impl<K: Guarded> Guard<K> {
     /// future owns what it needs, so it can outlive a borrow of the guard
     /// (in `tokio::select!` next to the work the lease protects).
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let mut state = self.state.clone();
+        let ended = self.ended();
         async move {
-            let reason = match state.wait_for(|s| !matches!(s, State::Held(_))).await {
-                Ok(now) => match &*now {
-                    State::Lost(reason) => Some(reason.clone()),
-                    _ => None,
-                },
-                Err(_) => None,
-            };
-            match reason {
+            match ended.await {
                 Some(reason) => reason,
                 None => std::future::pending().await,
             }
@@ -296,7 +344,7 @@ struct Renewal {
 }
 
 /// The guard's task: renew until stopped or lost, then release when told.
-async fn keep<K: Guarded>(
+async fn keep<K: Renewable>(
     client: Client,
     mut grant: K::Lease,
     Renewal {
@@ -351,14 +399,21 @@ async fn keep<K: Guarded>(
 }
 
 /// Releases the lease; answers `release()` if it asked.
-async fn finish<K: Guarded>(
+async fn finish<K: Renewable>(
     client: &Client,
     grant: &K::Lease,
     state: &watch::Sender<State<K::Lease>>,
     stop: Option<Stop>,
 ) {
     let released = match K::release(client, grant).await {
-        Err(Error::Api(refusal)) if refusal.code == ErrorCode::LeaseLost => {
+        // A session closed from outside answers its close with
+        // `session_not_found`: it was lost, as a lease taken away.
+        Err(Error::Api(refusal))
+            if matches!(
+                refusal.code,
+                ErrorCode::LeaseLost | ErrorCode::SessionNotFound
+            ) =>
+        {
             let reason = LostReason::Refused(refusal);
             state.send_replace(State::Lost(reason.clone()));
             Err(Error::LeaseLost(reason))
@@ -370,5 +425,36 @@ async fn finish<K: Guarded>(
     };
     if let Some(Stop { answer }) = stop {
         let _ = answer.send(released);
+    }
+}
+
+/// The task of a guard whose lease is held in a session: no renewal (the
+/// session's keepalive keeps the lease); release when told, unless the
+/// session ended first.
+async fn follow<K: Renewable>(
+    client: Client,
+    grant: K::Lease,
+    session_end: impl Future<Output = Option<LostReason>> + Send,
+    state: watch::Sender<State<K::Lease>>,
+    mut stop: oneshot::Receiver<Stop>,
+) {
+    let ended = tokio::select! {
+        biased;
+        stopped = &mut stop => return finish::<K>(&client, &grant, &state, stopped.ok()).await,
+        ended = session_end => ended,
+    };
+    let answer = match ended {
+        Some(lost) => {
+            state.send_replace(State::Lost(lost.clone()));
+            Err(Error::LeaseLost(lost))
+        }
+        // Closed with its session: nothing is left to release.
+        None => {
+            state.send_replace(State::Released);
+            Ok(())
+        }
+    };
+    if let Ok(Stop { answer: to }) = stop.await {
+        let _ = to.send(answer);
     }
 }

@@ -52,7 +52,14 @@
 //!     gives back what it may have been granted (`pending.rs`).
 //!   - [`Guard<K>`](Guard) (`guard.rs`): the one guard: renewal every
 //!     third of the TTL, [`Guard::lost`], [`Guard::release`], release on
-//!     drop; [`Guarded`] is what it needs of a kind.
+//!     drop; [`Renewable`] is what its task needs (renew, release),
+//!     [`Guarded`] what acquiring adds.
+//!   - [`Session`] (`session.rs`): many leases kept alive by one
+//!     keepalive ([`Client::session`], [`Session::lock`]), with one lost
+//!     signal; the session is itself kept by a [`Guard`] (a keepalive is
+//!     its renewal, a close its release), and its leases are guards that
+//!     follow it instead of renewing. [`Sessions`] (`sessions.rs`): the
+//!     typed calls of `/v1/sessions`.
 //!   - `kinds.rs`: what each kind adds ([`Kind`]: its acquire body, its
 //!     "taken" refusal, where its status shows a holder); `multilock.rs`:
 //!     several locks as one lease ([`MultiLock`], [`MultiLocks`]).
@@ -161,6 +168,8 @@ mod observe;
 mod owner;
 mod pending;
 mod retry;
+mod session;
+mod sessions;
 mod sse;
 mod tls;
 mod transport;
@@ -172,13 +181,15 @@ pub use builder::{
 pub use client::{Client, ClientBuilder, DEFAULT_SLACK};
 pub use error::{ApiError, Error, LostReason, Result};
 pub use events::{Event, EventStream, Events};
-pub use guard::{Guard, Guarded};
+pub use guard::{Guard, Guarded, Renewable};
 pub use kinds::{Kind, Recorded};
 pub use leases::{Elections, Leases, Locks, RwLocks, Semaphores};
 pub use multilock::{MultiLock, MultiLockBuilder, MultiLockGuard, MultiLocks};
 pub use observe::LeaderEvents;
 pub use owner::host_name;
 pub use retry::RetryPolicy;
+pub use session::{Session, SessionBuilder, SessionLeaseBuilder, DEFAULT_SESSION_TTL};
+pub use sessions::Sessions;
 
 pub use futures_core::Stream;
 pub use lockbroker_api as api;

@@ -13,7 +13,7 @@ use crate::{
     builder::LeaseBuilder,
     client::{Client, Idempotent},
     error::Result,
-    guard::{sealed::Sealed, Guard, Guarded},
+    guard::{sealed::Sealed, Guard, Guarded, Renewable},
     kinds::Kind,
 };
 
@@ -127,11 +127,8 @@ fn held(lease: &MultiLockLease) -> Vec<HeldKey> {
 
 impl Sealed for MultiLock {}
 
-impl Guarded for MultiLock {
+impl Renewable for MultiLock {
     type Lease = MultiLockLease;
-    /// The keys.
-    type Target = Vec<String>;
-    const BUSY: ErrorCode = ErrorCode::LockHeld;
 
     /// The first key's token (storage-key order).
     fn token(lease: &MultiLockLease) -> u64 {
@@ -140,20 +137,6 @@ impl Guarded for MultiLock {
 
     fn ttl(lease: &MultiLockLease) -> Duration {
         Duration::from_millis(lease.ttl_ms)
-    }
-
-    async fn acquire(
-        client: &Client,
-        keys: &Vec<String>,
-        owner: String,
-        terms: LeaseTerms,
-    ) -> Result<MultiLockLease> {
-        let request = MultiLockAcquireRequest {
-            keys: keys.clone(),
-            owner,
-            terms,
-        };
-        client.multilocks().acquire(&request).await
     }
 
     async fn renew(client: &Client, lease: &MultiLockLease) -> Result<MultiLockLease> {
@@ -171,6 +154,26 @@ impl Guarded for MultiLock {
             locks: held(lease),
         };
         client.multilocks().release(&request).await.map(drop)
+    }
+}
+
+impl Guarded for MultiLock {
+    /// The keys.
+    type Target = Vec<String>;
+    const BUSY: ErrorCode = ErrorCode::LockHeld;
+
+    async fn acquire(
+        client: &Client,
+        keys: &Vec<String>,
+        owner: String,
+        terms: LeaseTerms,
+    ) -> Result<MultiLockLease> {
+        let request = MultiLockAcquireRequest {
+            keys: keys.clone(),
+            owner,
+            terms,
+        };
+        client.multilocks().acquire(&request).await
     }
 
     /// Each key `owner` holds, released together.
