@@ -196,6 +196,15 @@ async fn a_lock_held_in_a_session_is_reentered_and_released() {
     );
     let one: ReleaseResponse = c.release("job-1", &s.id, grant.token).await.unwrap().ok();
     assert_eq!((one.released, one.hold_count), (false, 1));
+    // Still the session's (however the release was carried out: a batch
+    // keeps the row's session when it writes one hold less).
+    let held = status(&c, "job-1").await;
+    assert_eq!(
+        (held.hold_count, held.session.as_deref()),
+        (Some(1), Some(s.id.as_str()))
+    );
+    let shown: SessionStatus = get(&c, &s.id).await.ok();
+    assert_eq!(shown.leases.len(), 1);
     let last: ReleaseResponse = c.release("job-1", &s.id, grant.token).await.unwrap().ok();
     assert_eq!((last.released, last.hold_count), (true, 0));
     assert!(!status(&c, "job-1").await.held);

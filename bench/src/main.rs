@@ -22,6 +22,7 @@ mod report;
 mod run;
 mod rwlock;
 mod second;
+mod sessions;
 mod shadow;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
@@ -181,6 +182,12 @@ struct Args {
     /// plugins/dist) as a markdown table with p50/p99/p999, and exit.
     #[arg(long, value_name = "DIST")]
     policy_calls: Option<PathBuf>,
+    /// Measure sessions (issue #30) with these numbers of leases
+    /// (`session-keepalive`: one session against as many leases renewed
+    /// one by one, each for --duration-s; `session-end`: a close and an
+    /// expiry against as many releases), print markdown tables, and exit.
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    sessions: Vec<usize>,
 }
 
 const BROKER_SCENARIOS: [&str; 13] = [
@@ -329,6 +336,27 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(dir) = &args.criterion_summary {
         return match criterion_summary::markdown(dir) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("lockbench: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if !args.sessions.is_empty() {
+        let keep_for = Duration::from_secs_f64(args.duration_s);
+        let tables = sessions::markdown(
+            &args.broker_url,
+            &args.api_key,
+            args.broker_pid,
+            &args.sessions,
+            keep_for,
+        )
+        .await;
+        return match tables {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS

@@ -26,18 +26,20 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 
 use super::{
-    detach::finish, history, micros, plus_ms, seat::LeaseRow, settle::Expect, Engine, EngineError,
-    LockRef, Op, Scope, Scopes,
+    delay, detach::finish, history, micros, plus_ms, seat::LeaseRow, settle::Expect, Engine,
+    EngineError, LockRef, Op, Scope, Scopes,
 };
 use crate::store::{
+    self,
     history::{EndCause, EventKind},
-    locks,
     sessions::{self, SessionRow},
     Kind, Locking,
 };
 
 /// Keys released per transaction by a session's end.
 pub const CHUNK: u32 = 100;
+/// Transactions a session's end runs at once (each on its own chunk).
+const LANES: u32 = 4;
 /// Sessions the reaper ends per pass at most.
 const ENDED_PER_PASS: u32 = 100;
 /// How long an end may take before another broker's reaper carries it
@@ -438,7 +440,8 @@ impl Engine {
             let held = self
                 .retry(budget, || async {
                     let mut conn = self.conn(budget).await?;
-                    let held = sessions::leases(&mut conn, &scope.tenant, id, CHUNK).await?;
+                    let held =
+                        sessions::leases(&mut conn, &scope.tenant, id, CHUNK * LANES).await?;
                     conn.done();
                     Ok(held)
                 })
@@ -446,24 +449,28 @@ impl Engine {
             if held.is_empty() {
                 break;
             }
-            let mut chunk = Vec::with_capacity(held.len());
+            let mut locks = Vec::with_capacity(held.len());
             for h in held {
                 let Some(kind) = sessions::kind_of(h.kind) else {
                     continue;
                 };
                 let key = String::from_utf8_lossy(&h.lock_key).into_owned();
-                chunk.push(scope.resolve(kind, key.clone(), key).await);
+                locks.push(scope.resolve(kind, key.clone(), key).await);
             }
-            let n = match self
-                .release_in_session(&chunk, id, reason, lock_delay_ms)
-                .await
-            {
-                Ok(n) => n,
-                // The chunk's commit answer was lost: what is left says
-                // whether it happened.
-                Err(EngineError::Unavailable(super::DbFailure::Unknown)) => 0,
-                Err(err) => return Err(err),
-            };
+            // Chunks of disjoint keys, each in its own transaction, at once.
+            let passes = locks
+                .chunks(CHUNK as usize)
+                .map(|chunk| self.release_in_session(chunk, id, reason, lock_delay_ms));
+            let mut n = 0;
+            for done in futures_util::future::join_all(passes).await {
+                match done {
+                    Ok(k) => n += k,
+                    // A chunk's commit answer was lost: what is left says
+                    // whether it happened.
+                    Err(EngineError::Unavailable(super::DbFailure::Unknown)) => {}
+                    Err(err) => return Err(err),
+                }
+            }
             if n == 0 {
                 // Nothing of it was the session's any more, or unknown:
                 // read again (a few times: rows it cannot release are left
@@ -516,32 +523,47 @@ impl Engine {
             return Ok(0);
         };
         let budget = self.budget();
+        let keys: Vec<_> = chunk.iter().map(LockRef::row).collect();
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
+            // Every row of the chunk in one locking read (in key order).
+            let rows = store::batch::lock_rows_waiting(&mut tx, &keys).await?;
             let mut deliveries = Vec::new();
+            let mut quiet = Vec::new();
             let mut released = 0u64;
             for lock in chunk {
-                let Some(row) = locks::select(&mut tx, lock.row(), Locking::Wait).await? else {
+                let Some(keyed) = rows.iter().find(|r| r.is(lock.row())) else {
                     continue;
                 };
-                let (mut queued, mut row) = LeaseRow::of_lock(row);
+                let (mut queued, mut row) = LeaseRow::of_lock(keyed.row.clone());
                 if row.session.as_deref() != Some(id.as_bytes()) {
                     continue;
                 }
                 let Some(owner) = row.owner.clone() else {
                     continue;
                 };
-                let owner = String::from_utf8_lossy(&owner).into_owned();
                 let event = match reason {
                     EndReason::Closed => EventKind::Released,
                     EndReason::Expired => EventKind::Expired,
                 };
-                let e = history::event(lock, event, owner.as_bytes(), row.token, Some(row.now));
+                let e = history::event(lock, event, &owner, row.token, Some(row.now));
                 if let Some(mut e) = history::in_session(e, Some(id.as_bytes())) {
                     e.reason = Some(reason.cause());
                     tx.note(e);
                 }
-                if reason == EndReason::Expired && lock_delay_ms > 0 {
+                released += 1;
+                let delayed = reason == EndReason::Expired && lock_delay_ms > 0;
+                if queued == 0
+                    && row.standby.is_none()
+                    && !delayed
+                    && delay::after_free(&row, lock.delays).is_none()
+                {
+                    // Nobody to hand it to, nothing to delay: freed with
+                    // the others in one statement.
+                    quiet.push(lock.row());
+                    continue;
+                }
+                if delayed {
                     // The session's lock-delay: the key is not granted
                     // again before it ends (`not_before`).
                     let until = plus_ms(row.now, lock_delay_ms);
@@ -553,8 +575,8 @@ impl Engine {
                 {
                     deliveries.push(d);
                 }
-                released += 1;
             }
+            store::batch::free_rows(&mut tx, &quiet).await?;
             self.commit(tx, first, Expect::Unchecked).await?;
             self.deliver(deliveries);
             Ok(released)

@@ -34,6 +34,39 @@ pub async fn lock_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec
     rows(conn, keys, "FOR UPDATE SKIP LOCKED").await
 }
 
+/// The rows of `keys`, locked until the end of the transaction, waiting
+/// for those other transactions hold (a session's end, which must reach
+/// every one of its keys; the caller names them in key order).
+pub async fn lock_rows_waiting(
+    conn: &mut Conn,
+    keys: &[RowKey<'_>],
+) -> sqlx::Result<Vec<KeyedLockRow>> {
+    rows(conn, keys, "FOR UPDATE").await
+}
+
+/// Frees every row of `keys` in one statement (the caller holds each, and
+/// knows each has nobody to hand it to), marking none; sent with the
+/// commit (`Conn::defer`).
+pub async fn free_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let tuples = vec!["(?, ?, ?)"; keys.len()].join(", ");
+    let sql = format!(
+        r#"
+UPDATE locks FORCE INDEX (PRIMARY) SET owner = NULL, hold_count = 0, expires_at = NULL,
+  session = NULL
+WHERE (tenant, kind, lock_key) IN ({tuples})
+"#
+    );
+    let params: Vec<_> = keys
+        .iter()
+        .map(|k| (k.tenant, k.kind as u8, k.key))
+        .collect();
+    conn.defer(&sql, params).await?;
+    Ok(())
+}
+
 /// The rows of `keys` as they are (a plain read: no row locks), each with
 /// `NOW(6)`; a missing row is not returned.
 pub async fn read_rows(conn: &mut Conn, keys: &[RowKey<'_>]) -> sqlx::Result<Vec<KeyedLockRow>> {
@@ -85,8 +118,10 @@ pub struct LeaseWrite<'a> {
 
 /// Writes every state of `writes` in one statement. The caller holds each
 /// row (read by [`lock_rows`] in this transaction), so every row exists
-/// and the insert half never inserts; `queued` is left as it is. Sent
-/// with the commit (`Conn::defer`).
+/// and the insert half never inserts; `queued` is left as it is. A freed
+/// row's `session` is cleared; a held one's kept (a batch grants only
+/// plain leases, on free rows, and may release one hold of a session's
+/// re-entered lease). Sent with the commit (`Conn::defer`).
 pub async fn write_rows(conn: &mut Conn, writes: &[LeaseWrite<'_>]) -> sqlx::Result<()> {
     if writes.is_empty() {
         return Ok(());
@@ -98,6 +133,7 @@ INSERT INTO locks (tenant, kind, lock_key, owner, token, hold_count, expires_at,
 VALUES {tuples}
 ON DUPLICATE KEY UPDATE owner = VALUES(owner), token = VALUES(token),
   hold_count = VALUES(hold_count), expires_at = VALUES(expires_at),
+  session = IF(VALUES(owner) IS NULL, NULL, locks.session),
   released_by = COALESCE(VALUES(released_by), locks.released_by)
 "#
     );
