@@ -1,7 +1,7 @@
 //! The Go client (`clients/go`) against real brokers: `go vet ./...`, then
 //! its own `go test` suite, run as child processes with the brokers and
 //! variables of `clients/CONFORMANCE.md` ([`Conformance`]). Both must
-//! succeed, and every conformance scenario's test (C01–C21) and every
+//! succeed, and every conformance scenario's test (C01–C23) and every
 //! example must have run and passed: a suite that skipped or lost a test
 //! fails here.
 
@@ -22,10 +22,11 @@ const GO_TEST_TIMEOUT: &str = "480s";
 const VET_WITHIN: Duration = Duration::from_secs(300);
 
 /// The tests `go test -v` must report as passed.
-const EXAMPLES: [&str; 3] = [
+const EXAMPLES: [&str; 4] = [
     "Example_cronJob",
     "Example_leaderLoop",
     "Example_fencedWrite",
+    "Example_session",
 ];
 
 fn client_dir() -> PathBuf {
@@ -91,7 +92,7 @@ async fn the_go_client_passes_go_vet_and_its_conformance_suite() {
         "the Go suite passes (its output is above)"
     );
     let out = String::from_utf8_lossy(&test.stdout);
-    for id in 1..=21 {
+    for id in 1..=23 {
         let passed = format!("--- PASS: TestC{id:02}");
         assert!(
             out.contains(&passed),

@@ -57,7 +57,7 @@ func (c *Client) acquire(ctx context.Context, a acquisition, opts []AcquireOptio
 			if err != nil {
 				return nil, nil, err
 			}
-			return c.startLease(g, owner, sent, time.Now(), waitFor > 0), answer, nil
+			return c.begin(g, owner, t, sent, time.Now(), waitFor > 0), answer, nil
 		}
 		e := asError(err)
 		switch {
@@ -72,6 +72,16 @@ func (c *Client) acquire(ctx context.Context, a acquisition, opts []AcquireOptio
 		}
 		return nil, nil, err
 	}
+}
+
+// begin keeps a granted lease: on its own (renewed every third of its TTL),
+// or, when it was asked for in a session, for as long as the session lives
+// (the broker refuses renewals of a session's lease).
+func (c *Client) begin(g grant, owner string, t terms, sent, answered time.Time, queued bool) *Lease {
+	if t.session != nil {
+		return t.session.adopt(g, owner)
+	}
+	return c.startLease(g, owner, sent, answered, queued)
 }
 
 // waitFor is the wait_ms of the next request of a waiting acquire: what is
@@ -125,7 +135,7 @@ func (c *Client) findOut(ctx context.Context, a acquisition, owner string, t ter
 			Err:     cause.Err,
 		}
 	}
-	return c.startLease(*g, owner, sent, time.Now(), true), seen, nil
+	return c.begin(*g, owner, t, sent, time.Now(), true), seen, nil
 }
 
 // abandon makes sure an acquire the caller gave up on while it was in flight

@@ -33,6 +33,7 @@ const (
 	CodeTooManyStreams   Code = "too_many_streams"
 	CodeQuotaExceeded    Code = "quota_exceeded"
 	CodeRateLimited      Code = "rate_limited"
+	CodeSessionNotFound  Code = "session_not_found"
 	CodePolicyError      Code = "policy_error"
 	CodeUnavailable      Code = "unavailable"
 )
@@ -182,6 +183,10 @@ var (
 	ErrPermitsMismatch error = errorKind("permits mismatch")
 	// ErrInvalidKey: 422, the tenant's naming policy rejected the key.
 	ErrInvalidKey error = errorKind("invalid key")
+	// ErrSessionNotFound: 404 session_not_found, the session ended (closed,
+	// expired) or never existed: its leases are gone, and an acquire in it
+	// granted nothing.
+	ErrSessionNotFound error = errorKind("session not found")
 	// ErrPolicy: 500 policy_error, the tenant's policy failed (fail closed).
 	ErrPolicy error = errorKind("policy error")
 	// ErrConfig: the client was set up wrongly (see CodeConfig).
@@ -225,6 +230,8 @@ func kindsOf(e *Error) []errorKind {
 		add(ErrInvalidKey)
 	case CodePolicyError:
 		add(ErrPolicy)
+	case CodeSessionNotFound:
+		add(ErrSessionNotFound)
 	}
 	switch e.Status {
 	case 400:

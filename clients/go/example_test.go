@@ -145,3 +145,41 @@ func (s *fencedStore) write(token uint64, value string) string {
 	s.newest, s.value = token, value
 	return fmt.Sprintf("accepted %q", value)
 }
+
+// Several keys held for one piece of work in a session: one keepalive keeps
+// them all alive, one signal says they are lost, one Close releases them
+// all.
+func Example_session() {
+	ctx := context.Background()
+	c, err := lockbroker.FromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	session, err := c.Session(ctx, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+	for _, key := range []string{"examples/orders/17", "examples/invoices/17"} {
+		if _, err := session.Lock(ctx, key, lockbroker.Wait(10*time.Second)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	status, err := c.SessionStatus(ctx, session.ID())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("locks held in the session:", len(status.Leases))
+
+	if err := session.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	lock, err := c.LockStatus(ctx, "examples/orders/17")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held after Close:", lock.Held)
+	// Output:
+	// locks held in the session: 2
+	// held after Close: false
+}

@@ -36,6 +36,9 @@ const minRenewEvery = 20 * time.Millisecond
 // the lease, never after. Stop the work the lease protects when it fires,
 // and pass Token to whatever the lease protects (fencing).
 //
+// A lease held in a Session is not renewed on its own: the session's
+// keepalives keep it, and it is lost when the session is (see Session).
+//
 // Go has no destructors: a lease that is never released is renewed for as
 // long as the process runs. Release it, with defer.
 type Lease struct {
@@ -44,6 +47,9 @@ type Lease struct {
 	key    string
 	owner  string
 	token  uint64
+	// session is the session the lease is held in (nil: on its own): it
+	// lives, ends and is lost with it.
+	session *Session
 
 	ctx  context.Context // ended by Release: stops the renewals
 	stop context.CancelFunc
@@ -85,8 +91,15 @@ func (c *Client) startLease(g grant, owner string, sent, answered time.Time, que
 	if began.After(sent) {
 		next = answered
 	}
+	l := newLease(c, g, owner)
+	go l.keep(began.Add(g.ttl), next)
+	return l
+}
+
+// newLease is g held by owner, before anything keeps it.
+func newLease(c *Client, g grant, owner string) *Lease {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &Lease{
+	return &Lease{
 		client:  c,
 		held:    g.held,
 		key:     g.key,
@@ -99,8 +112,6 @@ func (c *Client) startLease(g grant, owner string, sent, answered time.Time, que
 		ttl:     g.ttl,
 		expires: g.expires,
 	}
-	go l.keep(began.Add(g.ttl), next)
-	return l
 }
 
 func renewEvery(ttl time.Duration) time.Duration {
@@ -121,17 +132,25 @@ func (l *Lease) Key() string { return l.key }
 // Owner is who holds the lease (an election's candidate).
 func (l *Lease) Owner() string { return l.owner }
 
-// TTL is the lease's length, as last granted.
+// TTL is the lease's length, as last granted (a session's lease: the
+// session's).
 func (l *Lease) TTL() time.Duration {
+	if l.session != nil {
+		return l.session.TTL()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
 }
 
 // ExpiresAt is when the lease ends by the broker's clock unless renewed, as
-// the last grant or renewal said (for display: this machine's clock may
-// differ; Lost is what to act on).
+// the last grant or renewal said (a session's lease: the session's last
+// keepalive). For display: this machine's clock may differ; Lost is what to
+// act on.
 func (l *Lease) ExpiresAt() time.Time {
+	if l.session != nil {
+		return l.session.ExpiresAt()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expires

@@ -21,6 +21,9 @@ type LockStatus struct {
 	ExpiresAt  *time.Time `json:"expires_at"`
 	// Waiters queued for it.
 	Waiters int `json:"waiters"`
+	// Session is the id of the session the lease is held in (its ExpiresAt
+	// is the session's); "" when free or held on its own.
+	Session string `json:"session"`
 }
 
 // SemaphoreHolder is one taken permit of a semaphore.
@@ -139,3 +142,47 @@ type leaseAnswer struct {
 }
 
 func (a leaseAnswer) ttl() time.Duration { return time.Duration(a.TTLMs) * time.Millisecond }
+
+// SessionInfo is a session (the answer to opening one, and each item of
+// ListSessions). Name is "" when it has none.
+type SessionInfo struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	TTLMs       int64     `json:"ttl_ms"`
+	LockDelayMs int64     `json:"lock_delay_ms"`
+	CreatedAt   time.Time `json:"created_at"`
+	// ExpiresAt is when it ends without a keepalive (the database's clock).
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// TTL is how long the session lives without a keepalive.
+func (s SessionInfo) TTL() time.Duration { return time.Duration(s.TTLMs) * time.Millisecond }
+
+// SessionLease is a lease held in a session.
+type SessionLease struct {
+	// Kind is "lock" (the other kinds come later).
+	Kind string `json:"kind"`
+	// Key is the storage key: the broker does not keep the key clients sent.
+	Key        string `json:"key"`
+	StorageKey string `json:"storage_key"`
+	Token      uint64 `json:"token"`
+	// Slot is a permit's slot, nil for other kinds.
+	Slot *int `json:"slot"`
+	// Mode is a reader-writer lease's mode ("read", "write"), "" for other
+	// kinds.
+	Mode string `json:"mode"`
+}
+
+// SessionStatus is a session now and every lease held in it
+// (GET /v1/sessions/{id}).
+type SessionStatus struct {
+	SessionInfo
+	Leases []SessionLease `json:"leases"`
+}
+
+// SessionClosed is what closing a session released.
+type SessionClosed struct {
+	Closed bool `json:"closed"`
+	// Released counts the leases the close released.
+	Released int `json:"released"`
+}

@@ -68,6 +68,9 @@ type terms struct {
 	waitSet  bool
 	owner    string
 	priority *int
+	// session holds the lease in a session (Session.Lock) in place of a
+	// TTL of its own.
+	session *Session
 }
 
 // DefaultTTL is the lease length when TTL is not given (the broker's own
@@ -111,7 +114,13 @@ func collectTerms(opts []AcquireOption) terms {
 
 // fields is the terms' part of an acquire body.
 func (t terms) fields(waitMs int64) map[string]any {
-	body := map[string]any{"ttl_ms": t.ttl.Milliseconds(), "wait_ms": waitMs}
+	body := map[string]any{"wait_ms": waitMs}
+	if t.session != nil {
+		// The broker refuses both: the lease lasts as long as the session.
+		body["session"] = t.session.ID()
+	} else {
+		body["ttl_ms"] = t.ttl.Milliseconds()
+	}
 	if t.priority != nil {
 		body["priority"] = *t.priority
 	}

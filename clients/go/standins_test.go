@@ -307,3 +307,35 @@ func (c *cutter) dialed() int {
 	defer c.mu.Unlock()
 	return c.dials
 }
+
+// recorder is a RoundTripper that notes the method and path of every
+// request a client sends, e.g. "POST /v1/sessions/ID/keepalive".
+type recorder struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	sent []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{next: http.DefaultTransport.(*http.Transport).Clone()}
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.sent = append(r.sent, req.Method+" "+req.URL.EscapedPath())
+	r.mu.Unlock()
+	return r.next.RoundTrip(req)
+}
+
+// count is how many requests sent so far satisfy match.
+func (r *recorder) count(match func(request string) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.sent {
+		if match(s) {
+			n++
+		}
+	}
+	return n
+}
