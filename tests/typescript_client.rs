@@ -2,7 +2,7 @@
 //! type check (`npm run typecheck`, `tsc --noEmit`, strict) and its own
 //! `node --test` suite (built with `tsc` first), run as child processes
 //! with the conformance brokers' environment (`lockbroker_tests::Conformance`,
-//! clients/CONFORMANCE.md). Both must pass, and every scenario C01–C21 must
+//! clients/CONFORMANCE.md). Both must pass, and every scenario C01–C23 must
 //! have run and passed: a test the suite lost or skipped fails this one.
 //!
 //! The node packages come from `scripts/client-deps` (`npm ci`).
@@ -73,7 +73,7 @@ async fn the_typescript_client_typechecks_and_passes_every_conformance_scenario(
         suite.status.success() && failed.is_empty(),
         "the TypeScript suite failed (its output is above); failing: {failed:?}"
     );
-    for n in 1..=21 {
+    for n in 1..=23 {
         let id = format!("c{n:02}");
         let runs: Vec<(&String, &bool)> = results
             .iter()

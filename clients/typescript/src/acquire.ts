@@ -11,7 +11,7 @@
 import type { Caller, CallOptions } from "./caller.js";
 import { DeadlineExceededError, LockbrokerError, OutcomeUnknownError } from "./errors.js";
 import type { Kind } from "./kinds.js";
-import { Lease } from "./lease.js";
+import { type Keeper, Lease } from "./lease.js";
 import { uniqueOwner } from "./owner.js";
 import { now } from "./time.js";
 import type { LeaseTerms } from "./types.js";
@@ -39,16 +39,28 @@ export interface Acquirer {
 
 /**
  * Acquires `target` of `kind`, waiting up to `waitMs`, and starts its
- * renewal.
+ * renewal; or, with `keeper`, holds it in that session (`session` in place
+ * of `ttl_ms`), where the session's keepalive keeps it. The owner is still
+ * unique per acquire (not the broker's default, the session id), so that
+ * two acquires of one key in one session do not re-enter by accident and
+ * a lost answer is found by its owner as anywhere else.
  *
  * @throws HeldError when it stayed held past the wait, and every error of
  * the call; the signal's reason when aborted (after giving back a grant).
  */
-export async function acquire<G, T>(from: Acquirer, kind: Kind<G, T>, target: T, options: AcquireOptions, waitMs: number): Promise<Lease<G>> {
+export async function acquire<G, T>(
+  from: Acquirer,
+  kind: Kind<G, T>,
+  target: T,
+  options: AcquireOptions,
+  waitMs: number,
+  keeper?: Keeper,
+): Promise<Lease<G>> {
   const { caller } = from;
   options.signal?.throwIfAborted();
   const owner = options.owner ?? uniqueOwner(from.identity);
   const terms: LeaseTerms = { wait_ms: Math.max(0, Math.round(waitMs)) };
+  if (keeper) terms.session = keeper.id;
   if (options.ttlMs !== undefined) terms.ttl_ms = Math.round(options.ttlMs);
   if (options.priority !== undefined) terms.priority = options.priority;
   const request = kind.acquire(target, owner, terms);
@@ -70,7 +82,7 @@ export async function acquire<G, T>(from: Acquirer, kind: Kind<G, T>, target: T,
     if (mayHaveBeenGranted(err, options.signal)) await giveBack(caller, kind, target, owner);
     throw err;
   }
-  const lease = new Lease<G>(caller, kind, grant, { sent, answered: now(), queued: waitMs > 0 });
+  const lease = new Lease<G>(caller, kind, grant, { sent, answered: now(), queued: waitMs > 0 }, keeper);
   if (options.signal?.aborted) {
     // Aborted while the grant was on its way: it is not the caller's any more.
     await lease.release().catch(() => undefined);
@@ -84,9 +96,15 @@ export async function acquire<G, T>(from: Acquirer, kind: Kind<G, T>, target: T,
  *
  * @throws every error of {@link acquire} but the "held" ones.
  */
-export async function tryAcquire<G, T>(from: Acquirer, kind: Kind<G, T>, target: T, options: AcquireOptions): Promise<Lease<G> | null> {
+export async function tryAcquire<G, T>(
+  from: Acquirer,
+  kind: Kind<G, T>,
+  target: T,
+  options: AcquireOptions,
+  keeper?: Keeper,
+): Promise<Lease<G> | null> {
   try {
-    return await acquire(from, kind, target, options, 0);
+    return await acquire(from, kind, target, options, 0, keeper);
   } catch (err) {
     if (err instanceof LockbrokerError && kind.busy.includes(err.code)) return null;
     throw err;

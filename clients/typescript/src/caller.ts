@@ -33,7 +33,7 @@ export interface CallOptions {
 
 /** One request, as the kinds and resources describe it. */
 export interface Request {
-  method: "GET" | "POST" | "PUT";
+  method: "GET" | "POST" | "PUT" | "DELETE";
   /** Path and query under the base URL. */
   path: string;
   /** The JSON body; a function makes it afresh for each try (1 for the first). */

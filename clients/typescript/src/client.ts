@@ -2,9 +2,10 @@
  * {@link Client}: one broker, one API key. Guards by their usual names
  * (`lock`, `tryLock`, `withLock`, and the same for semaphores, rwlocks,
  * multi-locks and elections) over the one lease model (`acquire.ts`,
- * `lease.ts`, `kinds.ts`); the reads of each kind (`client.locks`,
- * `client.semaphores`, `client.rwlocks`, `client.elections`); the event
- * stream; the admin calls.
+ * `lease.ts`, `kinds.ts`); sessions, which keep many leases with one
+ * keepalive (`session.ts`); the reads of each kind (`client.locks`,
+ * `client.semaphores`, `client.rwlocks`, `client.elections`,
+ * `client.sessions`); the event stream; the admin calls.
  */
 import { type AcquireOptions, type Acquirer, DEFAULT_WAIT_MS, acquire, tryAcquire, withLease } from "./acquire.js";
 import { Admin } from "./admin.js";
@@ -14,8 +15,9 @@ import { type ChangeEvent, type EventsOptions, openEvents } from "./events.js";
 import { ELECTION, LOCK, MULTILOCK, RWLOCK, SEMAPHORE } from "./kinds.js";
 import type { Lease } from "./lease.js";
 import { defaultIdentity } from "./owner.js";
-import { Locks, RecordedResources } from "./resources.js";
+import { Locks, RecordedResources, Resources } from "./resources.js";
 import { DEFAULT_RETRY, type RetryPolicy } from "./retry.js";
+import { type Session, type SessionOptions, openSession, withSession } from "./session.js";
 import type { SseStream } from "./sse.js";
 import { Transport } from "./transport.js";
 import type {
@@ -27,6 +29,8 @@ import type {
   RwMode,
   SemaphoreGrant,
   SemaphoreStatus,
+  SessionInfo,
+  SessionStatus,
 } from "./types.js";
 
 export interface ClientOptions {
@@ -68,6 +72,8 @@ export class Client {
   readonly rwlocks: RecordedResources<RwLockStatus>;
   /** Election reads: `status`, `list`, `listAll`, `observe`. */
   readonly elections: Elections;
+  /** Session reads: `status(id)` (with its leases), `list`, `listAll` (by name prefix). */
+  readonly sessions: Resources<SessionStatus, SessionInfo>;
   /** Calls that need the admin token. */
   readonly admin: Admin;
 
@@ -93,6 +99,7 @@ export class Client {
     this.semaphores = new RecordedResources<SemaphoreStatus>(made, "semaphores");
     this.rwlocks = new RecordedResources<RwLockStatus>(made, "rwlocks");
     this.elections = new Elections(made, "elections");
+    this.sessions = new Resources<SessionStatus, SessionInfo>(made, "sessions");
     this.admin = new Admin(made);
     this.options = options;
   }
@@ -218,6 +225,23 @@ export class Client {
   /** Campaigns once: null when another candidate leads. */
   tryCampaign(name: string, options: AcquireOptions = {}): Promise<LeaderLease | null> {
     return tryAcquire(this.from, ELECTION, name, options);
+  }
+
+  // -- sessions --
+
+  /**
+   * Opens a session that keeps itself alive (a keepalive every third of
+   * `ttlMs`) until closed; `session.lock(...)` holds leases in it, all lost
+   * together (`session.lost`) and released together by `close()` or
+   * `await using`.
+   */
+  session(options: SessionOptions = {}): Promise<Session> {
+    return openSession(this.from, options);
+  }
+
+  /** Runs `body` with a session; closed (every lease in it released) when `body` ends, also when it throws. */
+  async withSession<R>(options: SessionOptions, body: (session: Session) => Promise<R> | R): Promise<R> {
+    return withSession(await this.session(options), body);
   }
 
   // -- events --

@@ -10,6 +10,7 @@
  * LockbrokerError                    code, status, retryAfterMs
  * ├─ HeldError                       409 lock_held, semaphore_full: taken by others
  * ├─ LeaseLostError                  409 lease_lost, or a lease that could not be renewed in time
+ * │  └─ SessionLostError             404 session_not_found: the session ended, and every lease in it
  * ├─ ThrottledError                  429 (too_many_waiters, quota_exceeded, too_many_streams)
  * │  └─ RateLimitedError             429 rate_limited
  * ├─ UnavailableError                503: nothing was done; try later
@@ -70,6 +71,14 @@ export class HeldError extends LockbrokerError {}
  */
 export class LeaseLostError extends LockbrokerError {}
 
+/**
+ * 404 `session_not_found`: the session ended (closed, or expired by the
+ * broker's clock), or never was. A {@link LeaseLostError} because that is
+ * what it means for every lease held in it: a keepalive, a close, or an
+ * acquire naming it all learn the same thing.
+ */
+export class SessionLostError extends LeaseLostError {}
+
 /** 429: the tenant is over a limit; `retryAfterMs` says when to try again when the broker knows. */
 export class ThrottledError extends LockbrokerError {}
 
@@ -101,6 +110,7 @@ const BY_CODE: Partial<Record<string, new (code: Code, message: string, details:
   lock_held: HeldError,
   semaphore_full: HeldError,
   lease_lost: LeaseLostError,
+  session_not_found: SessionLostError,
   rate_limited: RateLimitedError,
   too_many_waiters: ThrottledError,
   too_many_streams: ThrottledError,

@@ -17,6 +17,9 @@
  *   {@link Lease} renews it every third of its TTL and fires `lost`, and a
  *   {@link Kind} is what a lock, semaphore, rwlock, multi-lock or election
  *   adds (its requests, its token, its "held" refusal).
+ * - `session.ts`: {@link Session}, many leases (locks, for now) kept by
+ *   one keepalive, itself a {@link Lease} of the session that its leases
+ *   follow: lost together, closed together.
  * - `resources.ts`, `elections.ts`, `events.ts`: reads — status, listing
  *   with cursors, history, validate, observe, the event stream; `sse.ts`
  *   parses Server-Sent Events and reconnects.
@@ -38,6 +41,7 @@ export {
 export { type AcquireOptions, DEFAULT_WAIT_MS } from "./acquire.js";
 export { type CallOptions, DEFAULT_SLACK_MS } from "./caller.js";
 export { Lease } from "./lease.js";
+export { Session, type SessionAcquireOptions, type SessionOptions } from "./session.js";
 export type { Kind } from "./kinds.js";
 export { Admin } from "./admin.js";
 export { Elections } from "./elections.js";
@@ -52,6 +56,7 @@ export {
   LockbrokerError,
   OutcomeUnknownError,
   RateLimitedError,
+  SessionLostError,
   ThrottledError,
   TlsError,
   UnavailableError,

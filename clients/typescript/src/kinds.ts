@@ -43,8 +43,15 @@ export interface Kind<G, T> {
   heldBy(caller: Caller, target: T, owner: string, options: CallOptions): Promise<Request | null>;
 }
 
-/** What a held lease needs of its kind: renewing and releasing it, reading its grants. */
-export type Renewable<G> = Pick<Kind<G, never>, "noun" | "renew" | "release" | "token" | "owner" | "ttlMs">;
+/**
+ * What a held lease needs of its kind: renewing and releasing it, reading
+ * its grants. `renewed` makes the next grant from a renewal's answer when
+ * that answer is not a whole grant (a session's keepalive answers only its
+ * new expiry); without it the answer is the grant.
+ */
+export type Renewable<G> = Pick<Kind<G, never>, "noun" | "renew" | "release" | "token" | "owner" | "ttlMs"> & {
+  renewed?: (previous: G, answer: unknown) => G;
+};
 
 /** One percent-encoded path segment: every byte but `A-Za-z0-9-._~` encoded. */
 export function segment(key: string): string {

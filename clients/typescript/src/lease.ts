@@ -15,6 +15,14 @@
  * by then. `lost` fires a twentieth of the TTL (at most 1 s) before the
  * deadline, so the work it guards stops before anyone else can hold the
  * lease, never after.
+ *
+ * A lease held in a session (`session.ts`) does not renew itself: the
+ * broker refuses that, since the session's keepalive keeps it. It follows
+ * a {@link Keeper} instead: its deadline is the keeper's, it is lost when
+ * the keeper is (with the keeper's reason), and it ends without a request
+ * when the keeper closes (the broker released it with the session). The
+ * session's keepalive is itself a `Lease` of the session, so one timer and
+ * one rule of when to give up serve both.
  */
 import type { Caller, CallOptions } from "./caller.js";
 import { LeaseLostError, LockbrokerError } from "./errors.js";
@@ -33,13 +41,31 @@ export interface GrantTiming {
 
 type State = "held" | "released" | "lost";
 
+/**
+ * What keeps a lease alive in place of its own renewals: the session it is
+ * held in. Read by the lease, never written.
+ */
+export interface Keeper {
+  /** The session's id, named as `session` in the acquire. */
+  readonly id: string;
+  /** Aborted when the session is lost; its reason becomes the lease's. */
+  readonly lost: AbortSignal;
+  /** Aborted when the session was closed by its holder: the broker released every lease in it. */
+  readonly closed: AbortSignal;
+  /** The session's local deadline (a `now()` value), which is its leases' too. */
+  readonly deadline: number;
+}
+
 /** A held lease: renewed in the background until {@link Lease.release}. */
 export class Lease<G> implements AsyncDisposable {
   /** The fencing token: pass it to whatever the lease protects, which should refuse older ones. */
   readonly token: number;
   /** Who holds it (an election's candidate). */
   readonly owner: string;
-  /** Aborted when the lease is lost; its `reason` is a {@link LeaseLostError}. Stop the work it guards then. */
+  /**
+   * Aborted when the lease is lost (in a session: when the session is);
+   * its `reason` is a {@link LeaseLostError}. Stop the work it guards then.
+   */
   readonly lost: AbortSignal;
 
   private current: G;
@@ -51,13 +77,18 @@ export class Lease<G> implements AsyncDisposable {
   private inflight: AbortController | undefined;
   private readonly losing = new AbortController();
   private readonly every: number;
+  private unfollow: (() => void) | undefined;
 
-  /** @internal Started by the client's acquire calls. */
+  /**
+   * @internal Started by the client's acquire calls; with `keeper`, held in
+   * that session and never renewed on its own.
+   */
   constructor(
     private readonly caller: Caller,
     private readonly kind: Renewable<G>,
     grant: G,
     timing: GrantTiming,
+    private readonly keeper?: Keeper,
   ) {
     this.current = grant;
     this.token = kind.token(grant);
@@ -71,7 +102,8 @@ export class Lease<G> implements AsyncDisposable {
     // assumption with a measured bound.
     const began = timing.queued ? Math.max(timing.sent, timing.answered - ttl / 10) : timing.sent;
     this.until = began + ttl;
-    this.schedule(began > timing.sent ? 0 : began + this.every - now());
+    if (keeper) this.follow(keeper);
+    else this.schedule(began > timing.sent ? 0 : began + this.every - now());
   }
 
   /** The latest grant (its `expires_at` moves with each renewal). */
@@ -81,13 +113,14 @@ export class Lease<G> implements AsyncDisposable {
 
   /**
    * When the lease surely ends unless renewed, as a `performance.now()`
-   * value: when the last confirmed request was sent, plus the TTL.
+   * value: when the last confirmed request was sent, plus the TTL. In a
+   * session, the session's (its last confirmed keepalive's).
    */
   get deadline(): number {
-    return this.until;
+    return this.keeper ? this.keeper.deadline : this.until;
   }
 
-  /** How many renewals the broker confirmed. */
+  /** How many renewals the broker confirmed (always 0 in a session: its keepalives keep the lease). */
   get renewals(): number {
     return this.renewalCount;
   }
@@ -141,6 +174,37 @@ export class Lease<G> implements AsyncDisposable {
   private stop(): void {
     clearTimeout(this.timer);
     this.inflight?.abort();
+    this.unfollow?.();
+  }
+
+  /**
+   * Ties the lease to its session: lost with it, ended without a request
+   * when it is closed. The listeners go when the lease ends, so a
+   * long-lived session does not collect one per lease it ever held.
+   */
+  private follow(keeper: Keeper): void {
+    if (keeper.lost.aborted) {
+      this.lose(keeper.lost.reason as LeaseLostError);
+      return;
+    }
+    if (keeper.closed.aborted) {
+      this.state = "released";
+      return;
+    }
+    const onLost = (): void => {
+      if (this.state === "held") this.lose(keeper.lost.reason as LeaseLostError);
+    };
+    const onClosed = (): void => {
+      if (this.state !== "held") return;
+      this.state = "released";
+      this.stop();
+    };
+    keeper.lost.addEventListener("abort", onLost, { once: true });
+    keeper.closed.addEventListener("abort", onClosed, { once: true });
+    this.unfollow = () => {
+      keeper.lost.removeEventListener("abort", onLost);
+      keeper.closed.removeEventListener("abort", onClosed);
+    };
   }
 
   /** How long before the deadline `lost` fires. */
@@ -162,7 +226,7 @@ export class Lease<G> implements AsyncDisposable {
     }
     this.inflight = new AbortController();
     try {
-      const renewed = await this.caller.call<G>({
+      const renewed = await this.caller.call<unknown>({
         ...this.kind.renew(this.current),
         idempotent: true,
         attempts: 1,
@@ -170,8 +234,8 @@ export class Lease<G> implements AsyncDisposable {
         signal: this.inflight.signal,
       });
       if (this.state !== "held") return;
-      this.current = renewed;
-      this.until = sent + this.kind.ttlMs(renewed);
+      this.current = this.kind.renewed ? this.kind.renewed(this.current, renewed) : (renewed as G);
+      this.until = sent + this.kind.ttlMs(this.current);
       this.renewalCount++;
       this.schedule(sent + this.every - now());
     } catch (err) {

@@ -4,7 +4,8 @@
  * `client.elections` each have `status`, `list` (one page) and `listAll`
  * (every page, following cursors); the kinds whose changes the broker
  * records add `history`, locks add `validate` (the fencing check), and
- * elections add `observe` (`elections.ts`).
+ * elections add `observe` (`elections.ts`). `client.sessions` has the same
+ * three; its listing's items are sessions without their leases.
  */
 import type { Caller, CallOptions } from "./caller.js";
 import { segment } from "./kinds.js";
@@ -20,13 +21,13 @@ export interface ListOptions extends CallOptions {
   cursor?: string | null | undefined;
 }
 
-/** The reads of one kind; `S` is its status (also a listing's item). */
-export class Resources<S> {
+/** The reads of one kind; `S` is its status, `I` a listing's item (the status, but for sessions). */
+export class Resources<S, I = S> {
   /** @internal */
   constructor(
     protected readonly caller: Caller,
     /** The API's path segment: `locks`, `semaphores`, `rwlocks`, `elections`. */
-    readonly kind: "locks" | "semaphores" | "rwlocks" | "elections",
+    readonly kind: "locks" | "semaphores" | "rwlocks" | "elections" | "sessions",
   ) {}
 
   protected path(key: string, action = ""): string {
@@ -49,21 +50,21 @@ export class Resources<S> {
    *
    * @throws LockbrokerError `bad_request` for a limit out of range or a malformed cursor.
    */
-  list(options: ListOptions = {}): Promise<Page<S>> {
+  list(options: ListOptions = {}): Promise<Page<I>> {
     const query = new URLSearchParams({ prefix: options.prefix ?? "" });
     if (options.limit !== undefined) query.set("limit", String(options.limit));
     if (options.cursor) query.set("cursor", options.cursor);
-    return this.get<Page<S>>(`/v1/${this.kind}?${query.toString().replace(/\+/g, "%20")}`, options);
+    return this.get<Page<I>>(`/v1/${this.kind}?${query.toString().replace(/\+/g, "%20")}`, options);
   }
 
   /**
    * Every live lease of this kind under `prefix`, page after page (`limit`
    * is the page size). One live for the whole scan is yielded exactly once.
    */
-  async *listAll(options: Omit<ListOptions, "cursor"> = {}): AsyncGenerator<S, void, undefined> {
+  async *listAll(options: Omit<ListOptions, "cursor"> = {}): AsyncGenerator<I, void, undefined> {
     let cursor: string | null = null;
     do {
-      const page: Page<S> = await this.list({ ...options, cursor });
+      const page: Page<I> = await this.list({ ...options, cursor });
       yield* page.items;
       cursor = page.next;
     } while (cursor !== null);

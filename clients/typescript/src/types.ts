@@ -63,6 +63,15 @@ export type Leadership = Schemas["Leadership"];
 export type ElectionStatus = Schemas["ElectionStatus"];
 export type ElectionStatusPage = Schemas["ElectionStatusPage"];
 
+export type CreateSessionRequest = Schemas["CreateSessionRequest"];
+/** An open session (the answer to `POST /v1/sessions`, and an item of `GET /v1/sessions`). */
+export type SessionInfo = Schemas["Session"];
+export type SessionKeepalive = Schemas["SessionKeepalive"];
+export type SessionClosed = Schemas["SessionClosed"];
+/** `GET /v1/sessions/{id}`: the session and every lease held in it. */
+export type SessionStatus = Schemas["SessionStatus"];
+export type SessionLease = Schemas["SessionLease"];
+
 export type StreamEvent = Schemas["StreamEvent"];
 export type ResourceKind = Schemas["ResourceKind"];
 

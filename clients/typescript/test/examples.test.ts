@@ -5,6 +5,7 @@ import { test } from "node:test";
 import { runExclusively } from "../examples/cron-job.js";
 import { FencedStore, fencedWrite } from "../examples/fenced-write.js";
 import { lead } from "../examples/leader-loop.js";
+import { workOnShards } from "../examples/shard-claims.js";
 import { admin, client, eventually, key } from "./helpers.js";
 
 test("example: a cron job guarded by a lock runs on one instance at a time", async () => {
@@ -70,5 +71,22 @@ test("example: a fenced write refuses the writer whose lease was lost", async ()
   assert.equal(store.write("stale", paused.token), false);
   assert.equal(store.value, "second");
   await paused.release();
+  c.close();
+});
+
+test("example: a shard worker claims the free shards in one session and gives them all back", async () => {
+  const c = client();
+  const [a, b, d] = [key("shard"), key("shard"), key("shard")];
+  const other = await c.lock(`shards/${b}`, { ttlMs: 10_000 });
+  const claimed = await workOnShards(c, [a, b, d], async (tokens, lost) => {
+    assert.deepEqual([...tokens.keys()], [a, d], "the shard another worker holds is skipped");
+    const sessions = await Promise.all([a, d].map(async (shard) => (await c.locks.status(`shards/${shard}`)).session));
+    assert.ok(sessions[0] !== null && sessions[0] === sessions[1], "both held in one session");
+    assert.equal(lost.aborted, false);
+  });
+  assert.deepEqual(claimed, [a, d]);
+  for (const shard of [a, d]) assert.equal((await c.locks.status(`shards/${shard}`)).held, false, "given back with the session");
+  assert.equal((await c.locks.status(`shards/${b}`)).owner, other.owner, "the other worker's shard untouched");
+  await other.release();
   c.close();
 });

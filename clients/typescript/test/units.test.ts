@@ -3,7 +3,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Client, HeldError, LeaseLostError, LockbrokerError, RateLimitedError, ThrottledError, UnavailableError } from "../src/index.js";
+import {
+  Client,
+  HeldError,
+  LeaseLostError,
+  LockbrokerError,
+  RateLimitedError,
+  SessionLostError,
+  ThrottledError,
+  UnavailableError,
+} from "../src/index.js";
 import { errorFromAnswer } from "../src/errors.js";
 import { segment } from "../src/kinds.js";
 import { DEFAULT_RETRY, retryDelay } from "../src/retry.js";
@@ -39,6 +48,8 @@ test("answers become typed errors by code, else by status", () => {
   assert.equal(held.retryAfterMs, 120);
   assert.ok(errorFromAnswer(409, '{"error":{"code":"semaphore_full","message":"m"}}', undefined) instanceof HeldError);
   assert.ok(errorFromAnswer(409, '{"error":{"code":"lease_lost","message":"m"}}', undefined) instanceof LeaseLostError);
+  const ended = errorFromAnswer(404, '{"error":{"code":"session_not_found","message":"m"}}', undefined);
+  assert.ok(ended instanceof SessionLostError && ended instanceof LeaseLostError, "an ended session is a loss of its leases");
   const limited = errorFromAnswer(429, '{"error":{"code":"rate_limited","message":"m"}}', "2");
   assert.ok(limited instanceof RateLimitedError && limited instanceof ThrottledError);
   assert.equal(limited.retryAfterMs, 2000, "from Retry-After");
