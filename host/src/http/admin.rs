@@ -587,12 +587,7 @@ pub fn versions_of(tenant: &Tenant) -> PolicyVersions {
     )
 )]
 async fn force_release(app: &App, name: &str, key: &str) -> Result<ForceReleaseResponse, ApiError> {
-    let tenant = app
-        .live()
-        .tenants
-        .get(name)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+    let tenant = live_tenant(app, name)?;
     let engine = app.engine(&tenant);
     let lock = name_lock(tenant.clone(), Kind::Lock, key).await?;
     let forced = engine.force_release(&lock).await;
@@ -652,12 +647,7 @@ async fn force_close_session(
     name: &str,
     id: &str,
 ) -> Result<lockbroker_api::SessionClosed, ApiError> {
-    let tenant = app
-        .live()
-        .tenants
-        .get(name)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+    let tenant = live_tenant(app, name)?;
     let id = percent_encoding::percent_decode_str(id)
         .decode_utf8_lossy()
         .into_owned();
