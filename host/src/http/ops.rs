@@ -74,7 +74,8 @@ pub fn metrics(app: &App, headers: &HeaderMap) -> Result<Response, ApiError> {
 }
 
 /// Sets the gauges that are read rather than counted: connections of
-/// each database pool, waiters queued on this broker.
+/// each database pool (and its most), waiters queued on this broker, the
+/// TLS certificate's expiry.
 fn refresh(app: &App) {
     if let Some(tls) = &app.tls {
         app.metrics.set_gauge(
@@ -88,6 +89,11 @@ fn refresh(app: &App) {
         waiters += engine.local_waiters();
         for pool in engine.db().pools() {
             let (in_use, idle) = (pool.in_use(), pool.idle());
+            app.metrics.set_gauge(
+                "lockbroker_db_pool_max_connections",
+                &[("server", pool.name())],
+                i64::try_from(pool.max()).unwrap_or(i64::MAX),
+            );
             for (state, n) in [("in_use", in_use), ("idle", idle)] {
                 app.metrics.set_gauge(
                     "lockbroker_db_pool_connections",
