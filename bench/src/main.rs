@@ -190,6 +190,21 @@ struct Args {
     sessions: Vec<usize>,
 }
 
+/// Prints a table that a report mode made, or why it could not: the
+/// exit code either way.
+fn printed(table: anyhow::Result<String>) -> ExitCode {
+    match table {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("lockbench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 const BROKER_SCENARIOS: [&str; 13] = [
     "uncontended",
     "uncontended-https",
@@ -335,16 +350,7 @@ fn selected(spec: &str) -> anyhow::Result<Vec<&'static str>> {
 async fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(dir) = &args.criterion_summary {
-        return match criterion_summary::markdown(dir) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("lockbench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return printed(criterion_summary::markdown(dir));
     }
     if !args.sessions.is_empty() {
         let keep_for = Duration::from_secs_f64(args.duration_s);
@@ -356,16 +362,7 @@ async fn main() -> ExitCode {
             keep_for,
         )
         .await;
-        return match tables {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("lockbench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return printed(tables);
     }
     if let Some(dist) = &args.policy_calls {
         // Off the async runtime: WASI guests block.
@@ -373,16 +370,7 @@ async fn main() -> ExitCode {
         let table = std::thread::spawn(move || policy_calls::markdown(&dist, 1_000_000))
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the policy-calls thread panicked")));
-        return match table {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("lockbench: {e:#}");
-                ExitCode::FAILURE
-            }
-        };
+        return printed(table);
     }
     match bench(args).await {
         Ok(()) => ExitCode::SUCCESS,
