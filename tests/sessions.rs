@@ -21,9 +21,7 @@ use serde_json::json;
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn open(c: &Client, body: serde_json::Value) -> Session {
-    let reply = c.post("/v1/sessions", &body).await.unwrap();
-    assert_eq!(reply.status, 201, "{reply:?}");
-    reply.parse()
+    c.open_session(&body).await
 }
 
 async fn keepalive(c: &Client, id: &str) -> Reply {
@@ -33,15 +31,7 @@ async fn keepalive(c: &Client, id: &str) -> Reply {
 }
 
 async fn close(c: &Client, id: &str) -> Reply {
-    c.send(
-        Method::DELETE,
-        &format!("/v1/sessions/{id}"),
-        &[],
-        Bytes::new(),
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap()
+    c.close_session(id).await
 }
 
 async fn get(c: &Client, id: &str) -> Reply {
@@ -283,34 +273,24 @@ async fn bad_requests_and_unknown_sessions() {
     // No owner, no session: 400 as before.
     let reply = acquire(&c, "k", json!({"ttl_ms": 1000})).await;
     assert_code(&reply, 400, ErrorCode::BadRequest);
-    // Other kinds: not yet.
-    let reply = c
-        .post(
-            "/v1/semaphores/pool/acquire",
-            &json!({"owner": "w", "permits": 2, "session": s.id}),
-        )
-        .await
-        .unwrap();
-    assert_code(&reply, 400, ErrorCode::BadRequest);
-    assert!(
-        reply
-            .message()
-            .contains("sessions are not supported for semaphores yet"),
-        "{reply:?}"
-    );
+    // ttl_ms with a session is refused for every kind.
     for (path, body) in [
         (
+            "/v1/semaphores/pool/acquire",
+            json!({"owner": "w", "permits": 2, "session": s.id, "ttl_ms": 1000}),
+        ),
+        (
             "/v1/rwlocks/r/acquire",
-            json!({"owner": "w", "mode": "read", "session": s.id}),
+            json!({"owner": "w", "mode": "read", "session": s.id, "ttl_ms": 1000}),
         ),
         (
             "/v1/multilock/acquire",
-            json!({"owner": "w", "keys": ["a", "b"], "session": s.id}),
+            json!({"owner": "w", "keys": ["a", "b"], "session": s.id, "ttl_ms": 1000}),
         ),
     ] {
         let reply = c.post(path, &body).await.unwrap();
         assert_code(&reply, 400, ErrorCode::BadRequest);
-        assert!(reply.message().contains("not supported"), "{reply:?}");
+        assert!(reply.message().contains("exclude each other"), "{reply:?}");
     }
     // An unknown session: 404, nothing granted.
     let reply = acquire(

@@ -32,9 +32,9 @@ pub struct LeaseTerms {
     /// Hold the lease in this session (`POST /v1/sessions`), in place of
     /// `ttl_ms`: it lives as long as the session, and ends with it; the
     /// answer's `expires_at` and `ttl_ms` are the session's. The owner
-    /// defaults to the session id. Locks only for now (other kinds: 400).
-    /// An ended or unknown session: 404 `session_not_found`, nothing
-    /// granted.
+    /// defaults to the session id. Every kind (lock, semaphore, rwlock,
+    /// multi-lock, election). An ended or unknown session: 404
+    /// `session_not_found`, nothing granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
 }

@@ -17,8 +17,10 @@ pub struct MultiLockAcquireRequest {
     pub keys: Vec<String>,
     /// The holder of every key: 1 to 128 bytes, compared byte for byte. An
     /// owner that already holds one of the keys re-enters it (same token,
-    /// `hold_count` + 1), as a single-key acquire would.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    /// `hold_count` + 1), as a single-key acquire would. Required, unless
+    /// `session` is given: then it defaults to the session id.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub owner: String,
     /// Every key gets `ttl_ms`. Waiting (`wait_ms` > 0), the request queues
     /// on the first busy key with `priority`, never holding part of the set.

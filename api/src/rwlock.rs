@@ -34,8 +34,10 @@ impl RwMode {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RwAcquireRequest {
     /// Identifies the holder (host, process, thread): 1 to 128 bytes of
-    /// UTF-8, compared byte for byte.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    /// UTF-8, compared byte for byte. Required, unless `session` is given:
+    /// then it defaults to the session id.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub owner: String,
     /// `read` (shared) or `write` (alone): required.
     pub mode: RwMode,
@@ -90,6 +92,11 @@ pub struct RwHolder {
     /// End of the lease by the database clock, UTC with milliseconds.
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub expires_at: String,
+    /// The session the lease is held in (its `expires_at` is the
+    /// session's); null when held on its own.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// `GET /v1/rwlocks/{key}`: the writer or the readers, and the queue.

@@ -11,8 +11,10 @@ use crate::{LeaseTerms, ReleaseRequest, RenewRequest};
 pub struct SemaphoreAcquireRequest {
     /// Identifies the holder (host, process, thread): 1 to 128 bytes of
     /// UTF-8, compared byte for byte. Any characters are accepted, control
-    /// characters included.
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    /// characters included. Required, unless `session` is given: then it
+    /// defaults to the session id.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 128))]
     pub owner: String,
     /// Size of the semaphore, 1 to 1000: required, never null. The first
     /// acquire fixes it; later ones must send the same (409
@@ -98,6 +100,11 @@ pub struct SemaphoreHolder {
     /// End of the lease by the database clock, UTC with milliseconds.
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub expires_at: String,
+    /// The session the lease is held in (its `expires_at` is the
+    /// session's); null when held on its own.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// `GET /v1/semaphores/{key}`: size, unexpired holders and waiters.

@@ -89,7 +89,8 @@ pub struct SessionClosed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionLease {
-    /// `lock` (other kinds come later).
+    /// `lock`, `election`, `semaphore` or `rwlock` (a multi-lock's keys
+    /// are locks).
     pub kind: String,
     /// The key (the storage key: the broker does not keep the key clients
     /// sent).
@@ -98,10 +99,10 @@ pub struct SessionLease {
     pub storage_key: String,
     /// The lease's fencing token.
     pub token: u64,
-    /// A semaphore lease's slot (not yet).
+    /// A semaphore lease's slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
-    /// An rwlock lease's mode (not yet).
+    /// A rwlock lease's mode: `read` or `write`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }

@@ -244,6 +244,36 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/sessions` with `body`, expected to answer 201: the session.
+    ///
+    /// # Panics
+    /// When the broker does not answer 201.
+    pub async fn open_session(&self, body: &serde_json::Value) -> lockbroker_api::Session {
+        let reply = self
+            .post("/v1/sessions", body)
+            .await
+            .expect("the broker answers");
+        assert_eq!(reply.status, 201, "{reply:?}");
+        reply.parse()
+    }
+
+    /// `DELETE /v1/sessions/{id}`.
+    ///
+    /// # Panics
+    /// When the broker does not answer in time.
+    pub async fn close_session(&self, id: &str) -> Reply {
+        let path = format!("/v1/sessions/{id}");
+        self.send(
+            Method::DELETE,
+            &path,
+            &[],
+            Bytes::new(),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the broker answers")
+    }
+
     /// `GET /v1/{kind}/{key}/history`, expected to answer 200: the events
     /// as `(event, owner, token)`, newest first, and the whole answer.
     ///

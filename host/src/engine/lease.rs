@@ -489,7 +489,7 @@ impl Engine {
         let Some(released) =
             history::event(lock, EventKind::Released, owner.as_bytes(), token, None)
         else {
-            // Not a lock: no history, one autocommit statement.
+            // An election: no history, one autocommit statement.
             let mut conn = self.conn(budget).await?;
             return match seat::free_alone(&mut conn, lock, seat, owner, token, mark).await {
                 Ok(done) => {

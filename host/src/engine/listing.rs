@@ -226,6 +226,7 @@ impl SemaphoreState {
                     owner: text(&h.owner),
                     token: h.token,
                     expires_at: h.expires_at,
+                    session: h.session.as_deref().map(text),
                 })
                 .collect(),
             waiters: u64::from(header.queued),
@@ -237,24 +238,27 @@ impl RwState {
     /// A listed rwlock: its header (a live writer, if any) and its live
     /// readers.
     fn listed(header: RwEntry, readers: Vec<Holder>) -> RwState {
-        let holder = |owner: &[u8], token, expires_at| RwHolder {
+        let holder = |owner: &[u8], token, expires_at, session: Option<&[u8]>| RwHolder {
             owner: text(owner),
             token,
             expires_at,
+            session: session.map(text),
         };
         let writer = match (
             &header.writer,
             header.writer_token,
             header.writer_expires_at,
         ) {
-            (Some(w), Some(t), Some(at)) if at > header.now => Some(holder(w, t, at)),
+            (Some(w), Some(t), Some(at)) if at > header.now => {
+                Some(holder(w, t, at, header.writer_session.as_deref()))
+            }
             _ => None,
         };
         RwState {
             writer,
             readers: readers
                 .iter()
-                .map(|r| holder(&r.owner, r.token, r.expires_at))
+                .map(|r| holder(&r.owner, r.token, r.expires_at, r.session.as_deref()))
                 .collect(),
             waiters: u64::from(header.queued),
         }

@@ -220,35 +220,11 @@ impl Engine {
         mut departure: Departure,
     ) -> Result<Grant, EngineError> {
         let started = tokio::time::Instant::now();
-        let session = wish.session.unwrap_or_default();
         let attempt = self.attempt(lock, wish, self.budget()).await?;
         let concluded = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
             .await;
-        let mut lease = match concluded {
-            Ok(lease) => lease,
-            // Refused, or a wait that ended without a grant: because the
-            // session ended meanwhile (its end took the waiter out of the
-            // queue), if it did.
-            Err(EngineError::LockHeld { retry_after_ms }) => {
-                let live = self
-                    .session_row(&lock.tenant, session)
-                    .await?
-                    .is_some_and(|r| r.live());
-                return Err(if live {
-                    EngineError::LockHeld { retry_after_ms }
-                } else {
-                    EngineError::SessionNotFound
-                });
-            }
-            Err(err) => return Err(err),
-        };
-        let row = self.session_row(&lock.tenant, session).await?;
-        let Some(row) = row.filter(store::sessions::SessionRow::live) else {
-            return Err(EngineError::SessionNotFound);
-        };
-        lease.expires_at = row.expires_at;
-        lease.ttl_ms = row.ttl_ms;
+        let lease = self.lease_answer(lock, wish.session, concluded).await?;
         self.time_grant(lock, started);
         Ok(lease)
     }
@@ -280,16 +256,9 @@ impl Engine {
             // Twice at most: `create_row` fails the second time.
             loop {
                 let mut tx = self.begin(budget).await?;
-                if let Some(session) = wish.session {
-                    // The session's row, shared: its end waits for this
-                    // transaction, or this one sees it ended.
-                    let live = store::sessions::get(&mut tx, &lock.tenant, session, true)
-                        .await?
-                        .is_some_and(|s| s.live());
-                    if !live {
-                        tx.rollback().await?;
-                        return Err(EngineError::SessionNotFound);
-                    }
+                if !super::session::hold(&mut tx, &lock.tenant, wish.session).await? {
+                    tx.rollback().await?;
+                    return Err(EngineError::SessionNotFound);
                 }
                 let row = match locks::select(&mut tx, lock.row(), locking).await {
                     Ok(row) => row,

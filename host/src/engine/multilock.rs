@@ -109,7 +109,18 @@ impl Engine {
         let (engine, ask) = (self.clone(), ask.clone());
         finish(move |departure| async move {
             let set = in_lock_order(set)?;
-            engine.multi_acquire_now(&set, ask.wish(), departure).await
+            let concluded = engine.multi_acquire_now(&set, ask.wish(), departure).await;
+            let (Some(session), Some(first)) = (ask.session.as_deref(), set.first()) else {
+                return concluded;
+            };
+            let held = |grants: &mut Vec<(LockRef, Grant)>, at, ttl_ms| {
+                for (_, grant) in grants {
+                    grant.in_session_until(at, ttl_ms);
+                }
+            };
+            engine
+                .session_answer(&first.tenant, session, concluded, held)
+                .await
         })
     }
 
@@ -223,6 +234,10 @@ impl Engine {
                     queued: 0,
                 });
             };
+            if !super::session::hold(&mut tx, &set[0].tenant, wish.session).await? {
+                tx.rollback().await?;
+                return Err(EngineError::SessionNotFound);
+            }
             let mut leases = Vec::with_capacity(set.len());
             // The history of the grants, noted only if they are written.
             let mut events = Vec::new();
@@ -247,7 +262,7 @@ impl Engine {
                             ttl_ms: wish.ttl_ms,
                             expires_at: plus_ms(row.now, wish.ttl_ms),
                             fresh: true,
-                            session: None,
+                            session: wish.session.map(str::to_owned),
                         });
                         continue;
                     }

@@ -166,7 +166,7 @@ fn decide(held: &mut Held, op: &RwOp) -> Reply {
             owner,
             ttl_ms,
             wait_ms,
-        } => match held.decide(owner, RwMode::Read) {
+        } => match held.decide(owner, RwMode::Read, None) {
             super::rwlock::Decision::Renew(token) => {
                 let lease = Lease {
                     seat: Seat::Whole,
@@ -182,7 +182,7 @@ fn decide(held: &mut Held, op: &RwOp) -> Reply {
                 Reply::Granted(lease, held.readers_now())
             }
             super::rwlock::Decision::Grant => {
-                let lease = held.grant(owner, RwMode::Read, *ttl_ms);
+                let lease = held.grant(owner, RwMode::Read, *ttl_ms, None);
                 Reply::Granted(lease, held.readers_now())
             }
             // It must queue: its own transaction enqueues it.
@@ -192,6 +192,15 @@ fn decide(held: &mut Held, op: &RwOp) -> Reply {
                 queued: held.header.queued,
             },
         },
+        // A session's lease takes its own transaction: its event names the
+        // session, and it cannot be renewed.
+        RwOp::Release { owner, token } | RwOp::Renew { owner, token, .. }
+            if held
+                .held_by(owner, *token)
+                .is_some_and(|mode| held.session_of(owner, mode).is_some()) =>
+        {
+            Reply::Individual
+        }
         RwOp::Release { owner, token } => match held.held_by(owner, *token) {
             Some(mode) => {
                 held.end(owner, mode);
@@ -257,8 +266,9 @@ impl Engine {
         mode: RwMode,
     ) -> Combined<(Attempt, u32)> {
         // A write is alone by nature; a priority is the fairness policy's
-        // business when it queues, which reads served here never do.
-        if mode == RwMode::Write || !self.combining(lock) {
+        // business when it queues, which reads served here never do; a
+        // read in a session holds the session's row in its own.
+        if mode == RwMode::Write || wish.session.is_some() || !self.combining(lock) {
             return Combined::Alone(self.budget());
         }
         let op = RwOp::Read {

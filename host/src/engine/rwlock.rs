@@ -53,13 +53,16 @@ use super::{
     queue::Delivery,
     rw_batch::Combined,
     seat::{Lease, Seat},
+    session::EndReason,
     settle::Expect,
     Ask, Budget, Engine, EngineError, LockRef, Op,
 };
 use crate::store::{
+    self,
     history::EventKind,
     pool::Conn,
     rwlocks::{self, HeaderRow, ReaderRow},
+    sessions::HeldRow,
     waiters::{self, Undelivered},
     Locking,
 };
@@ -83,7 +86,7 @@ impl RwMode {
     }
 
     /// The mode a `waiters.mode` code names.
-    fn of_code(code: Option<u8>) -> RwMode {
+    pub(super) fn of_code(code: Option<u8>) -> RwMode {
         if code == Some(1) {
             RwMode::Write
         } else {
@@ -112,7 +115,10 @@ pub struct RwGrant {
 pub struct RwHolder {
     pub owner: String,
     pub token: u64,
+    /// Its session's expiry for a lease held in a session.
     pub expires_at: NaiveDateTime,
+    /// The session the lease is held in, if it is.
+    pub session: Option<String>,
 }
 
 /// What `GET /v1/rwlocks/{key}` shows.
@@ -162,6 +168,14 @@ impl Held {
         self.readers.iter().find(|r| r.owner == owner.as_bytes())
     }
 
+    /// The session `owner`'s live lease in `mode` is held in, if it is.
+    pub(super) fn session_of(&self, owner: &str, mode: RwMode) -> Option<&[u8]> {
+        match mode {
+            RwMode::Write => self.header.writer_session.as_deref(),
+            RwMode::Read => self.reader(owner)?.session.as_deref(),
+        }
+    }
+
     /// The mode of `owner`'s live lease with `token`, if it has one.
     pub(super) fn held_by(&self, owner: &str, token: u64) -> Option<RwMode> {
         if self
@@ -176,19 +190,30 @@ impl Held {
         }
     }
 
-    /// Whether `owner` may have `mode` now (see the module docs).
-    pub(super) fn decide(&self, owner: &str, mode: RwMode) -> Decision {
+    /// Whether `owner` may have `mode` now, held in `session` if `Some`
+    /// (see the module docs). Its own lease is handed back renewed only
+    /// within the same session (or none): held in another, it is another
+    /// holder's, and the key busy.
+    pub(super) fn decide(&self, owner: &str, mode: RwMode, session: Option<&str>) -> Decision {
         let writer = self.writer();
+        let same = |held: Option<&[u8]>| held == session.map(str::as_bytes);
         match mode {
             RwMode::Write => match writer {
-                Some((w, token, _)) if w == owner.as_bytes() => Decision::Renew(token),
+                Some((w, token, _))
+                    if w == owner.as_bytes() && same(self.header.writer_session.as_deref()) =>
+                {
+                    Decision::Renew(token)
+                }
                 None if self.readers.is_empty() && self.header.queued == 0 => Decision::Grant,
                 _ => Decision::Busy,
             },
             RwMode::Read => match self.reader(owner) {
-                Some(r) if writer.is_none() => Decision::Renew(r.token),
-                _ if writer.is_none() && self.header.queued == 0 => Decision::Grant,
-                _ => Decision::Busy,
+                Some(r) if writer.is_none() && same(r.session.as_deref()) => {
+                    Decision::Renew(r.token)
+                }
+                Some(_) => Decision::Busy,
+                None if writer.is_none() && self.header.queued == 0 => Decision::Grant,
+                None => Decision::Busy,
             },
         }
     }
@@ -207,9 +232,16 @@ impl Held {
         })
     }
 
-    /// Grants `mode` to `owner` for `ttl_ms` with the next token, in
-    /// memory; the lease (the caller writes a reader's row).
-    pub(super) fn grant(&mut self, owner: &str, mode: RwMode, ttl_ms: u64) -> Lease {
+    /// Grants `mode` to `owner` for `ttl_ms` with the next token, held in
+    /// `session` if `Some`, in memory; the lease (the caller writes a
+    /// reader's row).
+    pub(super) fn grant(
+        &mut self,
+        owner: &str,
+        mode: RwMode,
+        ttl_ms: u64,
+        session: Option<&str>,
+    ) -> Lease {
         self.header.token += 1;
         let lease = Lease {
             seat: Seat::Whole,
@@ -219,7 +251,7 @@ impl Held {
             ttl_ms,
             expires_at: plus_ms(self.now(), ttl_ms),
             fresh: true,
-            session: None,
+            session: session.map(str::to_owned),
         };
         self.set(mode, &lease);
         lease
@@ -232,6 +264,7 @@ impl Held {
                 self.header.writer = Some(lease.owner.clone().into_bytes());
                 self.header.writer_token = Some(lease.token);
                 self.header.writer_expires_at = Some(lease.expires_at);
+                self.header.writer_session = lease.session.clone().map(String::into_bytes);
             }
             RwMode::Read => {
                 self.readers.retain(|r| r.owner != lease.owner.as_bytes());
@@ -239,6 +272,7 @@ impl Held {
                     owner: lease.owner.clone().into_bytes(),
                     token: lease.token,
                     expires_at: lease.expires_at,
+                    session: lease.session.clone().map(String::into_bytes),
                 });
             }
         }
@@ -256,6 +290,7 @@ impl Held {
                 self.header.writer = None;
                 self.header.writer_token = None;
                 self.header.writer_expires_at = None;
+                self.header.writer_session = None;
             }
             RwMode::Read => self.readers.retain(|r| r.owner != owner.as_bytes()),
         }
@@ -312,9 +347,10 @@ impl Engine {
             Combined::Alone(budget) => self.rw_attempt(lock, wish, mode, budget).await?,
         };
         let handed = matches!(attempt, Attempt::Queued(_));
-        let lease = self
+        let concluded = self
             .conclude(lock, attempt, wish, &mut departure, lock_held)
-            .await?;
+            .await;
+        let lease = self.lease_answer(lock, wish.session, concluded).await?;
         // A handoff does not say how many read with it: a plain read does.
         let readers = if handed && mode == RwMode::Read {
             self.inspect_rw_now(lock)
@@ -343,6 +379,10 @@ impl Engine {
             // Twice at most: the second `create_rw_row` fails.
             loop {
                 let mut tx = self.begin(budget).await?;
+                if !super::session::hold(&mut tx, &lock.tenant, wish.session).await? {
+                    tx.rollback().await?;
+                    return Err(EngineError::SessionNotFound);
+                }
                 let Some(mut held) = self.rw_read(&mut tx, lock, Locking::Wait).await? else {
                     tx.rollback().await?;
                     drop(tx);
@@ -350,7 +390,7 @@ impl Engine {
                     continue;
                 };
                 let deliveries = self.rw_fill(&mut tx, lock, &mut held).await?;
-                let lease = match held.decide(wish.owner, mode) {
+                let lease = match held.decide(wish.owner, mode, wish.session) {
                     Decision::Renew(token) => {
                         let lease = Lease {
                             seat: Seat::Whole,
@@ -360,22 +400,16 @@ impl Engine {
                             ttl_ms: wish.ttl_ms,
                             expires_at: plus_ms(held.now(), wish.ttl_ms),
                             fresh: false,
-                            session: None,
+                            session: wish.session.map(str::to_owned),
                         };
                         held.set(mode, &lease);
                         lease
                     }
                     Decision::Grant => {
-                        let lease = held.grant(wish.owner, mode, wish.ttl_ms);
-                        let now = held.now();
-                        history::note(
-                            &mut tx,
-                            lock,
-                            EventKind::Granted,
-                            &lease.owner,
-                            lease.token,
-                            now,
-                        );
+                        let lease = held.grant(wish.owner, mode, wish.ttl_ms, wish.session);
+                        if let Some(e) = history::granted(lock, &lease) {
+                            tx.note(e);
+                        }
                         lease
                     }
                     Decision::Busy => {
@@ -505,9 +539,12 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let h = &held.header;
         let writer = match (&h.writer, h.writer_token, h.writer_expires_at) {
-            (Some(owner), Some(token), Some(at)) => {
-                Some((std::str::from_utf8(owner).unwrap_or_default(), token, at))
-            }
+            (Some(owner), Some(token), Some(at)) => Some((
+                std::str::from_utf8(owner).unwrap_or_default(),
+                token,
+                at,
+                h.writer_session.as_deref(),
+            )),
             _ => None,
         };
         rwlocks::write_header(tx, &lock.tenant, &lock.storage_key, h.token, writer, mark).await?;
@@ -524,9 +561,8 @@ impl Engine {
             tx,
             &lock.tenant,
             &lock.storage_key,
-            &lease.owner,
-            lease.token,
-            lease.expires_at,
+            (&lease.owner, lease.token, lease.expires_at),
+            lease.session.as_deref(),
         )
         .await?;
         Ok(())
@@ -551,7 +587,8 @@ impl Engine {
     ) -> Result<Vec<Delivery>, EngineError> {
         let mut deliveries = Vec::new();
         while held.header.queued > 0 && held.writer().is_none() {
-            let Some(waiter) = self.choose(tx, lock).await? else {
+            // A waiter of a session that ended is taken out on the way.
+            let Some(waiter) = self.choose_live(tx, lock, &mut held.header.queued).await? else {
                 let purged = self.purge(tx, lock).await?;
                 held.header.queued = held.header.queued.saturating_sub(purged);
                 break;
@@ -561,9 +598,12 @@ impl Engine {
                 break;
             }
             let owner = String::from_utf8_lossy(&waiter.owner).into_owned();
-            let lease = held.grant(&owner, mode, waiter.ttl_ms);
+            let session = waiter.session.as_deref().map(String::from_utf8_lossy);
+            let lease = held.grant(&owner, mode, waiter.ttl_ms, session.as_deref());
             let now = held.now();
-            history::note(tx, lock, EventKind::HandedOff, &owner, lease.token, now);
+            let holder = (owner.as_str(), lease.token);
+            let in_session = waiter.session.as_deref();
+            history::note_in(tx, lock, EventKind::HandedOff, holder, now, in_session);
             if mode == RwMode::Read {
                 self.rw_put_reader(tx, lock, &lease).await?;
             }
@@ -633,7 +673,16 @@ impl Engine {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
-            history::note(&mut tx, lock, EventKind::Released, owner, token, held.now());
+            let session = held.session_of(owner, mode).map(<[u8]>::to_vec);
+            let (holder, now) = ((owner, token), held.now());
+            history::note_in(
+                &mut tx,
+                lock,
+                EventKind::Released,
+                holder,
+                now,
+                session.as_deref(),
+            );
             if mode == RwMode::Read {
                 rwlocks::delete_reader(&mut tx, &lock.tenant, &lock.storage_key, owner).await?;
             }
@@ -649,6 +698,48 @@ impl Engine {
             Ok(())
         })
         .await
+    }
+
+    /// The end of `h`, a rwlock lease of session `id`, in the caller's
+    /// transaction (a session's end pass): the lease ended as a release
+    /// ends it (its event naming the session and `reason`), the key handed
+    /// on; the handoffs to deliver after the commit, or `None` when the
+    /// lease is no longer the session's (nothing written).
+    pub(super) async fn rw_end_in_session(
+        &self,
+        tx: &mut Conn,
+        lock: &LockRef,
+        h: &HeldRow,
+        id: &str,
+        reason: EndReason,
+    ) -> Result<Option<Vec<Delivery>>, EngineError> {
+        let Some(mut held) = self.rw_read(tx, lock, Locking::Wait).await? else {
+            return Ok(None);
+        };
+        let mode = RwMode::of_code(h.mode);
+        let owner = match mode {
+            RwMode::Write => held.writer().map(|(w, _, _)| w.to_vec()),
+            RwMode::Read => h.owner.clone(),
+        };
+        let Some(owner) = owner.map(|o| String::from_utf8_lossy(&o).into_owned()) else {
+            return Ok(None);
+        };
+        let ours = held.held_by(&owner, h.token) == Some(mode)
+            && held.session_of(&owner, mode) == Some(id.as_bytes());
+        if !ours {
+            return Ok(None);
+        }
+        let holder = (owner.as_bytes(), h.token);
+        if let Some(e) = super::session::end_event_of(lock, holder, held.now(), id, reason) {
+            tx.note(e);
+        }
+        if mode == RwMode::Read {
+            rwlocks::delete_reader(tx, &lock.tenant, &lock.storage_key, &owner).await?;
+        }
+        held.end(&owner, mode);
+        let deliveries = self.rw_fill(tx, lock, &mut held).await?;
+        self.rw_write(tx, lock, &held, mark()).await?;
+        Ok(Some(deliveries))
     }
 
     /// Extends `owner`'s live lease with `token` (read or write) to
@@ -688,6 +779,11 @@ impl Engine {
                 tx.rollback().await?;
                 return Err(EngineError::LeaseLost);
             };
+            if held.session_of(owner, mode).is_some() {
+                // It lives as long as its session: nothing to renew.
+                tx.rollback().await?;
+                return Err(EngineError::InSession);
+            }
             let lease = Lease {
                 seat: Seat::Whole,
                 owner: owner.to_owned(),
@@ -825,11 +921,17 @@ impl Engine {
                     Some(_) => rwlocks::readers(&mut conn, tenant, key).await?,
                     None => Vec::new(),
                 };
+                let sessions: Vec<_> = readers
+                    .iter()
+                    .filter_map(|r| r.session.clone())
+                    .chain(header.as_ref().and_then(|h| h.writer_session.clone()))
+                    .collect();
+                let expiries = store::sessions::expiries(&mut conn, tenant, &sessions).await?;
                 conn.done();
-                Ok(header.map(|header| Held { header, readers }))
+                Ok(header.map(|header| (Held { header, readers }, expiries)))
             })
             .await?;
-        let Some(mut held) = read else {
+        let Some((mut held, expiries)) = read else {
             return Ok(RwState {
                 writer: None,
                 readers: Vec::new(),
@@ -838,17 +940,22 @@ impl Engine {
         };
         let now = held.now();
         held.readers.retain(|r| r.expires_at > now);
-        let holder = |owner: &[u8], token, expires_at| RwHolder {
+        // Live by its own row; shown with its session's expiry if in one.
+        let holder = |owner: &[u8], token, expires_at, session: Option<&[u8]>| RwHolder {
             owner: String::from_utf8_lossy(owner).into_owned(),
             token,
-            expires_at,
+            expires_at: super::session::expiry_of(&expiries, session).unwrap_or(expires_at),
+            session: session.map(|s| String::from_utf8_lossy(s).into_owned()),
         };
+        let writer_session = held.header.writer_session.as_deref();
         Ok(RwState {
-            writer: held.writer().map(|(w, t, at)| holder(w, t, at)),
+            writer: held
+                .writer()
+                .map(|(w, t, at)| holder(w, t, at, writer_session)),
             readers: held
                 .readers
                 .iter()
-                .map(|r| holder(&r.owner, r.token, r.expires_at))
+                .map(|r| holder(&r.owner, r.token, r.expires_at, r.session.as_deref()))
                 .collect(),
             waiters: u64::from(held.header.queued),
         })
@@ -875,6 +982,7 @@ pub(super) mod tests {
                 writer_expires_at: writer.map(|(_, _, ms)| at(ms)),
                 queued,
                 changed_by: None,
+                writer_session: None,
                 now: at(0),
             },
             readers: readers
@@ -883,6 +991,7 @@ pub(super) mod tests {
                     owner: o.as_bytes().to_vec(),
                     token: *t,
                     expires_at: at(1000),
+                    session: None,
                 })
                 .collect(),
         }
@@ -891,35 +1000,35 @@ pub(super) mod tests {
     #[test]
     fn readers_share_and_a_writer_is_alone() {
         let free = held(None, &[], 0);
-        assert_eq!(free.decide("a", RwMode::Read), Decision::Grant);
-        assert_eq!(free.decide("a", RwMode::Write), Decision::Grant);
+        assert_eq!(free.decide("a", RwMode::Read, None), Decision::Grant);
+        assert_eq!(free.decide("a", RwMode::Write, None), Decision::Grant);
         let reading = held(None, &[("r", 3)], 0);
-        assert_eq!(reading.decide("a", RwMode::Read), Decision::Grant);
-        assert_eq!(reading.decide("a", RwMode::Write), Decision::Busy);
+        assert_eq!(reading.decide("a", RwMode::Read, None), Decision::Grant);
+        assert_eq!(reading.decide("a", RwMode::Write, None), Decision::Busy);
         let writing = held(Some(("w", 4, 500)), &[], 0);
-        assert_eq!(writing.decide("a", RwMode::Read), Decision::Busy);
-        assert_eq!(writing.decide("a", RwMode::Write), Decision::Busy);
+        assert_eq!(writing.decide("a", RwMode::Read, None), Decision::Busy);
+        assert_eq!(writing.decide("a", RwMode::Write, None), Decision::Busy);
     }
 
     #[test]
     fn a_queue_blocks_new_readers() {
         // A writer queued behind readers: a new reader waits behind it.
         let reading = held(None, &[("r", 3)], 1);
-        assert_eq!(reading.decide("a", RwMode::Read), Decision::Busy);
+        assert_eq!(reading.decide("a", RwMode::Read, None), Decision::Busy);
         // A reader already in keeps its lease (renewed).
-        assert_eq!(reading.decide("r", RwMode::Read), Decision::Renew(3));
+        assert_eq!(reading.decide("r", RwMode::Read, None), Decision::Renew(3));
     }
 
     #[test]
     fn an_expired_writer_holds_nothing() {
         let expired = held(Some(("w", 4, 0)), &[], 0);
-        assert_eq!(expired.decide("a", RwMode::Write), Decision::Grant);
+        assert_eq!(expired.decide("a", RwMode::Write, None), Decision::Grant);
         let live = held(Some(("w", 4, 1)), &[], 0);
-        assert_eq!(live.decide("w", RwMode::Write), Decision::Renew(4));
+        assert_eq!(live.decide("w", RwMode::Write, None), Decision::Renew(4));
         // No downgrade or upgrade.
-        assert_eq!(live.decide("w", RwMode::Read), Decision::Busy);
+        assert_eq!(live.decide("w", RwMode::Read, None), Decision::Busy);
         assert_eq!(
-            held(None, &[("r", 3)], 0).decide("r", RwMode::Write),
+            held(None, &[("r", 3)], 0).decide("r", RwMode::Write, None),
             Decision::Busy
         );
     }
@@ -927,13 +1036,13 @@ pub(super) mod tests {
     #[test]
     fn every_grant_takes_the_next_token() {
         let mut h = held(None, &[], 0);
-        let a = h.grant("a", RwMode::Read, 1000);
-        let b = h.grant("b", RwMode::Read, 1000);
+        let a = h.grant("a", RwMode::Read, 1000, None);
+        let b = h.grant("b", RwMode::Read, 1000, None);
         assert_eq!((a.token, b.token), (11, 12));
         assert_eq!(h.readers_now(), 2);
         assert_eq!(h.remaining_ms(), 1000);
         let mut w = held(None, &[], 0);
-        let c = w.grant("c", RwMode::Write, 500);
+        let c = w.grant("c", RwMode::Write, 500, None);
         assert_eq!(c.token, 11);
         assert_eq!(
             w.writer().map(|(o, t, _)| (o.to_vec(), t)),

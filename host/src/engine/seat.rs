@@ -67,8 +67,8 @@ pub(super) struct LeaseRow {
     /// `waiting_at` while that broker is alive: the key has waiters there,
     /// and only that broker hands it on.
     pub standby: Option<Vec<u8>>,
-    /// The session the lease is held in (locks only; `None`: a plain
-    /// lease, or a free row).
+    /// The session the lease is held in (`None`: a plain lease, or a free
+    /// row).
     pub session: Option<Vec<u8>>,
     pub now: NaiveDateTime,
 }
@@ -103,7 +103,7 @@ impl LeaseRow {
             not_before: None,
             waiting_at: None,
             standby: None,
-            session: None,
+            session: row.session,
             now: row.now,
         }
     }
@@ -171,8 +171,8 @@ pub struct Lease {
     pub expires_at: NaiveDateTime,
     /// A new grant (a new token), not a re-entry or a renewal.
     pub fresh: bool,
-    /// The session it is held in (locks only): then it lives as long as
-    /// the session, its `expires_at` far ahead ([`SESSION_LEASE_TTL_MS`]).
+    /// The session it is held in: then it lives as long as the session,
+    /// its `expires_at` far ahead ([`SESSION_LEASE_TTL_MS`]).
     pub session: Option<String>,
 }
 
@@ -181,6 +181,13 @@ pub struct Lease {
 pub const SESSION_LEASE_TTL_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
 impl Lease {
+    /// Answered as held in a session that lives until `expires_at` with
+    /// `ttl_ms` (the lease's own row says a century).
+    pub fn in_session_until(&mut self, expires_at: NaiveDateTime, ttl_ms: u64) {
+        self.expires_at = expires_at;
+        self.ttl_ms = ttl_ms;
+    }
+
     /// When a fresh lease was granted, by the database clock: its expiry
     /// less its TTL (both from the clock read with its row).
     pub fn granted_at(&self) -> NaiveDateTime {
@@ -312,7 +319,12 @@ pub(super) async fn write_marked(
             locks::write_lease(conn, lock.row(), write).await?;
         }
         Seat::Slot(n) => {
-            let holder = (lease.owner.as_str(), lease.token, lease.expires_at);
+            let holder = (
+                lease.owner.as_str(),
+                lease.token,
+                lease.expires_at,
+                lease.session.as_deref(),
+            );
             semaphores::write_slot(conn, slot_key(lock, n), holder, released_by).await?;
         }
     }
@@ -408,6 +420,7 @@ mod tests {
             token: 9,
             expires_at: Some(at(10)),
             released_by: None,
+            session: None,
             now: at(0),
         };
         let held = LeaseRow::of_slot(slot(Some(b"w")));

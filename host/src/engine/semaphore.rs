@@ -16,9 +16,9 @@ use super::{
     lease::{Attempt, Wish},
     plus_ms,
     seat::{self, Lease, LeaseRow, Seat},
-    Ask, Budget, Engine, EngineError, LockRef, Op,
+    session, Ask, Budget, Engine, EngineError, LockRef, Op,
 };
-use crate::store::{pool::Conn, semaphores, Locking};
+use crate::store::{self, pool::Conn, semaphores, Locking};
 
 /// A permit held by an owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,10 @@ pub struct SlotState {
     pub slot: u32,
     pub owner: String,
     pub token: u64,
+    /// Its session's expiry for a permit held in a session.
     pub expires_at: NaiveDateTime,
+    /// The session the permit is held in, if it is.
+    pub session: Option<String>,
 }
 
 /// What `GET /v1/semaphores/{key}` shows.
@@ -106,9 +109,10 @@ impl Engine {
             Some(attempt) => attempt,
             None => self.permit_or_enqueue(lock, wish, budget).await?,
         };
-        let lease = self
+        let concluded = self
             .conclude(lock, attempt, wish, &mut departure, full)
-            .await?;
+            .await;
+        let lease = self.lease_answer(lock, wish.session, concluded).await?;
         self.time_grant(lock, started);
         Ok(SemaphoreGrant::new(lease, permits))
     }
@@ -150,7 +154,8 @@ impl Engine {
 
     /// The owner's own live permit, renewed, or a free slot claimed, in the
     /// caller's transaction (which holds the header if `queued` counts);
-    /// not yet written.
+    /// not yet written. Re-entry is within the same session (or none): a
+    /// permit held in a session is not the same owner's plain permit.
     async fn claim(
         &self,
         tx: &mut Conn,
@@ -167,12 +172,13 @@ impl Engine {
             ttl_ms: wish.ttl_ms,
             expires_at: plus_ms(row.now, wish.ttl_ms),
             fresh,
-            session: None,
+            session: wish.session.map(str::to_owned),
         };
         let mine = match semaphores::slot_of_owner(tx, tenant, key, wish.owner).await? {
-            Some(slot) => seat::read(tx, lock, Seat::Slot(slot))
-                .await?
-                .filter(|row| row.live_owner() == Some(wish.owner.as_bytes())),
+            Some(slot) => seat::read(tx, lock, Seat::Slot(slot)).await?.filter(|row| {
+                row.live_owner() == Some(wish.owner.as_bytes())
+                    && row.session.as_deref() == wish.session.map(str::as_bytes)
+            }),
             None => None,
         };
         Ok(match mine {
@@ -196,6 +202,10 @@ impl Engine {
     ) -> Result<Option<Attempt>, EngineError> {
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
+            if !session::hold(&mut tx, &lock.tenant, wish.session).await? {
+                tx.rollback().await?;
+                return Err(EngineError::SessionNotFound);
+            }
             let queued = seat::header(&mut tx, lock, Locking::None)
                 .await?
                 .unwrap_or(0);
@@ -222,6 +232,10 @@ impl Engine {
         let _turn = self.gates.turn(lock, budget).await?;
         self.retry(budget, || async {
             let mut tx = self.begin(budget).await?;
+            if !session::hold(&mut tx, &lock.tenant, wish.session).await? {
+                tx.rollback().await?;
+                return Err(EngineError::SessionNotFound);
+            }
             let Some(mut queued) = seat::header(&mut tx, lock, Locking::Wait).await? else {
                 tx.rollback().await?;
                 return Err(sqlx::Error::RowNotFound.into());
@@ -302,7 +316,7 @@ impl Engine {
     async fn inspect_semaphore_now(&self, lock: &LockRef) -> Result<SemaphoreState, EngineError> {
         let (tenant, key) = (lock.tenant.as_str(), lock.storage_key.as_str());
         let budget = self.budget();
-        let (header, slots) = self
+        let (header, slots, expiries) = self
             .retry(budget, || async {
                 let mut conn = self.conn(budget).await?;
                 let header = semaphores::header(&mut conn, tenant, key, Locking::None).await?;
@@ -310,8 +324,10 @@ impl Engine {
                     Some(_) => semaphores::slots(&mut conn, tenant, key).await?,
                     None => Vec::new(),
                 };
+                let sessions: Vec<_> = slots.iter().filter_map(|s| s.session.clone()).collect();
+                let expiries = store::sessions::expiries(&mut conn, tenant, &sessions).await?;
                 conn.done();
-                Ok((header, slots))
+                Ok((header, slots, expiries))
             })
             .await?;
         let Some(header) = header else {
@@ -326,11 +342,17 @@ impl Engine {
             .map(LeaseRow::of_slot)
             .filter_map(|row| {
                 let owner = String::from_utf8_lossy(row.live_owner()?).into_owned();
+                // Live by its own row; shown with its session's expiry.
+                let in_session = session::expiry_of(&expiries, row.session.as_deref());
                 Some(SlotState {
                     slot: row.seat.slot()?,
                     owner,
                     token: row.token,
-                    expires_at: row.expires_at?,
+                    expires_at: in_session.or(row.expires_at)?,
+                    session: row
+                        .session
+                        .as_deref()
+                        .map(|s| String::from_utf8_lossy(s).into_owned()),
                 })
             })
             .collect();

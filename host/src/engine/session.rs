@@ -24,14 +24,21 @@
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
+use futures_util::StreamExt;
 
 use super::{
-    delay, detach::finish, history, micros, plus_ms, seat::LeaseRow, settle::Expect, Engine,
-    EngineError, LockRef, Op, Scope, Scopes,
+    delay,
+    detach::finish,
+    history, micros, plus_ms,
+    rwlock::RwMode,
+    seat::{self, Lease, LeaseRow, Seat},
+    settle::Expect,
+    Engine, EngineError, LockRef, Op, Scope, Scopes,
 };
 use crate::store::{
     self,
-    history::{EndCause, EventKind},
+    history::{EndCause, EventKind, NewEvent},
+    pool::Conn,
     sessions::{self, SessionRow},
     Kind, Locking,
 };
@@ -119,12 +126,81 @@ pub struct SessionLease {
     pub kind: Kind,
     pub storage_key: String,
     pub token: u64,
+    /// A semaphore's slot.
+    pub slot: Option<u32>,
+    /// A rwlock's mode.
+    pub mode: Option<RwMode>,
 }
 
 /// Whether `id` can name a session at all (32 hex characters as the
 /// broker makes them; anything up to the column's 64 bytes is looked up).
 fn plausible(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64
+}
+
+/// Holds `tenant`'s session `session` shared in the transaction `tx` of
+/// an acquire in it (the session's end waits for that transaction, or it
+/// sees the session ended): whether the session lives. An acquire outside
+/// any session (`None`) needs nothing: true.
+pub(super) async fn hold(tx: &mut Conn, tenant: &str, session: Option<&str>) -> sqlx::Result<bool> {
+    let Some(id) = session else {
+        return Ok(true);
+    };
+    Ok(sessions::get(tx, tenant, id, true)
+        .await?
+        .is_some_and(|s| s.live()))
+}
+
+/// The event of `row`'s lease (held in session `id`) released by the
+/// session's end for `reason`: `released`, or `expired` after an expiry,
+/// naming the session and why, at the row's database clock.
+pub(super) fn end_event(
+    lock: &LockRef,
+    row: &LeaseRow,
+    id: &str,
+    reason: EndReason,
+) -> Option<NewEvent> {
+    let owner = row.owner.as_deref()?;
+    end_event_of(lock, (owner, row.token), row.now, id, reason)
+}
+
+/// [`end_event`] of `owner`'s lease `token`, at `at`.
+pub(super) fn end_event_of(
+    lock: &LockRef,
+    (owner, token): (&[u8], u64),
+    at: NaiveDateTime,
+    id: &str,
+    reason: EndReason,
+) -> Option<NewEvent> {
+    let event = match reason {
+        EndReason::Closed => EventKind::Released,
+        EndReason::Expired => EventKind::Expired,
+    };
+    let e = history::event(lock, event, owner, token, Some(at));
+    history::in_session(e, Some(id.as_bytes())).map(|mut e| {
+        e.reason = Some(reason.cause());
+        e
+    })
+}
+
+/// The expiry `expiries` (as `store::sessions::expiries` reads them)
+/// give the session `id`, if any: a status shows it for a lease held in
+/// it.
+pub(super) fn expiry_of(
+    expiries: &[(Vec<u8>, NaiveDateTime)],
+    id: Option<&[u8]>,
+) -> Option<NaiveDateTime> {
+    let id = id?;
+    expiries.iter().find(|(s, _)| s == id).map(|(_, at)| *at)
+}
+
+/// Whether `err` refuses an acquire because the key is held (its one try
+/// failed, or its wait ran out).
+fn refused(err: &EngineError) -> bool {
+    matches!(
+        err,
+        EngineError::LockHeld { .. } | EngineError::SemaphoreFull { .. }
+    )
 }
 
 impl Engine {
@@ -237,6 +313,8 @@ impl Engine {
                         kind: sessions::kind_of(h.kind)?,
                         storage_key: String::from_utf8_lossy(&h.lock_key).into_owned(),
                         token: h.token,
+                        slot: h.slot,
+                        mode: h.mode.map(|m| RwMode::of_code(Some(m))),
                     })
                 })
                 .collect();
@@ -320,6 +398,55 @@ impl Engine {
                 .end_pass(&scope, &id, EndReason::Closed, row.lock_delay_ms)
                 .await
         })
+    }
+
+    /// The answer of an acquire in `tenant`'s session `id`, `concluded`:
+    /// a grant carries the session's `expires_at` and `ttl_ms` (read after
+    /// it: a session that ended before the answer released the lease, and
+    /// says so); a refusal, or a wait that ended without a grant, because
+    /// the session ended meanwhile (its end took the waiter out of the
+    /// queue) says that.
+    ///
+    /// # Errors
+    /// [`EngineError::SessionNotFound`]; `concluded`'s own.
+    pub(super) async fn session_answer<T>(
+        &self,
+        tenant: &str,
+        id: &str,
+        concluded: Result<T, EngineError>,
+        expiry: impl FnOnce(&mut T, NaiveDateTime, u64),
+    ) -> Result<T, EngineError> {
+        let live = |row: Option<SessionRow>| row.filter(SessionRow::live);
+        match concluded {
+            Ok(mut granted) => {
+                let row = live(self.session_row(tenant, id).await?)
+                    .ok_or(EngineError::SessionNotFound)?;
+                expiry(&mut granted, row.expires_at, row.ttl_ms);
+                Ok(granted)
+            }
+            Err(err) if refused(&err) => match live(self.session_row(tenant, id).await?) {
+                Some(_) => Err(err),
+                None => Err(EngineError::SessionNotFound),
+            },
+            Err(err) => Err(err),
+        }
+    }
+
+    /// [`Engine::session_answer`] for one lease, if it was asked for in
+    /// `session`; `concluded` as it is otherwise.
+    pub(super) async fn lease_answer(
+        &self,
+        lock: &LockRef,
+        session: Option<&str>,
+        concluded: Result<Lease, EngineError>,
+    ) -> Result<Lease, EngineError> {
+        match session {
+            Some(id) => {
+                self.session_answer(&lock.tenant, id, concluded, Lease::in_session_until)
+                    .await
+            }
+            None => concluded,
+        }
     }
 
     /// A plain read of `tenant`'s session `id`.
@@ -449,27 +576,47 @@ impl Engine {
             if held.is_empty() {
                 break;
             }
+            // Lock and election rows go in chunks of disjoint keys, each
+            // chunk in one transaction, at once; a semaphore's or rwlock's
+            // lease in a transaction of its own (on its key's header).
             let mut locks = Vec::with_capacity(held.len());
+            let mut others = Vec::new();
             for h in held {
                 let Some(kind) = sessions::kind_of(h.kind) else {
                     continue;
                 };
                 let key = String::from_utf8_lossy(&h.lock_key).into_owned();
-                locks.push(scope.resolve(kind, key.clone(), key).await);
-            }
-            // Chunks of disjoint keys, each in its own transaction, at once.
-            let passes = locks
-                .chunks(CHUNK as usize)
-                .map(|chunk| self.release_in_session(chunk, id, reason, lock_delay_ms));
-            let mut n = 0;
-            for done in futures_util::future::join_all(passes).await {
-                match done {
-                    Ok(k) => n += k,
-                    // A chunk's commit answer was lost: what is left says
-                    // whether it happened.
-                    Err(EngineError::Unavailable(super::DbFailure::Unknown)) => {}
-                    Err(err) => return Err(err),
+                let lock = scope.resolve(kind, key.clone(), key).await;
+                match kind {
+                    Kind::Lock | Kind::Election => locks.push(lock),
+                    Kind::Semaphore | Kind::RwLock => others.push((lock, h)),
                 }
+            }
+            let chunks = locks
+                .chunks(CHUNK as usize)
+                .map(|chunk| self.release_in_session(chunk, id, reason, lock_delay_ms))
+                .collect::<Vec<_>>();
+            let mut singles = Vec::with_capacity(others.len());
+            for (lock, h) in &others {
+                singles.push(self.release_one_in_session(lock, h, id, reason));
+            }
+            let mut n = 0;
+            let mut counted = |done: Result<u64, EngineError>| match done {
+                Ok(k) => {
+                    n += k;
+                    Ok(())
+                }
+                // A commit's answer was lost: what is left says whether it
+                // happened.
+                Err(EngineError::Unavailable(super::DbFailure::Unknown)) => Ok(()),
+                Err(err) => Err(err),
+            };
+            for done in futures_util::future::join_all(chunks).await {
+                counted(done)?;
+            }
+            let mut singles = futures_util::stream::iter(singles).buffer_unordered(LANES as usize);
+            while let Some(done) = singles.next().await {
+                counted(done)?;
             }
             if n == 0 {
                 // Nothing of it was the session's any more, or unknown:
@@ -539,16 +686,10 @@ impl Engine {
                 if row.session.as_deref() != Some(id.as_bytes()) {
                     continue;
                 }
-                let Some(owner) = row.owner.clone() else {
+                if row.owner.is_none() {
                     continue;
-                };
-                let event = match reason {
-                    EndReason::Closed => EventKind::Released,
-                    EndReason::Expired => EventKind::Expired,
-                };
-                let e = history::event(lock, event, &owner, row.token, Some(row.now));
-                if let Some(mut e) = history::in_session(e, Some(id.as_bytes())) {
-                    e.reason = Some(reason.cause());
+                }
+                if let Some(e) = end_event(lock, &row, id, reason) {
                     tx.note(e);
                 }
                 released += 1;
@@ -580,6 +721,54 @@ impl Engine {
             self.commit(tx, first, Expect::Unchecked).await?;
             self.deliver(deliveries);
             Ok(released)
+        })
+        .await
+    }
+
+    /// Releases `h`, one lease of session `id` of a semaphore or a
+    /// rwlock (`lock`), as a release would (its event, the key handed to
+    /// its next waiters), in one transaction on its key's header; 1 if it
+    /// did, 0 if it was no longer the session's. A lock-delay is kept by
+    /// lock rows only: a semaphore's slot or a rwlock is free at once.
+    async fn release_one_in_session(
+        &self,
+        lock: &LockRef,
+        h: &sessions::HeldRow,
+        id: &str,
+        reason: EndReason,
+    ) -> Result<u64, EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut tx = self.begin(budget).await?;
+            let deliveries = match h.slot {
+                Some(slot) => {
+                    let read = seat::read_with_header(&mut tx, lock, Seat::Slot(slot)).await?;
+                    let Some((mut queued, row)) = read.filter(|(_, row)| {
+                        row.session.as_deref() == Some(id.as_bytes()) && row.owner.is_some()
+                    }) else {
+                        tx.rollback().await?;
+                        return Ok(0);
+                    };
+                    if let Some(e) = end_event(lock, &row, id, reason) {
+                        tx.note(e);
+                    }
+                    self.hand_on_marked(&mut tx, lock, &row, &mut queued, None)
+                        .await?
+                        .into_iter()
+                        .collect()
+                }
+                None => {
+                    let ended = self.rw_end_in_session(&mut tx, lock, h, id, reason).await?;
+                    let Some(deliveries) = ended else {
+                        tx.rollback().await?;
+                        return Ok(0);
+                    };
+                    deliveries
+                }
+            };
+            self.commit(tx, lock, Expect::Unchecked).await?;
+            self.deliver(deliveries);
+            Ok(1)
         })
         .await
     }

@@ -85,11 +85,12 @@ async fn name_held(
     Ok(named)
 }
 
-/// A set granted or renewed as `ask` asked, as the API answers it.
+/// A set granted or renewed as `ask` asked, as the API answers it (in a
+/// session, the grants carry the session's TTL).
 fn lease(ask: Ask, grants: Vec<(LockRef, Grant)>) -> MultiLockLease {
     MultiLockLease {
         owner: ask.owner,
-        ttl_ms: ask.ttl_ms,
+        ttl_ms: grants.first().map_or(ask.ttl_ms, |(_, g)| g.ttl_ms),
         locks: grants
             .into_iter()
             .map(|(lock, grant)| MultiLockEntry {
@@ -138,7 +139,6 @@ pub async fn acquire(
 ) -> Result<MultiLockLease, ApiError> {
     check_count("keys", request.keys.len())?;
     let ask = ask(&request, tenant)?;
-    super::resource::sessions_supported("multilock", &ask)?;
     let set = name_all(tenant, request.keys).await?;
     let engine = app.engine(tenant);
     let n = set.len() as u64;

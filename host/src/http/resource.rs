@@ -181,21 +181,6 @@ pub fn ask(request: &impl LeaseRequest, tenant: &Tenant) -> Result<Ask, ApiError
     })
 }
 
-/// Refuses an acquire in a session for the kinds that cannot hold one
-/// yet (issue #30 adds them step by step): locks and elections (both rows
-/// of `locks`, ended by a session's end pass alike), for now.
-///
-/// # Errors
-/// 400 `bad_request` naming the kind.
-pub fn sessions_supported(kind: &str, ask: &Ask) -> Result<(), ApiError> {
-    if ask.session.is_some() && kind != Lock::PATH && kind != Election::PATH {
-        return Err(ApiError::bad_request(format!(
-            "sessions are not supported for {kind} yet"
-        )));
-    }
-    Ok(())
-}
-
 /// What a method and path tail ask of a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -299,7 +284,6 @@ pub async fn serve<R: Resource>(
     let parsed = match action {
         Action::Acquire => {
             let (request, ask) = checked(&body, &tenant)?;
-            sessions_supported(R::PATH, &ask)?;
             Parsed::<R>::Acquire(request, ask)
         }
         Action::Renew => {

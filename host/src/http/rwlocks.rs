@@ -83,6 +83,7 @@ fn status(key: String, storage_key: String, state: engine::RwState) -> RwLockSta
         owner: h.owner,
         token: h.token,
         expires_at: rfc3339(h.expires_at),
+        session: h.session,
     };
     RwLockStatus {
         key,

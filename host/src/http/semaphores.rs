@@ -92,6 +92,7 @@ fn status(key: String, storage_key: String, state: SemaphoreState) -> SemaphoreS
                     owner: h.owner,
                     token: h.token,
                     expires_at: rfc3339(h.expires_at),
+                    session: h.session,
                 })
                 .collect(),
             waiters: state.waiters,

@@ -261,8 +261,14 @@ async fn status(
                 key: lease.storage_key.clone(),
                 storage_key: lease.storage_key,
                 token: lease.token,
-                slot: None,
-                mode: None,
+                slot: lease.slot,
+                mode: lease.mode.map(|mode| {
+                    match mode {
+                        crate::engine::RwMode::Read => "read",
+                        crate::engine::RwMode::Write => "write",
+                    }
+                    .to_owned()
+                }),
             })
             .collect(),
     })

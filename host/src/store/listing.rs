@@ -93,7 +93,9 @@ pub struct SemaphoreEntry {
 pub struct RwEntry {
     pub writer: Option<Vec<u8>>,
     pub writer_token: Option<u64>,
+    /// The writer's session's expiry if it is held in one.
     pub writer_expires_at: Option<NaiveDateTime>,
+    pub writer_session: Option<Vec<u8>>,
     pub queued: u32,
     pub now: NaiveDateTime,
 }
@@ -106,7 +108,17 @@ pub struct Holder {
     pub slot: Option<u32>,
     pub owner: Vec<u8>,
     pub token: u64,
+    /// Its session's expiry if it is held in one.
     pub expires_at: NaiveDateTime,
+    pub session: Option<Vec<u8>>,
+}
+
+/// The expiry of the session that `alias`'s `column` names (NULL for
+/// none): a session's lease shows its session's.
+fn session_expiry(alias: &str, column: &str) -> String {
+    format!(
+        "(SELECT s.expires_at FROM sessions s WHERE s.tenant = {alias}.tenant AND s.id = {alias}.{column})"
+    )
 }
 
 /// The statement of a stretch of the tenant's locks (or elections, by
@@ -118,8 +130,7 @@ pub fn locks(kind: Kind, s: &Stretch<'_>) -> String {
     format!(
         r#"
 SELECT l.lock_key AS entry_key, {live} AS live, l.owner, l.token, l.hold_count,
-  COALESCE((SELECT s.expires_at FROM sessions s WHERE s.tenant = l.tenant AND s.id = l.session),
-    l.expires_at) AS expires_at,
+  COALESCE({session}, l.expires_at) AS expires_at,
   l.queued, CASE WHEN {live} THEN (
     SELECT e.at FROM lock_events e
     WHERE e.tenant = l.tenant AND e.kind = l.kind AND e.lock_key = l.lock_key
@@ -130,7 +141,8 @@ FROM locks l WHERE l.tenant = ? AND l.kind = {} AND {}
 ORDER BY l.lock_key LIMIT ?
 "#,
         kind as u8,
-        s.condition("l.lock_key")
+        s.condition("l.lock_key"),
+        session = session_expiry("l", "session"),
     )
 }
 
@@ -153,14 +165,16 @@ ORDER BY s.sem_key LIMIT ?
 pub fn rwlocks(s: &Stretch<'_>) -> String {
     format!(
         r#"
-SELECT h.rw_key AS entry_key, h.writer, h.writer_token, h.writer_expires_at, h.queued,
+SELECT h.rw_key AS entry_key, h.writer, h.writer_token, h.writer_session,
+  COALESCE({session}, h.writer_expires_at) AS writer_expires_at, h.queued,
   NOW(6) AS now, (h.writer IS NOT NULL AND h.writer_expires_at > NOW(6)) OR EXISTS(
     SELECT 1 FROM rwlock_readers r WHERE r.tenant = h.tenant AND r.rw_key = h.rw_key
       AND r.expires_at > NOW(6)) AS live
 FROM rwlocks h WHERE h.tenant = ? AND {}
 ORDER BY h.rw_key LIMIT ?
 "#,
-        s.condition("h.rw_key")
+        s.condition("h.rw_key"),
+        session = session_expiry("h", "writer_session"),
     )
 }
 
@@ -210,11 +224,13 @@ pub async fn holders(
     let marks = vec!["?"; keys.len()].join(", ");
     let sql = format!(
         r#"
-SELECT {column} AS `key`, {slot} AS slot, owner, token, expires_at FROM {table} t
+SELECT {column} AS `key`, {slot} AS slot, owner, token, session,
+  COALESCE({session}, expires_at) AS expires_at FROM {table} t
 WHERE tenant = ? AND {column} IN ({marks}) AND {}
 ORDER BY {column}, token
 "#,
-        lease_live("t")
+        lease_live("t"),
+        session = session_expiry("t", "session"),
     );
     let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
     params.extend(keys.iter().map(|k| (k.as_slice(),)));

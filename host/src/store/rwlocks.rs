@@ -21,6 +21,8 @@ pub struct HeaderRow {
     pub queued: u32,
     /// The mark of the transaction that last changed this key.
     pub changed_by: Option<u64>,
+    /// The session the writer's lease is held in, if it is.
+    pub writer_session: Option<Vec<u8>>,
     pub now: NaiveDateTime,
 }
 
@@ -31,6 +33,8 @@ pub struct ReaderRow {
     pub owner: Vec<u8>,
     pub token: u64,
     pub expires_at: NaiveDateTime,
+    /// The session the read lease is held in, if it is.
+    pub session: Option<Vec<u8>>,
 }
 
 /// The header, locked as asked.
@@ -42,7 +46,8 @@ pub async fn header(
 ) -> sqlx::Result<Option<HeaderRow>> {
     let sql = format!(
         r#"
-SELECT token, writer, writer_token, writer_expires_at, queued, changed_by, NOW(6) AS now
+SELECT token, writer, writer_token, writer_expires_at, queued, changed_by, writer_session,
+  NOW(6) AS now
 FROM rwlocks WHERE tenant = ? AND rw_key = ?
 {}
 "#,
@@ -71,13 +76,16 @@ pub async fn insert_missing(
 pub async fn readers(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec<ReaderRow>> {
     conn.fetch_all(
         r#"
-SELECT owner, token, expires_at FROM rwlock_readers
+SELECT owner, token, expires_at, session FROM rwlock_readers
 WHERE tenant = ? AND rw_key = ? ORDER BY token
 "#,
         (tenant, key),
     )
     .await
 }
+
+/// A writer's lease: owner, token, expiry, and the session it is held in.
+pub type Writer<'a> = (&'a str, u64, NaiveDateTime, Option<&'a [u8]>);
 
 /// Writes the header's token counter and writer (`None`: no writer),
 /// marked by the transaction `changed_by`.
@@ -86,17 +94,19 @@ pub async fn write_header(
     tenant: &str,
     key: &str,
     token: u64,
-    writer: Option<(&str, u64, NaiveDateTime)>,
+    writer: Option<Writer<'_>>,
     changed_by: u64,
 ) -> sqlx::Result<MySqlQueryResult> {
-    let (owner, writer_token, expires_at) = match writer {
-        Some((owner, token, expires_at)) => (Some(owner), Some(token), Some(expires_at)),
-        None => (None, None, None),
+    let (owner, writer_token, expires_at, session) = match writer {
+        Some((owner, token, expires_at, session)) => {
+            (Some(owner), Some(token), Some(expires_at), session)
+        }
+        None => (None, None, None, None),
     };
     conn.execute(
         r#"
 UPDATE rwlocks SET token = ?, writer = ?, writer_token = ?, writer_expires_at = ?,
-  changed_by = ?
+  writer_session = ?, changed_by = ?
 WHERE tenant = ? AND rw_key = ?
 "#,
         (
@@ -104,6 +114,7 @@ WHERE tenant = ? AND rw_key = ?
             owner,
             writer_token,
             expires_at,
+            session,
             changed_by,
             tenant,
             key,
@@ -112,21 +123,23 @@ WHERE tenant = ? AND rw_key = ?
     .await
 }
 
-/// Writes `owner`'s read lease (a new one, or its renewal).
+/// Writes `owner`'s read lease (a new one, or its renewal), held in
+/// `session` if `Some`.
 pub async fn put_reader(
     conn: &mut Conn,
     tenant: &str,
     key: &str,
-    owner: &str,
-    token: u64,
-    expires_at: NaiveDateTime,
+    (owner, token, expires_at): (&str, u64, NaiveDateTime),
+    session: Option<&str>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.execute(
         r#"
-INSERT INTO rwlock_readers (tenant, rw_key, owner, token, expires_at) VALUES (?, ?, ?, ?, ?)
-ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)
+INSERT INTO rwlock_readers (tenant, rw_key, owner, token, expires_at, session)
+VALUES (?, ?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at),
+  session = VALUES(session)
 "#,
-        (tenant, key, owner, token, expires_at),
+        (tenant, key, owner, token, expires_at, session),
     )
     .await
 }
@@ -145,10 +158,10 @@ pub async fn delete_reader(
     .await
 }
 
-/// Writes many read leases of the key in one statement (new ones, or
-/// renewals): `(owner, token, expires_at)` each, every owner once. For a
-/// combined transaction (`engine::rw_batch`), which writes each reader it
-/// served once, whatever it did to it first.
+/// Writes many plain read leases of the key in one statement (new ones,
+/// or renewals): `(owner, token, expires_at)` each, every owner once. For
+/// a combined transaction (`engine::rw_batch`), which writes each reader
+/// it served once, whatever it did to it first (it serves no session's).
 pub async fn put_readers(
     conn: &mut Conn,
     tenant: &str,
@@ -162,7 +175,7 @@ pub async fn put_readers(
     let sql = format!(
         r#"
 INSERT INTO rwlock_readers (tenant, rw_key, owner, token, expires_at) VALUES {tuples}
-ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)
+ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at), session = NULL
 "#
     );
     let params: Vec<_> = readers

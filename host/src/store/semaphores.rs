@@ -22,6 +22,8 @@ pub struct SlotRow {
     pub expires_at: Option<NaiveDateTime>,
     /// The mark of the release that last ended a lease here.
     pub released_by: Option<u64>,
+    /// The session the lease is held in (`None`: a plain lease, or free).
+    pub session: Option<Vec<u8>>,
     pub now: NaiveDateTime,
 }
 
@@ -70,7 +72,7 @@ pub async fn claim_free_slot(
 ) -> sqlx::Result<Option<SlotRow>> {
     let sql = format!(
         r#"
-SELECT x.slot, x.owner, x.token, x.expires_at, x.released_by, NOW(6) AS now FROM semaphore_slots x
+SELECT x.slot, x.owner, x.token, x.expires_at, x.released_by, x.session, NOW(6) AS now FROM semaphore_slots x
 WHERE x.tenant = ? AND x.sem_key = ? AND {free}
 LIMIT 1
 FOR UPDATE SKIP LOCKED
@@ -105,7 +107,7 @@ LIMIT 1
 pub async fn slot_for_update(conn: &mut Conn, s: SlotKey<'_>) -> sqlx::Result<Option<SlotRow>> {
     conn.fetch_optional(
         r#"
-SELECT slot, owner, token, expires_at, released_by, NOW(6) AS now FROM semaphore_slots
+SELECT slot, owner, token, expires_at, released_by, session, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 FOR UPDATE
 "#,
@@ -118,7 +120,7 @@ FOR UPDATE
 pub async fn slots(conn: &mut Conn, tenant: &str, key: &str) -> sqlx::Result<Vec<SlotRow>> {
     conn.fetch_all(
         r#"
-SELECT slot, owner, token, expires_at, released_by, NOW(6) AS now FROM semaphore_slots
+SELECT slot, owner, token, expires_at, released_by, session, NOW(6) AS now FROM semaphore_slots
 WHERE tenant = ? AND sem_key = ? ORDER BY slot
 "#,
         (tenant, key),
@@ -126,18 +128,18 @@ WHERE tenant = ? AND sem_key = ? ORDER BY slot
     .await
 }
 
-/// Writes `owner`'s lease with `token` until `expires_at` into slot `s`;
-/// `released_by` marks a write made by a release (a handoff), `None` keeps
-/// the mark.
+/// Writes `owner`'s lease with `token` until `expires_at`, held in
+/// `session` if `Some`, into slot `s`; `released_by` marks a write made by
+/// a release (a handoff), `None` keeps the mark.
 pub async fn write_slot(
     conn: &mut Conn,
     s: SlotKey<'_>,
-    (owner, token, expires_at): (&str, u64, NaiveDateTime),
+    (owner, token, expires_at, session): (&str, u64, NaiveDateTime, Option<&str>),
     released_by: Option<u64>,
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.execute(
         r#"
-UPDATE semaphore_slots SET owner = ?, token = ?, expires_at = ?,
+UPDATE semaphore_slots SET owner = ?, token = ?, expires_at = ?, session = ?,
   released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
@@ -145,6 +147,7 @@ WHERE tenant = ? AND sem_key = ? AND slot = ?
             owner,
             token,
             expires_at,
+            session,
             released_by,
             s.tenant,
             s.key,
@@ -162,7 +165,7 @@ pub async fn free_slot(
 ) -> sqlx::Result<MySqlQueryResult> {
     conn.execute(
         r#"
-UPDATE semaphore_slots SET owner = NULL, expires_at = NULL,
+UPDATE semaphore_slots SET owner = NULL, expires_at = NULL, session = NULL,
   released_by = COALESCE(?, released_by)
 WHERE tenant = ? AND sem_key = ? AND slot = ?
 "#,
@@ -174,8 +177,9 @@ WHERE tenant = ? AND sem_key = ? AND slot = ?
 /// Frees `owner`'s live slot with `token` in one statement if no waiter is
 /// queued for the semaphore (the header is only share-locked, so such
 /// releases do not queue behind each other), marking the slot with
-/// `released_by` (a slot already marked so is left to the full release);
-/// whether it did.
+/// `released_by` (a slot already marked so is left to the full release,
+/// as is a session's slot, whose event names the session); whether it
+/// did.
 pub async fn free_if_alone(
     conn: &mut Conn,
     s: SlotKey<'_>,
@@ -189,7 +193,7 @@ JOIN semaphores h ON h.tenant = s.tenant AND h.sem_key = s.sem_key
 SET s.owner = NULL, s.expires_at = NULL, s.released_by = ?
 WHERE s.tenant = ? AND s.sem_key = ? AND s.slot = ?
   AND s.owner = ? AND s.token = ? AND {live} AND h.queued = 0
-  AND NOT (s.released_by <=> ?)
+  AND NOT (s.released_by <=> ?) AND s.session IS NULL
 "#,
         live = lease_live("s")
     );

@@ -1,6 +1,7 @@
 //! The `sessions` table (issue #30): one row per live session, keyed by
 //! (tenant, id); the leases held in a session name it in their row's
-//! `session` column (`locks`), its waiters in theirs (`waiters`).
+//! `session` column (`locks`, `semaphore_slots`, `rwlock_readers`;
+//! `writer_session` of `rwlocks`), its waiters in theirs (`waiters`).
 //!
 //! Every judgement of life is made by the database clock in the statement
 //! itself (`expires_at > NOW(6) AND ending = 0`). An acquire in a session
@@ -204,6 +205,23 @@ LIMIT ?
     .await
 }
 
+/// The expiry of each of `tenant`'s sessions `ids` that has a row (plain
+/// read): what a status shows for a lease held in one.
+pub async fn expiries(
+    conn: &mut Conn,
+    tenant: &str,
+    ids: &[Vec<u8>],
+) -> sqlx::Result<Vec<(Vec<u8>, NaiveDateTime)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    let sql = format!("SELECT id, expires_at FROM sessions WHERE tenant = ? AND id IN ({marks})");
+    let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
+    params.extend(ids.iter().map(|id| (id.as_slice(),)));
+    conn.fetch_all(&sql, params).await
+}
+
 /// Removes an ended session's row.
 pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<bool> {
     let done = conn
@@ -215,42 +233,65 @@ pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<boo
     Ok(done.rows_affected() == 1)
 }
 
-/// A lease held in a session (plain read).
+/// A lease held in a session (plain read): its kind, key and token, and
+/// which of the key's leases it is (a semaphore's `slot`, a rwlock's
+/// `mode`: 0 read, 1 write).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct HeldRow {
     pub kind: u8,
     pub lock_key: Vec<u8>,
     pub token: u64,
+    pub slot: Option<u32>,
+    pub mode: Option<u8>,
+    /// A rwlock reader's owner (its row's key); `None` otherwise.
+    pub owner: Option<Vec<u8>>,
 }
 
-/// Up to `limit` leases held in the session, in (kind, key) order.
+/// The session's leases of every kind, one `SELECT` per table through its
+/// session index, as one statement: each takes the tenant and the id.
+/// Every number, NULLs included, is cast unsigned: a signed literal or an
+/// untyped NULL in one branch makes the union's column a DECIMAL.
+const HELD: &str = r#"
+SELECT CAST(kind AS UNSIGNED) AS kind, lock_key, token, CAST(NULL AS UNSIGNED) AS slot,
+  CAST(NULL AS UNSIGNED) AS mode, CAST(NULL AS BINARY) AS owner
+FROM locks FORCE INDEX (locks_by_session)
+WHERE tenant = ? AND session = ? AND owner IS NOT NULL
+UNION ALL
+SELECT CAST(2 AS UNSIGNED), sem_key, token, CAST(slot AS UNSIGNED), CAST(NULL AS UNSIGNED),
+  NULL
+FROM semaphore_slots FORCE INDEX (slots_by_session)
+WHERE tenant = ? AND session = ? AND owner IS NOT NULL
+UNION ALL
+SELECT CAST(3 AS UNSIGNED), rw_key, writer_token, CAST(NULL AS UNSIGNED), CAST(1 AS UNSIGNED),
+  NULL
+FROM rwlocks FORCE INDEX (rwlocks_by_session)
+WHERE tenant = ? AND writer_session = ? AND writer IS NOT NULL
+UNION ALL
+SELECT CAST(3 AS UNSIGNED), rw_key, token, CAST(NULL AS UNSIGNED), CAST(0 AS UNSIGNED), owner
+FROM rwlock_readers FORCE INDEX (readers_by_session)
+WHERE tenant = ? AND session = ?
+"#;
+
+/// Up to `limit` leases held in the session, in (kind, key, slot) order.
 pub async fn leases(
     conn: &mut Conn,
     tenant: &str,
     id: &str,
     limit: u32,
 ) -> sqlx::Result<Vec<HeldRow>> {
+    let sql = format!("SELECT * FROM ({HELD}) h ORDER BY kind, lock_key, slot, mode LIMIT ?");
     conn.fetch_all(
-        r#"
-SELECT CAST(kind AS UNSIGNED) AS kind, lock_key, token FROM locks FORCE INDEX (locks_by_session)
-WHERE tenant = ? AND session = ? AND owner IS NOT NULL
-ORDER BY kind, lock_key LIMIT ?
-"#,
-        (tenant, id, limit),
+        &sql,
+        (tenant, id, tenant, id, tenant, id, tenant, id, limit),
     )
     .await
 }
 
 /// How many leases the session holds (plain read).
 pub async fn count_leases(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<u64> {
+    let sql = format!("SELECT COUNT(*) FROM ({HELD}) h");
     let (n,): (i64,) = conn
-        .fetch_one(
-            r#"
-SELECT COUNT(*) FROM locks FORCE INDEX (locks_by_session)
-WHERE tenant = ? AND session = ? AND owner IS NOT NULL
-"#,
-            (tenant, id),
-        )
+        .fetch_one(&sql, (tenant, id, tenant, id, tenant, id, tenant, id))
         .await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }

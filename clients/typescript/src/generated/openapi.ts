@@ -1501,9 +1501,9 @@ export interface components {
              * @description Hold the lease in this session (`POST /v1/sessions`), in place of
              *     `ttl_ms`: it lives as long as the session, and ends with it; the
              *     answer's `expires_at` and `ttl_ms` are the session's. The owner
-             *     defaults to the session id. Locks only for now (other kinds: 400).
-             *     An ended or unknown session: 404 `session_not_found`, nothing
-             *     granted.
+             *     defaults to the session id. Every kind (lock, semaphore, rwlock,
+             *     multi-lock, election). An ended or unknown session: 404
+             *     `session_not_found`, nothing granted.
              */
             session?: string | null;
         };
@@ -1635,9 +1635,10 @@ export interface components {
             /**
              * @description The holder of every key: 1 to 128 bytes, compared byte for byte. An
              *     owner that already holds one of the keys re-enters it (same token,
-             *     `hold_count` + 1), as a single-key acquire would.
+             *     `hold_count` + 1), as a single-key acquire would. Required, unless
+             *     `session` is given: then it defaults to the session id.
              */
-            owner: string;
+            owner?: string;
         };
         /** @description One key of a granted (or renewed) multi-lock. */
         MultiLockEntry: {
@@ -2120,9 +2121,10 @@ export interface components {
         RwAcquireRequest: components["schemas"]["LeaseTerms"] & {
             /**
              * @description Identifies the holder (host, process, thread): 1 to 128 bytes of
-             *     UTF-8, compared byte for byte.
+             *     UTF-8, compared byte for byte. Required, unless `session` is given:
+             *     then it defaults to the session id.
              */
-            owner: string;
+            owner?: string;
             /** @description `read` (shared) or `write` (alone): required. */
             mode: components["schemas"]["RwMode"];
         };
@@ -2140,6 +2142,11 @@ export interface components {
              * @description End of the lease by the database clock, UTC with milliseconds.
              */
             expires_at: string;
+            /**
+             * @description The session the lease is held in (its `expires_at` is the
+             *     session's); null when held on its own.
+             */
+            session: string | null;
         };
         /**
          * @description A granted (or renewed) rwlock lease.
@@ -2239,9 +2246,10 @@ export interface components {
             /**
              * @description Identifies the holder (host, process, thread): 1 to 128 bytes of
              *     UTF-8, compared byte for byte. Any characters are accepted, control
-             *     characters included.
+             *     characters included. Required, unless `session` is given: then it
+             *     defaults to the session id.
              */
-            owner: string;
+            owner?: string;
             /**
              * Format: int32
              * @description Size of the semaphore, 1 to 1000: required, never null. The first
@@ -2269,6 +2277,11 @@ export interface components {
              * @description End of the lease by the database clock, UTC with milliseconds.
              */
             expires_at: string;
+            /**
+             * @description The session the lease is held in (its `expires_at` is the
+             *     session's); null when held on its own.
+             */
+            session: string | null;
         };
         /**
          * @description A granted (or renewed) semaphore slot.
@@ -2467,7 +2480,10 @@ export interface components {
         };
         /** @description A lease held in a session. */
         SessionLease: {
-            /** @description `lock` (other kinds come later). */
+            /**
+             * @description `lock`, `election`, `semaphore` or `rwlock` (a multi-lock's keys
+             *     are locks).
+             */
             kind: string;
             /**
              * @description The key (the storage key: the broker does not keep the key clients
@@ -2483,10 +2499,10 @@ export interface components {
             token: number;
             /**
              * Format: int32
-             * @description A semaphore lease's slot (not yet).
+             * @description A semaphore lease's slot.
              */
             slot?: number | null;
-            /** @description An rwlock lease's mode (not yet). */
+            /** @description A rwlock lease's mode: `read` or `write`. */
             mode?: string | null;
         };
         /** @description A page of sessions (for the OpenAPI document). */
