@@ -546,3 +546,103 @@ async fn an_expired_session_hands_semaphores_and_rwlocks_on_through_another_brok
     second.shutdown().await;
     first.stop().await;
 }
+
+#[tokio::test]
+async fn a_waiting_acquire_on_another_broker_answers_when_its_session_closes() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
+    let (c1, c2) = (first.client(), second.client());
+    let s = open(&c1, json!({"ttl_ms": 30_000})).await;
+    let held = c1.acquire("aw-lock", "holder", 30_000, 0).await.unwrap();
+    assert_eq!(held.status, 200, "{held:?}");
+    let full: SemaphoreLease = post(
+        &c1,
+        "/v1/semaphores/aw-pool/acquire",
+        json!({"owner": "holder", "permits": 1, "ttl_ms": 30_000}),
+    )
+    .await
+    .ok();
+    assert_eq!(full.slot, 0);
+    // Both wait on the second broker, in the session, far longer than the
+    // test takes.
+    let waiting = |path: String, body: serde_json::Value| {
+        let c = c2.clone();
+        tokio::spawn(async move { (post(&c, &path, body).await, Instant::now()) })
+    };
+    let lock = waiting(
+        "/v1/locks/aw-lock/acquire".to_owned(),
+        json!({"session": s.id, "wait_ms": 20_000}),
+    );
+    let sem = waiting(
+        "/v1/semaphores/aw-pool/acquire".to_owned(),
+        json!({"permits": 1, "session": s.id, "wait_ms": 20_000}),
+    );
+    eventually("both queue", WAIT, || async {
+        semaphore(&c1, "aw-pool").await.waiters == 1
+            && c1
+                .status("aw-lock")
+                .await
+                .unwrap()
+                .ok::<lockbroker_api::LockStatus>()
+                .waiters
+                == 1
+    })
+    .await;
+    // Closed through the first: the second's waiters answer at once.
+    let closed_at = Instant::now();
+    let closed: SessionClosed = close(&c1, &s.id).await.ok();
+    assert_eq!(closed.released, 0);
+    for waiter in [lock, sem] {
+        let (reply, at) = waiter.await.unwrap();
+        assert_code(&reply, 404, ErrorCode::SessionNotFound);
+        let took = at - closed_at;
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+    // Nothing was granted: the holders still hold, nobody waits.
+    let pool = semaphore(&c2, "aw-pool").await;
+    assert_eq!(
+        (pool.holders[0].owner.as_str(), pool.waiters),
+        ("holder", 0)
+    );
+    second.shutdown().await;
+    first.stop().await;
+}
+
+#[tokio::test]
+async fn a_broker_that_does_not_serve_the_tenant_leaves_its_expired_sessions_alone() {
+    let first = Broker::start().await;
+    // The second serves only the other tenant: its reaper must not take
+    // the first tenant's sessions (it could not carry out their end).
+    let mut only_other = config(&first.db);
+    only_other.tenants.retain(|t| t.name == "other");
+    let second = Broker::start_with(first.db.clone(), only_other).await;
+    let c = first.client();
+    let mut waiting = Vec::new();
+    for i in 0..6 {
+        let s = open(&c, json!({"ttl_ms": 1000})).await;
+        let key = format!("nt-{i}");
+        let grant: lockbroker_api::Lease = c
+            .post(
+                &format!("/v1/locks/{key}/acquire"),
+                &json!({"session": s.id}),
+            )
+            .await
+            .unwrap()
+            .ok();
+        let acquired = Instant::now();
+        let c = c.clone();
+        waiting.push(tokio::spawn(async move {
+            let reply = c.acquire(&key, "next", 30_000, 20_000).await.unwrap();
+            (reply, grant.token, Instant::now() - acquired)
+        }));
+    }
+    for waiter in waiting {
+        let (reply, token, took) = waiter.await.unwrap();
+        let handed: lockbroker_api::Lease = reply.ok();
+        assert_eq!(handed.token, token + 1);
+        // Its TTL and a second at most, every time.
+        assert!(took < Duration::from_millis(2500), "{took:?}");
+    }
+    second.shutdown().await;
+    first.stop().await;
+}

@@ -482,7 +482,31 @@ impl Engine {
                 granted
             }
         };
+        // Waiters a push named that no grant answered: one whose row is
+        // gone was taken out of the queue by another broker (its session
+        // ended) and can never be granted; it stops waiting now.
+        let named = std::mem::take(&mut *self.wake.pushed.lock().expect("pushed"));
+        let named: Vec<u64> = named
+            .into_iter()
+            .filter(|id| !granted.iter().any(|row| row.id == *id))
+            .collect();
+        let gone = if named.is_empty() {
+            Vec::new()
+        } else {
+            let present = waiters::present(&mut conn, &named).await?;
+            named
+                .into_iter()
+                .filter(|id| !present.contains(id))
+                .collect()
+        };
         conn.done();
+        if !gone.is_empty() {
+            let mut local = self.local.lock().expect("local waiters");
+            for id in gone {
+                // Its request finds its row gone and answers so.
+                local.remove(&id);
+            }
+        }
         for row in granted.into_iter().filter(|row| row.claimed != 0) {
             let (Some(token), Some(expires_at)) = (row.granted_token, row.granted_expires_at)
             else {

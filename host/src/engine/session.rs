@@ -495,9 +495,10 @@ impl Engine {
         stuck: bool,
     ) -> Result<(), EngineError> {
         let budget = self.budget();
+        let served: Vec<&[u8]> = tenants.keys().map(Vec::as_slice).collect();
         // A plain look first: most passes find none, and take no lock.
         let mut conn = self.conn(budget).await?;
-        let any = sessions::any_expired(&mut conn).await?;
+        let any = sessions::any_expired(&mut conn, &served).await?;
         conn.done();
         drop(conn);
         if !any && !stuck {
@@ -509,7 +510,7 @@ impl Engine {
                     return Ok(Vec::new());
                 }
                 let mut tx = self.begin(budget).await?;
-                let ended = sessions::end_expired(&mut tx, ENDED_PER_PASS).await?;
+                let ended = sessions::end_expired(&mut tx, &served, ENDED_PER_PASS).await?;
                 if ended.is_empty() {
                     tx.rollback().await?;
                 } else {
@@ -521,7 +522,8 @@ impl Engine {
             .await?;
         if stuck {
             let mut conn = self.conn(budget).await?;
-            ended.extend(sessions::stuck(&mut conn, micros(STUCK_AFTER), ENDED_PER_PASS).await?);
+            let after = micros(STUCK_AFTER);
+            ended.extend(sessions::stuck(&mut conn, &served, after, ENDED_PER_PASS).await?);
             conn.done();
         }
         for s in ended {
@@ -774,8 +776,8 @@ impl Engine {
     }
 
     /// Takes session `id`'s pending waiters out of the queue (each in a
-    /// transaction on its key's header). Their requests get their answer
-    /// when their wait runs out.
+    /// transaction on its key's header). Their requests answer that the
+    /// session ended: at once here, after a push on other brokers.
     async fn drop_session_waiters(&self, scope: &Scope, id: &str) -> Result<(), EngineError> {
         let budget = self.budget();
         let waiting = self
@@ -786,6 +788,7 @@ impl Engine {
                 Ok(waiting)
             })
             .await?;
+        let mut elsewhere = Vec::new();
         for w in waiting {
             let Some(kind) = sessions::kind_of(w.kind) else {
                 continue;
@@ -808,10 +811,15 @@ impl Engine {
             if dropped && w.broker == self.broker.as_bytes() {
                 // A waiter of this broker stops waiting at once (its
                 // request finds its row gone and answers that the session
-                // ended); another broker's waits out its `wait_ms`.
+                // ended).
                 self.local.lock().expect("local waiters").remove(&w.id);
+            } else if dropped {
+                // Another broker's is told to look: it finds the row gone
+                // (without pushes, it waits out its `wait_ms`).
+                elsewhere.push((w.broker.clone(), w.id));
             }
         }
+        self.push_wakeups(elsewhere);
         Ok(())
     }
 }

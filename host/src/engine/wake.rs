@@ -273,6 +273,10 @@ pub(super) struct Wake {
     /// Notified by a push received; the wake loop looks at once. Holds one
     /// permit, so a push arriving during a pass makes another pass.
     pub(super) nudge: Notify,
+    /// The waiters of this engine that pushes named since the wake loop
+    /// last looked: one whose row is gone (its session ended, and the
+    /// broker that ended it took it out of the queue) stops waiting.
+    pub(super) pushed: Mutex<Vec<u64>>,
 }
 
 impl Engine {
@@ -290,21 +294,27 @@ impl Engine {
     }
 
     /// A push received for `ids`: if any of them waits on this engine,
-    /// the wake loop looks now. How many wait here.
+    /// the wake loop looks now (for their grants, or for their rows gone).
+    /// How many wait here.
     pub fn woken(&self, ids: &[u64]) -> usize {
-        let waiting = {
+        let here: Vec<u64> = {
             let local = self.local.lock().expect("local waiters");
-            ids.iter().filter(|id| local.contains_key(id)).count()
+            ids.iter()
+                .copied()
+                .filter(|id| local.contains_key(id))
+                .collect()
         };
-        if waiting > 0 {
+        if !here.is_empty() {
+            self.wake.pushed.lock().expect("pushed").extend(&here);
             self.wake.nudge.notify_one();
         }
-        waiting
+        here.len()
     }
 
     /// Tells the brokers of `granted` (broker name, waiter id; after the
-    /// handoffs committed) to look now, one push per broker, from a task
-    /// of its own. Nothing when pushes are not enabled.
+    /// handoffs committed, or after the waiters were taken out of the
+    /// queue) to look now, one push per broker, from a task of its own.
+    /// Nothing when pushes are not enabled.
     pub(super) fn push_wakeups(&self, granted: Vec<(Vec<u8>, u64)>) {
         if granted.is_empty() {
             return;

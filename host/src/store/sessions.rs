@@ -150,36 +150,53 @@ pub struct Ended {
     pub ending: u8,
 }
 
-/// Whether any session has expired by the database clock and is not
-/// ended yet (a plain read, before the locking one).
-pub async fn any_expired(conn: &mut Conn) -> sqlx::Result<bool> {
-    let found: Option<(i64,)> = conn
-        .fetch_optional(
-            r#"
+/// `tenant IN (...)` for `tenants` (never empty: the caller has one).
+fn of_tenants(tenants: &[&[u8]]) -> String {
+    format!("tenant IN ({})", vec!["?"; tenants.len()].join(", "))
+}
+
+/// Whether any session of `tenants` has expired by the database clock
+/// and is not ended yet (a plain read, before the locking one).
+pub async fn any_expired(conn: &mut Conn, tenants: &[&[u8]]) -> sqlx::Result<bool> {
+    if tenants.is_empty() {
+        return Ok(false);
+    }
+    let sql = format!(
+        r#"
 SELECT 1 FROM sessions FORCE INDEX (sessions_by_expiry)
-WHERE expires_at <= NOW(6) AND ending = 0 LIMIT 1
+WHERE expires_at <= NOW(6) AND ending = 0 AND {} LIMIT 1
 "#,
-            (),
-        )
-        .await?;
+        of_tenants(tenants)
+    );
+    let params: Vec<(&[u8],)> = tenants.iter().map(|t| (*t,)).collect();
+    let found: Option<(i64,)> = conn.fetch_optional(&sql, params).await?;
     Ok(found.is_some())
 }
 
-/// Sessions expired by the database clock and not ended yet, up to
-/// `limit`, locked (`SKIP LOCKED`: another broker's reaper takes the
-/// others) and marked expired in the caller's transaction.
-pub async fn end_expired(conn: &mut Conn, limit: u32) -> sqlx::Result<Vec<Ended>> {
-    let found: Vec<Ended> = conn
-        .fetch_all(
-            r#"
+/// Sessions of `tenants` expired by the database clock and not ended
+/// yet, up to `limit`, locked (`SKIP LOCKED`: another broker's reaper
+/// takes the others) and marked expired in the caller's transaction. A
+/// broker ends only its own tenants' sessions: it carries out their end
+/// pass with their tenant's settings.
+pub async fn end_expired(
+    conn: &mut Conn,
+    tenants: &[&[u8]],
+    limit: u32,
+) -> sqlx::Result<Vec<Ended>> {
+    if tenants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        r#"
 SELECT tenant, id, lock_delay_ms, CAST(2 AS UNSIGNED) AS ending
 FROM sessions FORCE INDEX (sessions_by_expiry)
-WHERE expires_at <= NOW(6) AND ending = 0
-LIMIT ? FOR UPDATE SKIP LOCKED
+WHERE expires_at <= NOW(6) AND ending = 0 AND {}
+LIMIT {limit} FOR UPDATE SKIP LOCKED
 "#,
-            (limit,),
-        )
-        .await?;
+        of_tenants(tenants)
+    );
+    let params: Vec<(&[u8],)> = tenants.iter().map(|t| (*t,)).collect();
+    let found: Vec<Ended> = conn.fetch_all(&sql, params).await?;
     for s in &found {
         conn.execute(
             "UPDATE sessions SET ending = ?, expires_at = NOW(6) WHERE tenant = ? AND id = ?",
@@ -190,19 +207,28 @@ LIMIT ? FOR UPDATE SKIP LOCKED
     Ok(found)
 }
 
-/// Sessions ended more than `after_us` ago whose end was never finished
-/// (their broker stopped mid-pass), up to `limit`.
-pub async fn stuck(conn: &mut Conn, after_us: u64, limit: u32) -> sqlx::Result<Vec<Ended>> {
-    conn.fetch_all(
+/// Sessions of `tenants` ended more than `after_us` ago whose end was
+/// never finished (their broker stopped mid-pass), up to `limit`.
+pub async fn stuck(
+    conn: &mut Conn,
+    tenants: &[&[u8]],
+    after_us: u64,
+    limit: u32,
+) -> sqlx::Result<Vec<Ended>> {
+    if tenants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
         r#"
 SELECT tenant, id, lock_delay_ms, CAST(ending AS UNSIGNED) AS ending
 FROM sessions FORCE INDEX (sessions_by_expiry)
-WHERE expires_at <= NOW(6) - INTERVAL ? MICROSECOND AND ending <> 0
-LIMIT ?
+WHERE expires_at <= NOW(6) - INTERVAL {after_us} MICROSECOND AND ending <> 0 AND {}
+LIMIT {limit}
 "#,
-        (after_us, limit),
-    )
-    .await
+        of_tenants(tenants)
+    );
+    let params: Vec<(&[u8],)> = tenants.iter().map(|t| (*t,)).collect();
+    conn.fetch_all(&sql, params).await
 }
 
 /// The expiry of each of `tenant`'s sessions `ids` that has a row (plain

@@ -291,6 +291,15 @@ WHERE broker = ? AND granted_token IS NOT NULL AND claimed = 0
     Ok(done.rows_affected())
 }
 
+/// Which of the waiters `ids` still have a row (plain read).
+pub async fn present(conn: &mut Conn, ids: &[u64]) -> sqlx::Result<Vec<u64>> {
+    let marks = vec!["?"; ids.len()].join(", ");
+    let sql = format!("SELECT id FROM waiters WHERE id IN ({marks})");
+    let params: Vec<(u64,)> = ids.iter().map(|id| (*id,)).collect();
+    let rows: Vec<(u64,)> = conn.fetch_all(&sql, params).await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
 /// Granted waiters of one broker: its one batched check per tick.
 pub async fn granted_for_broker(conn: &mut Conn, broker: &str) -> sqlx::Result<Vec<GrantRow>> {
     conn.fetch_all(
