@@ -2,10 +2,12 @@
 //! served with the right types and a restrictive CSP and reference nothing
 //! but each other; and, in a real browser (Debian's chromium driven by
 //! `tests/ui/console.mjs` through playwright-core), it lists a tenant's
-//! leases live, shows a key's page, and lets the admin see tenants,
-//! force-release a lock, and see a tenant's policy versions and shadow
-//! report, promote the shadow and roll back. `scripts/ui-deps` installs the browser and the
-//! node packages; without them this test fails, it never skips.
+//! leases live, shows a key's page, lists the tenant's sessions (by name,
+//! live) and shows one with its leases and closes it, and lets the admin
+//! see tenants, force-release a lock, and see a tenant's policy versions
+//! and shadow report, promote the shadow and roll back. `scripts/ui-deps`
+//! installs the browser and the node packages; without them this test
+//! fails, it never skips.
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +15,9 @@ use std::{
     time::Duration,
 };
 
-use lockbroker_api::{LockEventKind, PolicyLoadedBy, PolicyVersions};
+use lockbroker_api::{
+    EndReason, ErrorCode, LockEventKind, LockStatus, Page, PolicyLoadedBy, PolicyVersions, Session,
+};
 use lockbroker_tests::{dist, Broker, Client, Proxy, ADMIN, KEY};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -123,6 +127,15 @@ async fn post(c: &Client, path: &str, body: Value) -> Value {
     reply.parse()
 }
 
+/// `POST /v1/sessions` for a session named `name` (long-lived: the
+/// browser script takes its time); its id.
+async fn open_session(c: &Client, name: &str) -> String {
+    let body = json!({"ttl_ms": 600_000, "name": name});
+    let reply = c.post("/v1/sessions", &body).await.unwrap();
+    assert_eq!(reply.status, 201, "{reply:?}");
+    reply.parse::<Session>().id
+}
+
 #[tokio::test]
 async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ui");
@@ -156,6 +169,24 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
     post(&c, "/v1/rwlocks/table-1/acquire", reader).await;
     let campaign = json!({"candidate": "node-1", "ttl_ms": ttl});
     post(&c, "/v1/elections/leader-1/campaign", campaign).await;
+    // Sessions: nightly-batch holds two locks (no ttl_ms: they live as
+    // long as it), nightly-report none; adhoc-1 is outside the name filter.
+    let batch = open_session(&c, "nightly-batch").await;
+    for key in ["batch-a", "batch-b"] {
+        let lock = post(
+            &c,
+            &format!("/v1/locks/{key}/acquire"),
+            json!({"session": batch}),
+        )
+        .await;
+        assert_eq!(
+            lock["owner"],
+            batch.as_str(),
+            "owned by the session: {lock}"
+        );
+    }
+    open_session(&c, "nightly-report").await;
+    let adhoc = open_session(&c, "adhoc-1").await;
 
     // The page goes through a proxy, so that its event stream can be cut.
     let proxy = Proxy::start(broker.url().trim_start_matches("http://")).await;
@@ -177,6 +208,34 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
     assert_eq!(job2["held"], false, "{job2}");
     let (events, _) = c.history("locks", "job-2").await;
     assert_eq!(events[0].0, LockEventKind::ForceReleased, "{events:?}");
+    // It closed nightly-batch through the console: the session is gone and
+    // both its locks were released by that close.
+    let gone = c.get(&format!("/v1/sessions/{batch}")).await.unwrap();
+    assert_eq!(gone.status, 404, "{gone:?}");
+    assert_eq!(gone.code(), Some(ErrorCode::SessionNotFound), "{gone:?}");
+    for key in ["batch-a", "batch-b"] {
+        let lock: LockStatus = c.status(key).await.unwrap().ok();
+        assert!(!lock.held, "{key}: {lock:?}");
+        let (_, history) = c.history("locks", key).await;
+        let last = &history.events[0];
+        assert_eq!(last.event, LockEventKind::Released, "{key}: {history:?}");
+        assert_eq!(
+            last.reason,
+            Some(EndReason::SessionClosed),
+            "{key}: {history:?}"
+        );
+        assert_eq!(
+            last.session.as_deref(),
+            Some(batch.as_str()),
+            "{key}: {history:?}"
+        );
+    }
+    // The script closed the other nightly sessions through the API, and
+    // left adhoc-1 and one it opened open.
+    let open: Page<Session> = c.get("/v1/sessions").await.unwrap().ok();
+    let names: Vec<_> = open.items.iter().map(|s| s.name.as_deref()).collect();
+    assert_eq!(names, [Some("adhoc-1"), Some("elsewhere")], "{open:?}");
+    assert_eq!(open.items[0].id, adhoc);
     // It promoted the shadow, then rolled back: the built-in policy is in
     // force again, the promoted version kept.
     let admin = broker.client_with(Some(ADMIN));

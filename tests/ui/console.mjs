@@ -1,6 +1,8 @@
 // Drives the console (/ui/) in Debian's chromium against a real broker
 // (started by tests/console.rs, which took job-1, job-2, other-1, a
-// semaphore, an rwlock and an election for tenant LB_KEY). Every step waits
+// semaphore, an rwlock and an election for tenant LB_KEY, and opened the
+// sessions nightly-batch, holding the locks batch-a and batch-b,
+// nightly-report and adhoc-1). Every step waits
 // on a condition (playwright's auto-waiting locators, waitForFunction),
 // never for a fixed time. Exits non-zero on the first failed check.
 
@@ -33,6 +35,12 @@ async function api(path, { method = 'GET', secret = key, body, wasm } = {}) {
   return json;
 }
 
+/// The status and error code of a `GET path` expected to fail.
+async function apiError(path) {
+  const res = await fetch(apiBase + path, { headers: { Authorization: `Bearer ${key}` } });
+  return [res.status, (await res.json()).error?.code];
+}
+
 /// Asks tests/console.rs to `cut` or `restore` the page's connections.
 const stdin = createInterface({ input: process.stdin });
 const answers = stdin[Symbol.asyncIterator]();
@@ -54,6 +62,9 @@ async function shot(page, name) {
 const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
 const problems = [];
 let cutting = false; // While the test cuts the page's connections, they fail.
+// Paths the page is meant to find gone (a session that ended): chromium
+// logs their 404 as an error.
+const gone = new Set();
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();
@@ -61,7 +72,10 @@ try {
   const origin = new URL(base).origin;
   page.on('console', (msg) => {
     const cutOff = cutting && msg.text().includes('net::ERR_');
-    if ((msg.type() === 'error' || msg.type() === 'warning') && !cutOff) problems.push(`console ${msg.type()}: ${msg.text()}`);
+    const meant = msg.text().includes('status of 404') && gone.has(new URL(msg.location().url, base).pathname);
+    if ((msg.type() === 'error' || msg.type() === 'warning') && !cutOff && !meant) {
+      problems.push(`console ${msg.type()}: ${msg.text()} (${msg.location().url})`);
+    }
   });
   page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
   page.on('request', (req) => {
@@ -207,6 +221,150 @@ try {
   await page.getByRole('link', { name: 'job-2', exact: true }).waitFor();
   await noHorizontalScroll('locks at 360px');
   await shot(page, 'locks-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step('the Sessions tab lists each session: id, name, TTL, a countdown, created');
+  const sessions = (await api('/v1/sessions')).items;
+  const byName = (name) => sessions.find((s) => s.name === name);
+  const batch = byName('nightly-batch');
+  const report = byName('nightly-report');
+  assert.ok(batch && report && byName('adhoc-1'), `the sessions tests/console.rs opened: ${JSON.stringify(sessions)}`);
+  await page.getByRole('link', { name: 'Sessions', exact: true }).click();
+  await page.getByRole('heading', { name: 'Sessions' }).waitFor();
+  assert.match(page.url(), /#\/sessions$/);
+  await cell('nightly-batch', 'Id', batch.id);
+  await cell('nightly-batch', 'TTL', '600 s');
+  await row('nightly-batch').locator('td[data-label="Expires in"] time', { hasText: /^\d+ min \d+ s$/ }).waitFor();
+  assert.equal(await row('nightly-batch').locator('td[data-label="Created"] time').getAttribute('datetime'), batch.created_at);
+  await cell('adhoc-1', 'Name', 'adhoc-1');
+  await noHorizontalScroll('sessions at 1280px');
+  await shot(page, 'sessions');
+
+  step('the name prefix narrows the sessions');
+  await page.getByLabel('Name prefix').fill('nightly-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('adhoc-1').waitFor({ state: 'detached' });
+  await cell('nightly-report', 'Id', report.id);
+  await row('nightly-batch').waitFor();
+  assert.match(page.url(), /#\/sessions\?prefix=nightly-$/);
+  assert.equal(await page.getByRole('link', { name: 'Locks', exact: true }).getAttribute('href'), '#/locks?prefix=nightly-',
+    'the tabs keep the prefix');
+
+  step('a session that takes a lock shows without a reload; one that ends goes');
+  await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
+  await page.evaluate(() => { window.sameDocument = true; });
+  const late = await api('/v1/sessions', { method: 'POST', body: { ttl_ms: 600_000, name: 'nightly-late' } });
+  const elsewhere = await api('/v1/sessions', { method: 'POST', body: { ttl_ms: 600_000, name: 'elsewhere' } });
+  await api('/v1/locks/elsewhere-1/acquire', { method: 'POST', body: { session: elsewhere.id } });
+  await api('/v1/locks/batch-c/acquire', { method: 'POST', body: { session: late.id } });
+  await cell('nightly-late', 'Id', late.id);
+  assert.equal(await row('elsewhere').count(), 0, 'the name filter still holds');
+  await api(`/v1/sessions/${late.id}`, { method: 'DELETE' });
+  await row('nightly-late').waitFor({ state: 'detached' });
+  await page.getByRole('status').filter({ hasText: `Live: session ${late.id} closed` }).waitFor();
+  assert.equal(await page.evaluate(() => window.sameDocument), true, 'the page was not reloaded');
+  assert.equal((await api('/v1/locks/batch-c')).held, false, "nightly-late's close released batch-c");
+
+  step("a session's page shows it, its leases with their tokens, and a countdown");
+  await row('nightly-batch').getByRole('link', { name: batch.id }).click();
+  await page.getByRole('heading', { name: `Session ${batch.id}` }).waitFor();
+  assert.match(page.url(), new RegExp(`#/session/${batch.id}$`));
+  const [lockA, lockB] = [await api('/v1/locks/batch-a'), await api('/v1/locks/batch-b')];
+  for (const [k, lock] of [['batch-a', lockA], ['batch-b', lockB]]) {
+    assert.equal(lock.session, batch.id, `${k} is held in nightly-batch`);
+    await cell(k, 'Token', String(lock.token));
+    await cell(k, 'Kind', 'lock');
+  }
+  assert.equal(await page.locator('tbody tr').count(), 2, 'two leases');
+  await fact('Name').filter({ hasText: /^nightly-batch$/ }).waitFor();
+  assert.equal(await fact('TTL').textContent(), '600 s');
+  assert.equal(await fact('Lock delay').textContent(), '0 s');
+  assert.equal(await fact('Created').locator('time').getAttribute('datetime'), batch.created_at);
+  const sessionCountdown = fact('Expires in').locator('time');
+  const before = await sessionCountdown.textContent();
+  assert.match(before, /^\d+ min \d+ s$/);
+  await page.waitForFunction((text) => document.querySelector('.facts time[data-expires]').textContent !== text, before);
+  await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
+  await noHorizontalScroll('session page at 1280px');
+  await shot(page, 'session-page');
+
+  step("a lease links to its key's page, which links back to the session");
+  await page.getByRole('link', { name: 'batch-a', exact: true }).click();
+  await page.getByRole('heading', { name: 'Lock batch-a' }).waitFor();
+  assert.equal(await fact('Token').textContent(), String(lockA.token));
+  await fact('Session').getByRole('link', { name: batch.id }).click();
+  await page.getByRole('heading', { name: `Session ${batch.id}` }).waitFor();
+  await cell('batch-b', 'Token', String(lockB.token));
+
+  step('a session ended elsewhere shows as ended, live');
+  await page.getByRole('link', { name: '← Sessions' }).click();
+  await row('nightly-report').getByRole('link', { name: report.id }).click();
+  await page.getByRole('heading', { name: `Session ${report.id}` }).waitFor();
+  await page.getByText('No leases held in it.').waitFor();
+  await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
+  await api(`/v1/sessions/${report.id}`, { method: 'DELETE' });
+  await page.getByRole('status').filter({ hasText: 'This session has ended (closed)' }).waitFor();
+  await fact('Expires in').filter({ hasText: /^ended$/ }).waitFor();
+  assert.ok(await page.getByRole('button', { name: 'Close session' }).isDisabled(), 'an ended session cannot be closed');
+  assert.equal(await page.locator('#alert').textContent(), '', 'no error');
+
+  step('a link to a session that has ended shows it ended, not an error');
+  gone.add(`/v1/sessions/${report.id}`);
+  await page.reload();
+  await page.getByRole('heading', { name: `Session ${report.id}` }).waitFor();
+  await page.getByRole('status').filter({ hasText: 'This session has ended (closed or expired)' }).waitFor();
+  assert.equal(await page.locator('#alert').textContent(), '', 'no error');
+  assert.ok(await page.getByRole('button', { name: 'Close session' }).isDisabled());
+  await shot(page, 'session-ended');
+
+  step('Close session asks first, then releases its leases');
+  await page.getByRole('link', { name: '← Sessions' }).click();
+  await row('nightly-batch').getByRole('link', { name: batch.id }).click();
+  await cell('batch-a', 'Token', String(lockA.token));
+  const closeSession = page.getByRole('button', { name: 'Close session' });
+  page.once('dialog', (d) => d.dismiss());
+  await closeSession.click();
+  await page.getByRole('button', { name: 'Refresh' }).click();
+  await cell('batch-b', 'Token', String(lockB.token));
+  assert.equal((await api(`/v1/sessions/${batch.id}`)).leases.length, 2, 'a dismissed close leaves the session open');
+  assert.equal((await api('/v1/locks/batch-a')).held, true);
+  const asked = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
+  gone.add(`/v1/sessions/${batch.id}`); // Should the page ask once more (it should not: checked below).
+  let askedAfter = 0;
+  page.on('request', (req) => {
+    if (new URL(req.url()).pathname === `/v1/sessions/${batch.id}` && req.method() === 'GET') askedAfter += 1;
+  });
+  await closeSession.focus();
+  await page.keyboard.press('Enter');
+  assert.match(await asked, /nightly-batch.*2 leases/);
+  await page.getByRole('status').filter({ hasText: 'Session closed: 2 leases released.' }).waitFor();
+  await fact('Expires in').filter({ hasText: /^ended$/ }).waitFor();
+  await page.getByText('None: its leases were released when it ended.').waitFor();
+  assert.ok(await closeSession.isDisabled());
+  assert.deepEqual(await apiError(`/v1/sessions/${batch.id}`), [404, 'session_not_found']);
+  for (const k of ['batch-a', 'batch-b']) assert.equal((await api(`/v1/locks/${k}`)).held, false, `${k} was released`);
+  await shot(page, 'session-closed');
+
+  step("the released lock's history says its session's close released it");
+  await page.goto(`${base}/ui/#/key/locks/batch-a`);
+  await page.getByRole('heading', { name: 'Lock batch-a' }).waitFor();
+  await page.locator('.timeline li', { hasText: `released ${batch.id}, token ${lockA.token} (session closed)` }).waitFor();
+  await fact('Session').filter({ hasText: /^—$/ }).waitFor();
+  assert.equal(askedAfter, 0, 'the closed session was not asked for again');
+
+  step('the sessions list no longer shows it');
+  await page.goto(`${base}/ui/#/sessions`);
+  await row('adhoc-1').waitFor();
+  await row('elsewhere').waitFor();
+  assert.equal(await row('nightly-').count(), 0, 'no nightly session is open');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('sessions at 360px');
+  await shot(page, 'sessions-phone');
+  await row('adhoc-1').getByRole('link').click();
+  await page.getByRole('heading', { name: /^Session / }).waitFor();
+  await page.getByText('No leases held in it.').waitFor();
+  await noHorizontalScroll('session page at 360px');
+  await shot(page, 'session-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
   noProblems('in the tenant views');
 

@@ -1,6 +1,7 @@
-// The console: a tenant's leases (live), one key's page, and the admin's
-// tenants with their policies and leases, and a tenant's policy page
-// (versions with rollback, the shadow report with promote). Views are
+// The console: a tenant's leases and sessions (live), one key's page, one
+// session's page (its leases, Close session), and the admin's tenants with
+// their policies and leases, and a tenant's policy page (versions with
+// rollback, the shadow report with promote). Views are
 // picked by the URL's hash; each view's fetches, stream and timers end
 // with its AbortController.
 
@@ -39,9 +40,20 @@ const holder = (x) => (x ? `${x.owner} (token ${x.token})` : '—');
 const list = (lines) => (lines.length ? h('ul', { class: 'plain' }, lines.map((l) => h('li', {}, l))) : '—');
 const keyCell = (item, href) => (href?.(item) ? h('a', { href: href(item) }, keyOf(item)) : keyOf(item));
 const when = (at) => new Date(at).toLocaleString();
+const stamp = (at) => h('time', { datetime: at }, when(at));
+/// A duration in milliseconds, as the API gave it: whole seconds in `s`.
+const span = (ms) => (ms % 1000 ? `${ms} ms` : `${ms / 1000} s`);
+const count = (n, what) => `${n} ${what}${n === 1 ? '' : 's'}`;
+const fact = (term, value) => [h('dt', {}, term), h('dd', {}, value)];
+const sessionHref = (id) => `#/session/${segment(id)}`;
+/// Why a session ended, from an event's `reason`.
+const endedBy = (reason) => (reason === 'session_expired' ? 'expired' : 'closed');
 
-/// What each kind of lease lists: its columns (label, cell), the `kind` of
-/// its events and whether it has a key page.
+/// What each tab lists: its columns (label, cell), the `kind` of its
+/// events and whether it has a key page (`event`). Sessions are matched by
+/// name (`byName`), follow every event of a session (`wants`, what the
+/// status line `says` of one) and are a tenant's only (`tenantOnly`: the
+/// admin has no such listing).
 const KINDS = {
   locks: {
     title: 'Locks', event: 'lock', one: 'Lock',
@@ -64,10 +76,28 @@ const KINDS = {
     columns: [['Name', keyCell], ['Leader', (i) => i.leader ?? '—'], ['Term', (i) => i.term ?? '—'],
       ['Expires in', (i) => countdown(i.expires_at)]],
   },
+  sessions: {
+    title: 'Sessions', event: null, byName: true, tenantOnly: true, empty: 'No sessions open.',
+    wants: (d) => d.kind === 'session' || Boolean(d.session),
+    says: (name, d) => (d.kind === 'session' ? `session ${d.session} ${endedBy(d.reason)}`
+      : `${name} ${d.storage_key} in session ${d.session}`),
+    columns: [['Id', (i) => h('a', { href: sessionHref(i.id) }, h('code', {}, i.id))], ['Name', (i) => i.name ?? '—'],
+      ['TTL', (i) => span(i.ttl_ms)], ['Expires in', (i) => countdown(i.expires_at)], ['Created', (i) => stamp(i.created_at)]],
+  },
 };
 
-function table(columns, items, href) {
-  if (!items.length) return h('p', { class: 'empty' }, 'Nothing held.');
+/// The tabs `base` lists (the admin's routes have no sessions).
+const kindsOf = (base) => Object.entries(KINDS).filter(([, s]) => base === '/v1' || !s.tenantOnly);
+
+/// Where a lease's key has its page (`kind` as sessions and events name
+/// it), if the console has one for that kind.
+function leasePage(lease) {
+  const kind = Object.keys(KINDS).find((k) => KINDS[k].event === lease.kind);
+  return kind ? `#/key/${kind}/${segment(lease.key)}` : null;
+}
+
+function table(columns, items, href, empty = 'Nothing held.') {
+  if (!items.length) return h('p', { class: 'empty' }, empty);
   return h('table', {},
     h('thead', {}, h('tr', {}, columns.map(([label]) => h('th', { scope: 'col' }, label)))),
     h('tbody', {}, items.map((item) => h('tr', {},
@@ -123,7 +153,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
       const page = await call(`${base}/${kind}${query({ prefix, cursor, limit: PAGE })}`, { secret, signal });
       if (seq !== loads) return;
       next = page.next;
-      results.replaceChildren(table(columns, page.items, href));
+      results.replaceChildren(table(columns, page.items, href, spec.empty));
       prev.disabled = cursor === null;
       more.disabled = !next;
     } catch (err) {
@@ -132,25 +162,28 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
   }
   const soon = debounced(load);
 
+  const wants = spec.wants ?? (spec.event && ((data) => data.kind === spec.event));
+  const says = spec.says ?? ((name, data) => `${name} ${data.storage_key} (${data.owner}, token ${data.token})`);
   let stream = null;
   function live() {
-    if (!spec.event || base !== '/v1') {
-      status.textContent = spec.event ? 'Not live (the event stream needs a tenant key): use Refresh.' : 'Elections make no events: use Refresh.';
+    if (!wants || base !== '/v1') {
+      status.textContent = wants ? 'Not live (the event stream needs a tenant key): use Refresh.' : `${spec.title} make no events: use Refresh.`;
       return;
     }
     status.textContent = 'Connecting…';
     stream?.abort();
     stream = new AbortController();
     signal.addEventListener('abort', () => stream.abort(), { once: true });
-    follow(prefix, secret, stream.signal, (name, data) => {
+    // A name prefix is no key prefix: a session's leases may have any key.
+    follow(spec.byName ? '' : prefix, secret, stream.signal, (name, data) => {
       if (name === 'reset') soon(); // Events were missed: show what is.
-      if (data.kind !== spec.event) return;
-      status.textContent = `Live: ${name} ${data.storage_key} (${data.owner}, token ${data.token})`;
+      if (!wants(data)) return;
+      status.textContent = `Live: ${says(name, data)}`;
       soon();
     }, streamState(status));
   }
 
-  const tabs = () => h('ul', { class: 'tabs' }, Object.entries(KINDS).map(([k, s]) =>
+  const tabs = () => h('ul', { class: 'tabs' }, kindsOf(base).map(([k, s]) =>
     h('li', {}, h('a', { href: hash(k, prefix), 'aria-current': k === kind ? 'page' : null }, s.title))));
   const nav = h('nav', { 'aria-label': 'Kinds' }, tabs());
 
@@ -170,7 +203,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
         load();
         live();
       },
-    }, h('label', { for: 'prefix' }, 'Key prefix'), input, h('button', { type: 'submit' }, 'Filter'),
+    }, h('label', { for: 'prefix' }, spec.byName ? 'Name prefix' : 'Key prefix'), input, h('button', { type: 'submit' }, 'Filter'),
     h('button', { type: 'button', onclick: load }, 'Refresh')),
     status, results, h('div', { class: 'pager' }, prev, more));
   load();
@@ -195,7 +228,6 @@ function keyPage({ signal, secret, kind, key }) {
   const status = h('p', { class: 'status', role: 'status' }, 'Connecting…');
   let storageKey = null;
   let loads = 0;
-  const fact = (term, value) => [h('dt', {}, term), h('dd', {}, value)];
 
   async function load() {
     const seq = ++loads;
@@ -208,7 +240,8 @@ function keyPage({ signal, secret, kind, key }) {
       if (seq !== loads) return;
       const rows = kind === 'locks'
         ? [fact('Holder', s.held ? s.owner : 'nobody (free)'), fact('Token', s.token ?? '—'),
-          fact('Holds', s.hold_count ?? '—'), fact('Expires in', countdown(s.expires_at))]
+          fact('Holds', s.hold_count ?? '—'), fact('Expires in', countdown(s.expires_at)),
+          fact('Session', s.session ? h('a', { href: sessionHref(s.session) }, h('code', {}, s.session)) : '—')]
         : kind === 'semaphores'
           ? [fact('Permits', s.permits ?? '—'), fact('Holders', list(s.holders.map((x) =>
             h('span', {}, `${x.owner} (slot ${x.slot}, token ${x.token}), expires in `, countdown(x.expires_at)))))]
@@ -216,8 +249,9 @@ function keyPage({ signal, secret, kind, key }) {
             fact('Readers', list(s.readers.map((x) => h('span', {}, `${holder(x)}, expires in `, countdown(x.expires_at)))))];
       facts.replaceChildren(...fact('Storage key', s.storage_key), ...rows.flat(), ...fact('Waiters', s.waiters));
       timeline.replaceChildren(...(history.events.length ? history.events.map((e) => h('li', { class: e.event },
-        h('time', { datetime: e.at }, when(e.at)), ' ', h('strong', {}, e.event.replace('_', ' ')),
-        ` ${e.owner}, token ${e.token}`)) : [h('li', {}, 'No events recorded.')]));
+        stamp(e.at), ' ', h('strong', {}, e.event.replace('_', ' ')),
+        ` ${e.owner}, token ${e.token}${e.reason ? ` (${e.reason.replace('_', ' ')})` : ''}`))
+        : [h('li', {}, 'No events recorded.')]));
       if (storageKey === null) {
         storageKey = s.storage_key;
         follow(storageKey, secret, signal, (name, data) => {
@@ -237,6 +271,101 @@ function keyPage({ signal, secret, kind, key }) {
   load();
   return () => {
     if ([...facts.querySelectorAll('[data-expires]')].some((t) => t.textContent === 'expired')) soon();
+  };
+}
+
+/// One session's page: what it is, until when, the leases held in it (each
+/// linking to its key's page) and a Close session button. Follows its
+/// leases' events and its end; once it has ended it says so and asks the
+/// broker nothing more (the session is gone: a 404).
+function sessionPage({ signal, secret, id }) {
+  const path = `/v1/sessions/${segment(id)}`;
+  const facts = h('dl', { class: 'facts' }, fact('Id', h('code', {}, id)));
+  const leases = h('div', { class: 'results' });
+  const status = h('p', { class: 'status', role: 'status' }, 'Connecting…');
+  const stream = new AbortController();
+  signal.addEventListener('abort', () => stream.abort(), { once: true });
+  let shown = null;
+  let over = false; // Ended, or being closed: nothing more to load.
+  let loads = 0;
+  let loading = Promise.resolve();
+
+  const describe = (s, expiry) => facts.replaceChildren(...[fact('Id', h('code', {}, s.id)),
+    fact('Name', s.name ?? '—'), fact('TTL', span(s.ttl_ms)), fact('Lock delay', span(s.lock_delay_ms)),
+    fact('Created', stamp(s.created_at)), fact('Expires in', expiry)].flat());
+
+  function ended(text) {
+    over = true;
+    loads += 1; // An answer under way is of no use any more.
+    stream.abort();
+    if (shown) describe(shown, 'ended');
+    leases.replaceChildren(h('p', { class: 'empty' }, 'None: its leases were released when it ended.'));
+    close.disabled = true;
+    refresh.disabled = true;
+    status.textContent = text;
+  }
+
+  function load() {
+    loading = reload();
+    return loading;
+  }
+
+  async function reload() {
+    const seq = ++loads;
+    if (signal.aborted || over) return;
+    try {
+      const s = await call(path, { secret, signal });
+      if (seq !== loads) return;
+      shown = s;
+      describe(s, countdown(s.expires_at));
+      leases.replaceChildren(table([['Kind', (l) => l.kind], ['Key', keyCell], ['Token', (l) => l.token],
+        ['Slot or mode', (l) => (Number.isInteger(l.slot) ? `slot ${l.slot}` : l.mode ?? '—')]],
+      s.leases, leasePage, 'No leases held in it.'));
+    } catch (err) {
+      if (seq !== loads) return;
+      if (err.code === 'session_not_found') ended('This session has ended (closed or expired): its leases were released.');
+      else showError(err);
+    }
+  }
+  const soon = debounced(load);
+
+  const close = confirmed('Close session', { class: 'danger' },
+    () => (shown ? `Close session ${shown.name ?? id}? Its ${count(shown.leases.length, 'lease')} will be released at once.`
+      : `Close session ${id}? Every lease held in it will be released at once.`),
+    async () => {
+      over = true; // Its end's events need no reload.
+      await loading; // Nor may a load under way meet the 404 of a closed session.
+      try {
+        const r = await call(path, { method: 'DELETE', secret, signal });
+        ended(`Session closed: ${count(r.released, 'lease')} released.`);
+      } catch (err) {
+        if (err.code === 'session_not_found') return ended('This session had already ended: its leases were released.');
+        over = false;
+        throw err;
+      }
+    });
+  const refresh = h('button', { type: 'button', onclick: load }, 'Refresh');
+
+  // Every event (a session's leases may have any key): its leases' and its end.
+  follow('', secret, stream.signal, (name, data) => {
+    if (over) return;
+    if (data.kind === 'session' && data.session === id) {
+      ended(`This session has ended (${endedBy(data.reason)}): its leases were released.`);
+    } else if (name === 'reset' || data.session === id) {
+      soon();
+    }
+  }, streamState(status));
+
+  view.replaceChildren(
+    h('p', {}, h('a', { href: '#/sessions' }, '← Sessions')),
+    h('h2', { tabindex: '-1' }, 'Session ', h('code', {}, id)),
+    h('p', {}, close, ' ', refresh),
+    status, facts, h('h3', {}, 'Leases held in it'), leases);
+  load();
+  // A keepalive makes no event: when the countdown runs out, ask again
+  // (it was kept alive, or it has ended).
+  return () => {
+    if (!over && facts.querySelector('[data-expires]')?.textContent === 'expired') soon();
   };
 }
 
@@ -320,7 +449,7 @@ function policyPage({ signal, secret, tenant }) {
         ['Failed', (r) => r.failed], ['Dropped', (r) => r.dropped]], counts),
       h('h4', {}, 'Latest disagreements (newest first)'),
       report.disagreements.length
-        ? table([['When', (d) => h('time', { datetime: d.at }, when(d.at))], ['Call', (d) => d.export],
+        ? table([['When', (d) => stamp(d.at)], ['Call', (d) => d.export],
           ['Input', (d) => d.input], ['In force', (d) => d.active], ['Candidate', (d) => d.candidate]], report.disagreements)
         : h('p', { class: 'empty' }, 'No disagreements yet.'),
       h('p', {}, promote),
@@ -433,7 +562,7 @@ function route() {
   if (me.role === 'admin') {
     if (first === 'admin' && second && rest[0] === 'policy') {
       policyPage({ ...ctx, tenant: second });
-    } else if (first === 'admin' && second && KINDS[rest[0]]) {
+    } else if (first === 'admin' && second && KINDS[rest[0]] && !KINDS[rest[0]].tenantOnly) {
       onTick = listing({
         ...ctx, kind: rest[0], base: `/v1/admin/tenants/${segment(second)}`, heading: `Tenant ${second}`,
         hash: (k, p) => `#/admin/${segment(second)}/${k}${query({ prefix: p })}`,
@@ -443,6 +572,8 @@ function route() {
     } else {
       tenants(ctx);
     }
+  } else if (first === 'session' && second) {
+    onTick = sessionPage({ ...ctx, id: second });
   } else if (first === 'key' && KINDS[second]?.event && rest.length) {
     onTick = keyPage({ ...ctx, kind: second, key: rest.join('/') });
   } else {
