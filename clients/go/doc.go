@@ -38,9 +38,11 @@
 //     kind's calls (Lock, Semaphore, ReadLock, MultiLock, Campaign and their
 //     Try forms; statuses, Validate, History, Observe).
 //   - session.go, session_held.go, session_leases.go, sessions.go:
-//     Session, many locks kept alive by one keepalive (the Lease machinery
-//     over the session itself), lost and released together; sessions by id
-//     (status, listing, closing from elsewhere).
+//     Session, many leases of every kind (its Lock, Semaphore, ReadLock,
+//     WriteLock, MultiLock, Campaign: the Client's calls held in it) kept
+//     alive by one keepalive (the Lease machinery over the session itself),
+//     lost and released together; sessions by id (status, listing, closing
+//     from elsewhere).
 //   - list.go: listings by prefix, a page at a time (cursors).
 //   - events.go, stream.go, sse.go: Events and Observe, Server-Sent Events
 //     streams that reopen themselves (Last-Event-ID) when they break.

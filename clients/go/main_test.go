@@ -1,6 +1,6 @@
 package lockbroker_test
 
-// The conformance suite (clients/CONFORMANCE.md, C01–C23) runs against the
+// The conformance suite (clients/CONFORMANCE.md, C01–C24) runs against the
 // brokers that tests/go_client.rs starts (lockbroker_tests::Conformance) and
 // describes in LOCKBROKER_* variables. Without them the conformance tests
 // and the examples fail, saying so: they are never skipped.

@@ -32,6 +32,9 @@ type SemaphoreHolder struct {
 	Owner     string    `json:"owner"`
 	Token     uint64    `json:"token"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Session is the id of the session the permit is held in (its
+	// ExpiresAt is the session's); "" when held on its own.
+	Session string `json:"session"`
 }
 
 // SemaphoreStatus is a semaphore now.
@@ -49,6 +52,9 @@ type RWHolder struct {
 	Owner     string    `json:"owner"`
 	Token     uint64    `json:"token"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Session is the id of the session the lease is held in (its ExpiresAt
+	// is the session's); "" when held on its own.
+	Session string `json:"session"`
 }
 
 // RWLockStatus is a reader-writer lock now: one writer or many readers.
@@ -160,7 +166,8 @@ func (s SessionInfo) TTL() time.Duration { return time.Duration(s.TTLMs) * time.
 
 // SessionLease is a lease held in a session.
 type SessionLease struct {
-	// Kind is "lock" (the other kinds come later).
+	// Kind is "lock", "election", "semaphore" or "rwlock" (each key of a
+	// multi-lock is a lock).
 	Kind string `json:"kind"`
 	// Key is the storage key: the broker does not keep the key clients sent.
 	Key        string `json:"key"`

@@ -8,7 +8,9 @@ import (
 )
 
 // Session keeps many leases alive with one keepalive: the leases taken with
-// its Lock and TryLock are not renewed one by one but live as long as the
+// its calls of every kind (Lock, Semaphore, ReadLock, WriteLock, MultiLock,
+// Campaign and their Try forms, the Client's calls of the same names held
+// in the session) are not renewed one by one but live as long as the
 // session, and end with it (a close, or an expiry when its keepalives stop).
 // Hold many keys for one piece of work with it, at the cost of one request
 // every third of the TTL whatever their number.
@@ -20,7 +22,9 @@ import (
 //	defer s.Close(ctx) // releases every lease of it
 //	a, err := s.Lock(ctx, "orders/17")
 //	...
-//	b, err := s.Lock(ctx, "invoices/17")
+//	p, err := s.Semaphore(ctx, "encoders", 3)
+//	...
+//	r, err := s.ReadLock(ctx, "config")
 //
 // The session sends a keepalive in a goroutine of its own every third of
 // its TTL, by the rule every Lease renews by: it is lost (Lost is closed,
@@ -126,21 +130,87 @@ func (s *Session) Context(parent context.Context) (context.Context, context.Canc
 // Locks of one key in one session exclude each other as two Client.Locks
 // do. Release the lease to free the key before the session ends; its Lost
 // is the session's.
+//
+// The calls of the other kinds below are the same: the Client's call of
+// that name, with its options, held in the session.
 func (s *Session) Lock(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
-	l, _, err := s.client.acquire(ctx, lockAcquisition("locks", key, nil), s.terms(opts), true)
-	return l, err
+	return s.client.Lock(ctx, key, s.terms(opts)...)
 }
 
 // TryLock takes the lock key in the session if it is free now, without
 // waiting, as Client.TryLock (ErrHeld when another owner holds it).
 func (s *Session) TryLock(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
-	l, _, err := s.client.acquire(ctx, lockAcquisition("locks", key, nil), s.terms(opts), false)
-	return l, err
+	return s.client.TryLock(ctx, key, s.terms(opts)...)
 }
 
-// terms are opts with the lease held in s. The broker holds only locks in
-// sessions today; another kind is offered here by passing s.terms(opts) to
-// its acquisition as Lock does.
+// Semaphore takes one of permits permits of the semaphore key in the
+// session, waiting as Client.Semaphore does while all are taken. Release the
+// permit to give it back before the session ends.
+func (s *Session) Semaphore(ctx context.Context, key string, permits int, opts ...AcquireOption) (*Permit, error) {
+	return s.client.Semaphore(ctx, key, permits, s.terms(opts)...)
+}
+
+// TrySemaphore takes a permit in the session if one is free now; else
+// ErrHeld (and ErrSemaphoreFull), as Client.TrySemaphore.
+func (s *Session) TrySemaphore(ctx context.Context, key string, permits int, opts ...AcquireOption) (*Permit, error) {
+	return s.client.TrySemaphore(ctx, key, permits, s.terms(opts)...)
+}
+
+// ReadLock takes a read lease of the reader-writer lock key in the session,
+// waiting as Client.ReadLock does.
+func (s *Session) ReadLock(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return s.client.ReadLock(ctx, key, s.terms(opts)...)
+}
+
+// TryReadLock takes a read lease of key in the session if one is granted
+// now; else ErrHeld, as Client.TryReadLock.
+func (s *Session) TryReadLock(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return s.client.TryReadLock(ctx, key, s.terms(opts)...)
+}
+
+// WriteLock takes the write lease of the reader-writer lock key in the
+// session, waiting as Client.WriteLock does.
+func (s *Session) WriteLock(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return s.client.WriteLock(ctx, key, s.terms(opts)...)
+}
+
+// TryWriteLock takes the write lease of key in the session if it is free
+// now; else ErrHeld, as Client.TryWriteLock.
+func (s *Session) TryWriteLock(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return s.client.TryWriteLock(ctx, key, s.terms(opts)...)
+}
+
+// MultiLock takes the locks keys all or none in the session, waiting as
+// Client.MultiLock does. Each key is a lease of the session (its status
+// names it); the MultiLease releases them together.
+func (s *Session) MultiLock(ctx context.Context, keys []string, opts ...AcquireOption) (*MultiLease, error) {
+	return s.client.MultiLock(ctx, keys, s.terms(opts)...)
+}
+
+// TryMultiLock takes the locks keys in the session if all are free now;
+// else ErrHeld (and none of them is held), as Client.TryMultiLock.
+func (s *Session) TryMultiLock(ctx context.Context, keys []string, opts ...AcquireOption) (*MultiLease, error) {
+	return s.client.TryMultiLock(ctx, keys, s.terms(opts)...)
+}
+
+// Campaign runs for the leadership of the election name in the session,
+// waiting as Client.Campaign does while another candidate leads (Owner
+// names the candidate). The leadership lasts as long as the session: its
+// close or loss hands it to the next candidate in line. Resign to give it up
+// before.
+func (s *Session) Campaign(ctx context.Context, name string, opts ...AcquireOption) (*Leadership, error) {
+	return s.client.Campaign(ctx, name, s.terms(opts)...)
+}
+
+// TryCampaign takes the leadership in the session if nobody leads now; else
+// ErrHeld, as Client.TryCampaign.
+func (s *Session) TryCampaign(ctx context.Context, name string, opts ...AcquireOption) (*Leadership, error) {
+	return s.client.TryCampaign(ctx, name, s.terms(opts)...)
+}
+
+// terms are opts with the lease held in s: every kind's acquire asks for
+// "session" in place of "ttl_ms" (terms.fields), and keeps the grant in s
+// (Client.begin).
 func (s *Session) terms(opts []AcquireOption) []AcquireOption {
 	in := func(t *terms) { t.session = s }
 	return append(append([]AcquireOption{}, opts...), in)
