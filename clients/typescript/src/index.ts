@@ -11,14 +11,15 @@
  *
  * The layout, one job per module:
  * - `client.ts`: {@link Client}, the entry point: guards by their usual
- *   names, the reads of each kind, events, admin.
+ *   names (`guards.ts`, {@link Guards}, shared with sessions), the reads of
+ *   each kind, events, admin.
  * - `acquire.ts`, `lease.ts`, `kinds.ts`: one lease model for every kind.
  *   `acquire` takes a lease (and gives back a grant whose answer was lost),
  *   {@link Lease} renews it every third of its TTL and fires `lost`, and a
  *   {@link Kind} is what a lock, semaphore, rwlock, multi-lock or election
  *   adds (its requests, its token, its "held" refusal).
- * - `session.ts`: {@link Session}, many leases (locks, for now) kept by
- *   one keepalive, itself a {@link Lease} of the session that its leases
+ * - `session.ts`: {@link Session}, many leases of every kind kept by one
+ *   keepalive, itself a {@link Lease} of the session that its leases
  *   follow: lost together, closed together.
  * - `resources.ts`, `elections.ts`, `events.ts`: reads — status, listing
  *   with cursors, history, validate, observe, the event stream; `sse.ts`
@@ -29,15 +30,8 @@
  * - `types.ts`: the API's types by name, from `generated/openapi.ts`
  *   (generated from the broker's OpenAPI document).
  */
-export {
-  Client,
-  type ClientOptions,
-  type LeaderLease,
-  type LockLease,
-  type MultiLease,
-  type PermitLease,
-  type RwLease,
-} from "./client.js";
+export { Client, type ClientOptions } from "./client.js";
+export { Guards, type LeaderLease, type LockLease, type MultiLease, type PermitLease, type RwLease } from "./guards.js";
 export { type AcquireOptions, DEFAULT_WAIT_MS } from "./acquire.js";
 export { type CallOptions, DEFAULT_SLACK_MS } from "./caller.js";
 export { Lease } from "./lease.js";

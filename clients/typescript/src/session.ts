@@ -12,16 +12,18 @@
  * are never renewed on their own (the broker refuses that), and its `lost`
  * is theirs.
  *
- * The broker holds only locks in sessions today. Another kind joins with
- * one method here that hands its {@link Kind} to {@link Session.acquire}.
+ * Every kind is held in a session: its acquire calls are the client's own
+ * ({@link Guards}: `lock`, `semaphore`, `rwLock`, `multiLock`, `campaign`,
+ * their `try…` and `with…`), given the session's keeper.
  */
-import { type AcquireOptions, type Acquirer, DEFAULT_WAIT_MS, acquire, tryAcquire, withLease } from "./acquire.js";
+import type { AcquireOptions, Acquirer } from "./acquire.js";
 import type { CallOptions } from "./caller.js";
 import { SessionLostError } from "./errors.js";
-import { type Kind, LOCK, type Renewable, segment } from "./kinds.js";
-import { type GrantTiming, type Keeper, Lease } from "./lease.js";
+import { Guards } from "./guards.js";
+import { type Kind, type Renewable, segment } from "./kinds.js";
+import { type GrantTiming, Lease } from "./lease.js";
 import { now } from "./time.js";
-import type { CreateSessionRequest, LockGrant, SessionInfo, SessionKeepalive } from "./types.js";
+import type { CreateSessionRequest, SessionInfo, SessionKeepalive } from "./types.js";
 
 /** What `client.session()` takes. */
 export interface SessionOptions extends CallOptions {
@@ -78,8 +80,12 @@ export async function openSession(from: Acquirer, options: SessionOptions): Prom
   return session;
 }
 
-/** An open session: `lock()` holds leases in it; close it (or `await using`) when done. */
-export class Session implements AsyncDisposable {
+/**
+ * An open session: `lock()`, `semaphore()`, `rwLock()`, `multiLock()` and
+ * `campaign()` (and their `try…`/`with…`) hold leases in it; close it (or
+ * `await using`) when done.
+ */
+export class Session extends Guards<SessionAcquireOptions> implements AsyncDisposable {
   /** The broker's id of the session (what its leases name as `session`). */
   readonly id: string;
   /**
@@ -90,27 +96,24 @@ export class Session implements AsyncDisposable {
   readonly lost: AbortSignal;
 
   private readonly keepalive: Lease<SessionInfo>;
-  private readonly closing = new AbortController();
-  private readonly keeper: Keeper;
+  private readonly closing: AbortController;
 
   /** @internal Made by `client.session()`. */
-  constructor(
-    private readonly from: Acquirer,
-    info: SessionInfo,
-    timing: GrantTiming,
-  ) {
-    this.id = info.id;
-    this.keepalive = new Lease(from.caller, SESSION, info, timing);
-    this.lost = this.keepalive.lost;
-    const keepalive = this.keepalive;
-    this.keeper = {
+  constructor(from: Acquirer, info: SessionInfo, timing: GrantTiming) {
+    const keepalive = new Lease(from.caller, SESSION, info, timing);
+    const closing = new AbortController();
+    super(from, {
       id: info.id,
-      lost: this.lost,
-      closed: this.closing.signal,
+      lost: keepalive.lost,
+      closed: closing.signal,
       get deadline() {
         return keepalive.deadline;
       },
-    };
+    });
+    this.id = info.id;
+    this.keepalive = keepalive;
+    this.closing = closing;
+    this.lost = keepalive.lost;
   }
 
   /** The session as last confirmed (`expires_at` moves with each keepalive). */
@@ -139,29 +142,6 @@ export class Session implements AsyncDisposable {
   }
 
   /**
-   * Takes the lock `key` in this session, waiting up to `waitMs` (default
-   * 30 s). The lease lives as long as the session; `release()` gives it back
-   * alone, closing the session gives back all.
-   *
-   * @throws HeldError when it is still held by another owner after the wait;
-   * SessionLostError when the session has ended.
-   */
-  lock(key: string, options: SessionAcquireOptions = {}): Promise<Lease<LockGrant>> {
-    return this.acquire(LOCK, key, options, options.waitMs ?? DEFAULT_WAIT_MS);
-  }
-
-  /** Tries the lock `key` in this session once, without waiting: null when another owner holds it. */
-  async tryLock(key: string, options: SessionAcquireOptions = {}): Promise<Lease<LockGrant> | null> {
-    this.throwIfEnded();
-    return tryAcquire(this.from, LOCK, key, options, this.keeper);
-  }
-
-  /** Runs `body` holding the lock `key` in this session; released when `body` ends, also when it throws. */
-  async withLock<R>(key: string, options: SessionAcquireOptions, body: (lease: Lease<LockGrant>) => Promise<R> | R): Promise<R> {
-    return withLease(await this.lock(key, options), body);
-  }
-
-  /**
    * Stops the keepalive and closes the session: the broker releases every
    * lease in it. True when the broker closed it now; false when there was
    * nothing to close (closed before, or lost: a session that ended at the
@@ -184,10 +164,16 @@ export class Session implements AsyncDisposable {
     await this.close();
   }
 
-  /** Takes `target` of `kind` in this session: the one way in for every kind the broker holds in sessions. */
-  protected async acquire<G, T>(kind: Kind<G, T>, target: T, options: SessionAcquireOptions, waitMs: number): Promise<Lease<G>> {
+  /** Every acquire of every kind in this session comes here: none once the session has ended. */
+  protected override async take<G, T>(kind: Kind<G, T>, target: T, options: SessionAcquireOptions, waitMs: number): Promise<Lease<G>> {
     this.throwIfEnded();
-    return acquire(this.from, kind, target, options, waitMs, this.keeper);
+    return super.take(kind, target, options, waitMs);
+  }
+
+  /** As {@link Session.take}, without waiting. */
+  protected override async tryTake<G, T>(kind: Kind<G, T>, target: T, options: SessionAcquireOptions): Promise<Lease<G> | null> {
+    this.throwIfEnded();
+    return super.tryTake(kind, target, options);
   }
 
   /** A closed or lost session takes nothing: said here rather than by a lease that would be lost at birth. */

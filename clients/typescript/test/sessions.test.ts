@@ -1,8 +1,8 @@
-// Conformance scenarios C22–C23 (clients/CONFORMANCE.md, "Sessions") against the real broker.
+// Conformance scenarios C22–C24 (clients/CONFORMANCE.md, "Sessions") against the real broker.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { LeaseLostError, type Session, SessionLostError } from "../src/index.js";
+import { type Client, type Lease, LeaseLostError, type Session, type SessionLease, SessionLostError } from "../src/index.js";
 import { aborted, client, env, eventually, key } from "./helpers.js";
 import { Forwarder } from "./standins.js";
 
@@ -154,6 +154,216 @@ test("c23 an acquire in a session that ended at the broker is refused with sessi
   assert.equal((await c.locks.status(k)).held, false);
   assert.equal(await session.close(), false, "the close learns it had ended, and does not throw");
   assert.equal(session.lost.aborted, true, "and counts it as lost");
+  c.close();
+});
+
+/** The keys of one lease of each kind (C24): a semaphore, two rwlocks, a multi-lock's two keys, an election. */
+interface Kinds {
+  semaphore: string;
+  read: string;
+  write: string;
+  multi: [string, string];
+  election: string;
+}
+
+function kinds(scenario: string): Kinds {
+  return {
+    semaphore: key(`${scenario}-sem`),
+    read: key(`${scenario}-read`),
+    write: key(`${scenario}-write`),
+    multi: [key(`${scenario}-multi`), key(`${scenario}-multi`)],
+    election: key(`${scenario}-election`),
+  };
+}
+
+/** One lease of each kind taken in `session`, through its own call for the kind (waiting, or trying). */
+async function takeEveryKind(session: Session, k: Kinds) {
+  const permit = await session.semaphore(k.semaphore, 2, { waitMs: 5000 });
+  const read = await session.rwLock(k.read, "read", { waitMs: 5000 });
+  const write = await session.tryRwLock(k.write, "write");
+  assert.ok(write !== null, "the free rwlock's write lease is granted at once");
+  const multi = await session.multiLock(k.multi, { waitMs: 5000 });
+  const leader = await session.campaign(k.election, { owner: `${k.election}-node`, waitMs: 5000 });
+  return { permit, read, write, multi, leader };
+}
+
+type Held = Awaited<ReturnType<typeof takeEveryKind>>;
+
+function leasesOf(held: Held): Array<Lease<unknown>> {
+  return Object.values(held) as Array<Lease<unknown>>;
+}
+
+/** A session's lease as one comparable line: kind, key, token, slot, mode. */
+function line(l: Pick<SessionLease, "kind" | "key" | "token" | "slot" | "mode">): string {
+  return JSON.stringify([l.kind, l.key, l.token, l.slot ?? null, l.mode ?? null]);
+}
+
+/** Each key's status shows the lease of `held` with its token, held in `session` (elections: the leader and term). */
+async function assertHeld(c: Client, k: Kinds, held: Held, session: string): Promise<void> {
+  const semaphore = await c.semaphores.status(k.semaphore);
+  assert.equal(semaphore.permits, 2);
+  assert.deepEqual(
+    semaphore.holders.map((h) => [h.owner, h.token, h.slot, h.session]),
+    [[held.permit.owner, held.permit.token, held.permit.grant.slot, session]],
+    "the permit holds its slot",
+  );
+  const read = await c.rwlocks.status(k.read);
+  assert.equal(read.writer, null);
+  assert.deepEqual(
+    read.readers.map((r) => [r.owner, r.token, r.session]),
+    [[held.read.owner, held.read.token, session]],
+    "the read lease holds",
+  );
+  const write = await c.rwlocks.status(k.write);
+  assert.deepEqual(write.readers, []);
+  assert.deepEqual(
+    [write.writer?.owner, write.writer?.token, write.writer?.session],
+    [held.write.owner, held.write.token, session],
+    "the write lease holds",
+  );
+  for (const entry of held.multi.grant.locks) {
+    const status = await c.locks.status(entry.key);
+    assert.deepEqual(
+      [status.held, status.owner, status.token, status.session],
+      [true, held.multi.owner, entry.token, session],
+      `multi-lock key ${entry.key} holds`,
+    );
+  }
+  const election = await c.elections.status(k.election);
+  assert.deepEqual([election.leader, election.term], [held.leader.owner, held.leader.token], "the candidate leads");
+}
+
+test("c24 every kind is held in one session: a permit, a read and a write lease, a multi-lock and a leadership, kept alive by it and freed by its close", async () => {
+  const c = client();
+  const k = kinds("c24");
+  let id: string;
+  let held: Held;
+  {
+    await using session = await c.session({ ttlMs: TTL_MS, name: "ts-c24" });
+    id = session.id;
+    held = await takeEveryKind(session, k);
+    for (const lease of leasesOf(held)) {
+      assert.ok(Number.isInteger(lease.token) && lease.token > 0, `a positive integer token, got ${lease.token}`);
+      assert.equal((lease.grant as { ttl_ms: number }).ttl_ms, TTL_MS, "the session's TTL is the lease's");
+    }
+    assert.ok(held.permit.grant.slot === 0 || held.permit.grant.slot === 1, `a slot of 2: ${held.permit.grant.slot}`);
+    assert.equal(held.read.grant.mode, "read");
+    assert.equal(held.write.grant.mode, "write");
+    assert.deepEqual(held.multi.grant.locks.map((l) => l.key).sort(), [...k.multi].sort(), "both keys");
+    assert.equal(held.leader.grant.leader, `${k.election}-node`, "the campaign won");
+    await assertHeld(c, k, held, id);
+
+    const expected = [
+      { kind: "semaphore", key: k.semaphore, token: held.permit.token, slot: held.permit.grant.slot },
+      { kind: "rwlock", key: k.read, token: held.read.token, mode: "read" },
+      { kind: "rwlock", key: k.write, token: held.write.token, mode: "write" },
+      ...held.multi.grant.locks.map((l) => ({ kind: "lock", key: l.key, token: l.token })),
+      { kind: "election", key: k.election, token: held.leader.token },
+    ].map(line);
+    const shown = await c.sessions.status(id);
+    assert.equal(shown.leases.length, 6, `six leases: ${JSON.stringify(shown.leases)}`);
+    assert.deepEqual(shown.leases.map(line).sort(), expected.sort(), "GET /v1/sessions/{id} lists every lease, with slot and modes");
+
+    // Time is what is tested here: more than three TTLs pass without a call of the test's.
+    await new Promise((resolve) => setTimeout(resolve, 10_000));
+    await assertHeld(c, k, held, id);
+    for (const lease of leasesOf(held)) {
+      assert.equal(lease.held, true);
+      assert.equal(lease.lost.aborted, false, `lease lost: ${String(lease.lost.reason)}`);
+      assert.equal(lease.renewals, 0, "no lease of the session was renewed on its own");
+    }
+    assert.equal(session.lost.aborted, false, `session lost: ${String(session.lost.reason)}`);
+    assert.ok(session.keepalives >= 6, `kept alive about every third of its TTL: ${session.keepalives} keepalives in 10 s`);
+  }
+  // The session was closed at the end of the block: every lease of it released.
+  assert.deepEqual((await c.semaphores.status(k.semaphore)).holders, [], "the semaphore has no holder");
+  for (const rw of [k.read, k.write]) {
+    const status = await c.rwlocks.status(rw);
+    assert.deepEqual([status.writer, status.readers], [null, []], `rwlock ${rw} has no holder`);
+  }
+  for (const m of k.multi) assert.equal((await c.locks.status(m)).held, false, `multi-lock key ${m} is free`);
+  assert.equal((await c.elections.status(k.election)).leader, null, "the election has no leader");
+  for (const lease of leasesOf(held)) {
+    assert.equal(lease.held, false, "ended with the session");
+    assert.equal(lease.lost.aborted, false, "a close is not a loss");
+  }
+  await assert.rejects(c.sessions.status(id), (err: unknown) => err instanceof SessionLostError && err.status === 404);
+  c.close();
+});
+
+test("every kind in a session is released through its own handle, the others staying held", async () => {
+  const c = client();
+  const k = kinds("session-release");
+  await c.withSession({ ttlMs: TTL_MS }, async (session) => {
+    const held = await takeEveryKind(session, k);
+    const left = (): Promise<string[]> => c.sessions.status(session.id).then((s) => s.leases.map((l) => l.kind).sort());
+    assert.deepEqual(await left(), ["election", "lock", "lock", "rwlock", "rwlock", "semaphore"]);
+
+    assert.equal(await held.permit.release(), true);
+    assert.deepEqual((await c.semaphores.status(k.semaphore)).holders, [], "the permit is free at once");
+    assert.equal(await held.read.release(), true);
+    assert.deepEqual((await c.rwlocks.status(k.read)).readers, []);
+    assert.equal(await held.write.release(), true);
+    assert.equal((await c.rwlocks.status(k.write)).writer, null);
+    assert.deepEqual(await left(), ["election", "lock", "lock"], "the rest stay held in the session");
+    assert.equal(await held.multi.release(), true);
+    for (const m of k.multi) assert.equal((await c.locks.status(m)).held, false);
+    assert.equal(await held.leader.release(), true, "resigned");
+    assert.equal((await c.elections.status(k.election)).leader, null);
+    assert.deepEqual(await left(), []);
+    for (const lease of leasesOf(held)) assert.equal(await lease.release(), false, "released before: nothing to release");
+
+    // The `with…` calls of a session release when their callback ends.
+    const inside = await session.withSemaphore(k.semaphore, 2, {}, async (permit) => {
+      const holders = (await c.semaphores.status(k.semaphore)).holders;
+      return permit.held && holders.length === 1 && holders[0]?.session === session.id;
+    });
+    assert.equal(inside, true, "withSemaphore holds the permit in the session");
+    assert.deepEqual((await c.semaphores.status(k.semaphore)).holders, [], "and releases it after");
+    await session.withMultiLock(k.multi, { waitMs: 0 }, async () => {
+      for (const m of k.multi) assert.equal((await c.locks.status(m)).session, session.id);
+    });
+    for (const m of k.multi) assert.equal((await c.locks.status(m)).held, false);
+    assert.equal(session.lost.aborted, false);
+  });
+  c.close();
+});
+
+test("every kind in a session is lost once with it when it is closed from outside; releasing them afterwards neither throws nor frees anything", async () => {
+  const c = client();
+  const k = kinds("session-lost");
+  const session = await c.session({ ttlMs: TTL_MS });
+  const held = await takeEveryKind(session, k);
+  const fired = new Map<Lease<unknown>, number>();
+  for (const lease of leasesOf(held)) lease.lost.addEventListener("abort", () => fired.set(lease, (fired.get(lease) ?? 0) + 1));
+
+  const closed = performance.now();
+  await closeFromOutside(session.id);
+  // Another owner takes each key the session held.
+  const next = {
+    permit: await c.semaphore(k.semaphore, 2, { ttlMs: 10_000, waitMs: 5000 }),
+    write: await c.rwLock(k.read, "write", { ttlMs: 10_000, waitMs: 5000 }),
+    multi: await c.multiLock(k.multi, { ttlMs: 10_000, waitMs: 5000 }),
+    leader: await c.campaign(k.election, { owner: "next-node", ttlMs: 10_000, waitMs: 5000 }),
+  };
+  const reason = await aborted(session.lost, TTL_MS + 1000);
+  assert.ok(performance.now() - closed <= TTL_MS, "lost within one TTL");
+  assert.ok(reason instanceof LeaseLostError && reason.code === "session_not_found", `session_not_found: ${String(reason)}`);
+  for (const lease of leasesOf(held)) {
+    assert.equal(lease.lost.aborted, true, "every lease of it is lost with it");
+    assert.equal(lease.lost.reason, reason, "with the session's reason");
+    assert.equal(lease.held, false);
+    assert.equal(fired.get(lease), 1, "lost fired once");
+  }
+  assert.equal(await session.close(), false);
+  for (const lease of leasesOf(held)) assert.equal(await lease.release(), false, "nothing to release, no error");
+
+  const semaphore = await c.semaphores.status(k.semaphore);
+  assert.deepEqual(semaphore.holders.map((h) => h.owner), [next.permit.owner], "the new permit holder keeps it");
+  assert.equal((await c.rwlocks.status(k.read)).writer?.owner, next.write.owner);
+  for (const m of k.multi) assert.equal((await c.locks.status(m)).owner, next.multi.owner);
+  assert.equal((await c.elections.status(k.election)).leader, "next-node");
+  for (const lease of Object.values(next) as Array<Lease<unknown>>) assert.equal(await lease.release(), true);
   c.close();
 });
 
