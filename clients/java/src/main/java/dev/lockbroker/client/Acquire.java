@@ -12,8 +12,9 @@ import java.util.Optional;
  * One builder for every kind, from {@link LockbrokerClient#locking},
  * {@link LockbrokerClient#semaphore}, {@link LockbrokerClient#readLock},
  * {@link LockbrokerClient#writeLock}, {@link LockbrokerClient#multiLock},
- * {@link LockbrokerClient#election}, and {@link Session#locking} for a lock
- * held in a session:
+ * {@link LockbrokerClient#election}, and the {@link Session}'s calls of the
+ * same names for a lease held in a session ({@link Session#locking},
+ * {@link Session#semaphore}, ...), which take no {@link #ttl}:
  *
  * <pre>{@code
  * try (Permit permit = client.semaphore("encoders", 4).ttl(Duration.ofMinutes(1))
@@ -149,8 +150,7 @@ public final class Acquire<L extends Lease> {
      * Holds the lease in {@code session} instead of on its own: the broker
      * is asked with {@code "session": id} in place of {@code ttl_ms}, and
      * the lease is kept by the session ({@link SessionHolding}). Any kind's
-     * builder can be so turned, once the broker serves that kind in
-     * sessions.
+     * builder is so turned: the broker holds every kind in sessions.
      */
     Acquire<L> heldIn(Session session) {
         this.holding = new SessionHolding(holding, session);

@@ -21,6 +21,12 @@ import java.util.Optional;
  * down if leading (the next candidate waiting is elected) and stops
  * standing; a wait in progress is abandoned without leaving a leadership
  * behind.
+ *
+ * <p>One from {@link Session#campaign} holds each leadership in its
+ * session instead (never renewed on its own), and stands only while the
+ * session lives: when the session is lost, so is the leadership (the
+ * listener is told {@code revoked}) and the campaign stops standing; the
+ * session's close resigns it first.
  */
 public final class Campaign implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("dev.lockbroker.client");
@@ -28,7 +34,10 @@ public final class Campaign implements AutoCloseable {
     private final LockbrokerClient client;
     private final String name;
     private final String candidate;
+    /** The leadership's TTL; null in a session, which sets it. */
     private final Duration ttl;
+    /** The session each leadership is held in; null for leaderships of their own. */
+    private final Session session;
     private final LeadershipListener listener;
     private final Thread thread;
     private volatile boolean stopped;
@@ -36,7 +45,18 @@ public final class Campaign implements AutoCloseable {
     private volatile LockbrokerException resignFailure;
 
     Campaign(LockbrokerClient client, String name, String candidate, Duration ttl, LeadershipListener listener) {
+        this(client, null, name, candidate, ttl, listener);
+    }
+
+    /** A campaign whose leaderships are held in {@code session}. */
+    Campaign(LockbrokerClient client, Session session, String name, String candidate, LeadershipListener listener) {
+        this(client, session, name, candidate, null, listener);
+    }
+
+    private Campaign(LockbrokerClient client, Session session, String name, String candidate, Duration ttl,
+            LeadershipListener listener) {
         this.client = client;
+        this.session = session;
         this.name = name;
         this.candidate = candidate;
         this.ttl = ttl;
@@ -88,6 +108,9 @@ public final class Campaign implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
+        if (session != null) {
+            session.resigned(this);
+        }
         LockbrokerException failure = resignFailure;
         resignFailure = null;
         if (failure != null) {
@@ -109,14 +132,21 @@ public final class Campaign implements AutoCloseable {
     /** The campaign's thread. */
     private void stand() {
         int failures = 0;
-        while (!stopped) {
+        while (!stopped && !sessionEnded()) {
             Leadership won;
             try {
-                won = client.election(name).candidate(candidate).ttl(ttl).acquire();
+                won = ballot().candidate(candidate).acquire();
                 failures = 0;
             } catch (CancelledException e) {
                 return;
+            } catch (IllegalStateException sessionClosed) {
+                return;
             } catch (LockbrokerException e) {
+                if (session != null && (sessionEnded() || "session_not_found".equals(e.code()))) {
+                    LOG.log(Level.DEBUG, "lockbroker: campaign in {0} stops: its session {1} has ended", name,
+                            session.id());
+                    return;
+                }
                 LOG.log(Level.WARNING, "lockbroker: campaigning in {0} failed, trying again: {1}", name,
                         e.getMessage());
                 if (!pause(++failures)) {
@@ -144,6 +174,16 @@ public final class Campaign implements AutoCloseable {
             current = null;
             tell(false, won);
         }
+    }
+
+    /** What one try to be elected asks for: a leadership of its own, or one held in the session. */
+    private Acquire<Leadership> ballot() {
+        return session != null ? session.election(name) : client.election(name).ttl(ttl);
+    }
+
+    /** The campaign's session was lost or closed: standing again in it cannot succeed. */
+    private boolean sessionEnded() {
+        return session != null && (session.isLost() || session.isClosed());
     }
 
     /**

@@ -324,7 +324,8 @@ public final class LockbrokerClient {
     /**
      * Opens a session ({@code POST /v1/sessions}) that keeps itself alive,
      * a keepalive every third of {@code ttl} (1 s to 1 h), until closed:
-     * locks taken through it live as long as it does. See {@link Session}.
+     * leases of every kind taken through it (locks, permits, rwlock leases,
+     * multi-locks, leaderships) live as long as it does. See {@link Session}.
      */
     public Session session(Duration ttl) {
         return session(ttl, null, null);

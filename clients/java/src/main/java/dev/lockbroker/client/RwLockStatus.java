@@ -20,11 +20,13 @@ public record RwLockStatus(String key, String storageKey, Holder writer, List<Ho
      *
      * @param owner the holder
      * @param token the grant's fencing token
-     * @param expiresAt when the lease ends unless renewed
+     * @param expiresAt when the lease ends unless renewed (one held in a session: the session's expiry)
+     * @param session the {@link Session} the lease is held in; null when held on its own
      */
-    public record Holder(String owner, long token, Instant expiresAt) {
+    public record Holder(String owner, long token, Instant expiresAt, String session) {
         static Holder from(Fields f) {
-            return new Holder(f.string("owner"), f.number("token"), f.optInstant("expires_at"));
+            return new Holder(f.string("owner"), f.number("token"), f.optInstant("expires_at"),
+                    f.optString("session"));
         }
     }
 

@@ -21,9 +21,10 @@ public record SemaphoreStatus(String key, String storageKey, Integer permits, Li
      * @param slot 0 to permits - 1
      * @param owner the holder
      * @param token the grant's fencing token
-     * @param expiresAt when the lease ends unless renewed
+     * @param expiresAt when the lease ends unless renewed (one held in a session: the session's expiry)
+     * @param session the {@link Session} the lease is held in; null when held on its own
      */
-    public record Holder(int slot, String owner, long token, Instant expiresAt) {
+    public record Holder(int slot, String owner, long token, Instant expiresAt, String session) {
     }
 
     static SemaphoreStatus from(Fields f) {
@@ -31,7 +32,7 @@ public record SemaphoreStatus(String key, String storageKey, Integer permits, Li
         Long permits = f.optNumber("permits");
         List<Holder> holders = f.objects("holders").stream()
                 .map(h -> new Holder((int) h.number("slot"), h.string("owner"), h.number("token"),
-                        h.optInstant("expires_at")))
+                        h.optInstant("expires_at"), h.optString("session")))
                 .collect(Collectors.toUnmodifiableList());
         return new SemaphoreStatus(f.optString("key") != null ? f.optString("key") : storageKey, storageKey,
                 permits == null ? null : permits.intValue(), holders,

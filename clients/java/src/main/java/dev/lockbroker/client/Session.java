@@ -3,6 +3,8 @@ package dev.lockbroker.client;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -12,7 +14,7 @@ import java.util.concurrent.CompletableFuture;
 /**
  * A session of the broker ({@code POST /v1/sessions}): one keepalive keeps
  * every lease held in it, and when it ends every lease of it ends at once.
- * Many locks then cost one request per third of a TTL instead of one each,
+ * Many leases then cost one request per third of a TTL instead of one each,
  * and share one lost signal. {@link AutoCloseable}, for try-with-resources:
  *
  * <pre>{@code
@@ -33,13 +35,30 @@ import java.util.concurrent.CompletableFuture;
  * tenth of the TTL; so never after the broker may have ended it. Every
  * lease of it is then lost too ({@link Lease#isLost()}, {@link Lease#lost()}).
  *
- * <p>Leases taken through it ({@link #lock}, {@link #tryLock},
- * {@link #locking}) are not renewed on their own; each is released as any
- * lease ({@link Lease#release()}, {@link Lease#close()}), or with the rest
- * when the session is closed. The broker holds locks in sessions today;
- * other kinds answer {@code 400} there, so the session offers locks only.
+ * <p>Every kind is held in it through the calls the client has for that
+ * kind, with the same names and the same {@link Acquire} builder (less its
+ * {@link Acquire#ttl ttl}: the session sets how long): locks
+ * ({@link #lock}, {@link #tryLock}, {@link #locking}), semaphore permits
+ * ({@link #semaphore}), reader-writer leases ({@link #readLock},
+ * {@link #writeLock}), multi-locks ({@link #multiLock}), leaderships
+ * ({@link #election}) and campaigns that stand in an election while the
+ * session lives ({@link #campaign}):
  *
- * <p>Each lock gets an owner of its own ({@code host:pid:n}) unless told
+ * <pre>{@code
+ * try (Session session = client.session(Duration.ofSeconds(10))) {
+ *     Permit encoder = session.semaphore("encoders", 4).acquire();
+ *     RwLease catalog = session.readLock("catalog").acquire();
+ *     MultiLease accounts = session.multiLock("acct/1", "acct/2").acquire();
+ *     ...
+ * } // closed: all released
+ * }</pre>
+ *
+ * <p>None of those leases is renewed on its own: each lives as long as
+ * the session, and is lost with it. Each is released as any lease
+ * ({@link Lease#release()}, {@link Lease#close()}), or with the rest when
+ * the session is closed.
+ *
+ * <p>Each lease gets an owner of its own ({@code host:pid:n}) unless told
  * ({@link Acquire#owner}): two threads sharing a session exclude each
  * other as two sessions would. (Name the session's {@link #id()} as owner
  * for Consul's behaviour, where the same session locking again re-enters.)
@@ -56,6 +75,8 @@ public final class Session implements AutoCloseable {
     private final Lease keepalive;
     private final SessionLeases leases;
     private final CompletableFuture<Void> lost = new CompletableFuture<>();
+    /** The campaigns standing in it ({@link #campaign}), resigned by its close. */
+    private final List<Campaign> campaigns = new ArrayList<>();
     private boolean closed;
 
     private Session(LockbrokerClient client, KeepaliveHolding holding, Fields grant) {
@@ -162,12 +183,101 @@ public final class Session implements AutoCloseable {
      * @throws IllegalStateException the session was closed
      */
     public Acquire<Lease> locking(String key) {
+        return held(client.locking(key));
+    }
+
+    /**
+     * A builder for one permit of the semaphore {@code key} of
+     * {@code permits} slots, held in this session: the client's
+     * {@link LockbrokerClient#semaphore} without a TTL of its own.
+     *
+     * @throws IllegalStateException the session was closed
+     */
+    public Acquire<Permit> semaphore(String key, int permits) {
+        return held(client.semaphore(key, permits));
+    }
+
+    /**
+     * A builder for a read (shared) lease of the reader-writer lock
+     * {@code key}, held in this session ({@link LockbrokerClient#readLock}).
+     *
+     * @throws IllegalStateException the session was closed
+     */
+    public Acquire<RwLease> readLock(String key) {
+        return held(client.readLock(key));
+    }
+
+    /**
+     * A builder for a write (exclusive) lease of the reader-writer lock
+     * {@code key}, held in this session ({@link LockbrokerClient#writeLock}).
+     *
+     * @throws IllegalStateException the session was closed
+     */
+    public Acquire<RwLease> writeLock(String key) {
+        return held(client.writeLock(key));
+    }
+
+    /**
+     * A builder for several locks taken together, all or none, held in this
+     * session as one lease ({@link LockbrokerClient#multiLock(Collection)}).
+     *
+     * @throws IllegalStateException the session was closed
+     */
+    public Acquire<MultiLease> multiLock(Collection<String> keys) {
+        return held(client.multiLock(keys));
+    }
+
+    /** {@link #multiLock(Collection)} of {@code keys}. */
+    public Acquire<MultiLease> multiLock(String... keys) {
+        return multiLock(List.of(keys));
+    }
+
+    /**
+     * A builder for leading the election {@code name} once, the leadership
+     * held in this session ({@link LockbrokerClient#election}).
+     *
+     * @throws IllegalStateException the session was closed
+     */
+    public Acquire<Leadership> election(String name) {
+        return held(client.election(name));
+    }
+
+    /**
+     * Stands in the election {@code name} as a fresh candidate, each
+     * leadership held in this session, until resigned or until the session
+     * ends: see {@link Campaign} and
+     * {@link LockbrokerClient#campaign(String, Duration, LeadershipListener)}.
+     * Once the session is lost the leadership is too ({@code revoked}), and
+     * the campaign stops standing; closing the session resigns it first.
+     *
+     * @throws IllegalStateException the session was closed
+     */
+    public Campaign campaign(String name, LeadershipListener listener) {
+        return campaign(name, client.uniqueOwner(), listener);
+    }
+
+    /** {@link #campaign(String, LeadershipListener)} as {@code candidate}. */
+    public Campaign campaign(String name, String candidate, LeadershipListener listener) {
+        Campaign campaign = new Campaign(client, this, name, candidate, listener);
         synchronized (this) {
-            if (closed) {
-                throw new IllegalStateException("session " + id + " was closed");
-            }
+            checkOpen();
+            campaigns.add(campaign);
         }
-        return client.locking(key).heldIn(this);
+        return campaign.start();
+    }
+
+    /** {@code builder}, which asks for a lease of any kind, turned to hold it in this session. */
+    private <L extends Lease> Acquire<L> held(Acquire<L> builder) {
+        synchronized (this) {
+            checkOpen();
+        }
+        return builder.heldIn(this);
+    }
+
+    private void checkOpen() {
+        if (closed) {
+            throw new IllegalStateException("session " + id + " was closed");
+        }
     }
 
     /** The leases held in it now (released and lost ones leave). */
@@ -219,14 +329,31 @@ public final class Session implements AutoCloseable {
      */
     @Override
     public void close() {
+        List<Campaign> standing;
         synchronized (this) {
             if (closed) {
                 return;
             }
             closed = true;
+            standing = new ArrayList<>(campaigns);
+            campaigns.clear();
+        }
+        // Its campaigns first: each tells its listener (revoked) before its leadership is given up.
+        for (Campaign campaign : standing) {
+            campaign.close();
         }
         leases.endAll();
         keepalive.close();
+    }
+
+    /** True once {@link #close()} was called. */
+    synchronized boolean isClosed() {
+        return closed;
+    }
+
+    /** {@code campaign} resigned: the session's close has nothing more to do for it. */
+    synchronized void resigned(Campaign campaign) {
+        campaigns.remove(campaign);
     }
 
     /** The leases held in it, for their {@link SessionMember}s. */

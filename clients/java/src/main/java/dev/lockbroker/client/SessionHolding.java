@@ -9,8 +9,9 @@ import java.util.concurrent.CompletableFuture;
  * kind's {@link Holding} does (the broker releases it as any lease), but
  * kept alive by the session ({@link SessionMember}), never renewed on its
  * own. Wrapping the kind's holding, rather than a holding per kind in
- * sessions, is what lets a kind join sessions with one line once the
- * broker serves it there ({@link Acquire#heldIn}).
+ * sessions, is what lets every kind (locks, permits, rwlock leases,
+ * multi-locks, leaderships) join sessions with one line each
+ * ({@link Acquire#heldIn}, {@link Session#semaphore} and the others).
  */
 final class SessionHolding implements Holding {
     private final Holding kind;

@@ -15,10 +15,11 @@ public record SessionStatus(SessionInfo session, List<Held> leases) {
     /**
      * A lease held in a session.
      *
-     * @param kind {@code lock} (other kinds when the broker holds them in sessions)
+     * @param kind {@code lock} (also each key of a multi-lock), {@code semaphore}, {@code rwlock} or
+     *     {@code election}
      * @param key the key (the storage key: the broker does not keep the key sent)
      * @param storageKey the storage key
-     * @param token its fencing token
+     * @param token its fencing token (an election's term)
      * @param slot a semaphore lease's slot; null otherwise
      * @param mode an rwlock lease's mode; null otherwise
      */

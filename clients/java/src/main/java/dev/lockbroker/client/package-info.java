@@ -26,7 +26,7 @@
  * (status, listing, history written once; {@code Listing} follows pages).</li>
  * <li>{@link dev.lockbroker.client.Campaign} and
  * {@link dev.lockbroker.client.LeadershipListener}: standing in an election
- * in the background.</li>
+ * in the background (each leadership on its own, or held in a session).</li>
  * <li>{@link dev.lockbroker.client.EventStream}: Server-Sent Events that
  * reconnect ({@code events}, {@code observe}); {@code SseParser} the wire
  * format.</li>

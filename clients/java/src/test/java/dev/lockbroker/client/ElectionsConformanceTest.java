@@ -23,7 +23,7 @@ class ElectionsConformanceTest {
     private static final Duration WITHIN = Duration.ofSeconds(10);
 
     /** Records what a campaign's listener is told: {@code elected:TERM} and {@code revoked:TERM}. */
-    private static final class Recorder implements LeadershipListener {
+    static final class Recorder implements LeadershipListener {
         final BlockingQueue<String> told = new LinkedBlockingQueue<>();
 
         @Override

@@ -14,12 +14,14 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Collectors;
 import org.junit.jupiter.api.Test;
 
-/** Sessions: CONFORMANCE.md C22 and C23, against the plain broker. */
+/** Sessions: CONFORMANCE.md C22, C23 and C24, against the plain broker. */
 class SessionsConformanceTest {
     /**
      * C22: two locks in a session of 3 s, held 10 s by the session's
@@ -120,6 +122,272 @@ class SessionsConformanceTest {
             assertNull(status.session(), "the new holder's lease is its own");
             assertEquals(1, fired.get(), "the lost signal fired once");
         }
+    }
+
+    /**
+     * C24: one lease of every kind in a session of 3 s (a permit of a
+     * semaphore of 2, a read lease and a write lease of two rwlocks, a
+     * multi-lock of two keys, a campaign that wins an election), each
+     * through the session's call for its kind: all six listed by the
+     * session, held 10 s by its keepalives alone, all freed by its close at
+     * scope exit.
+     */
+    @Test
+    void c24EveryKindInASession() throws Exception {
+        LockbrokerClient client = client();
+        String semaphore = key("c24-sem");
+        String reading = key("c24-read");
+        String writing = key("c24-write");
+        String prefix = key("c24-multi");
+        List<String> multiKeys = List.of(prefix + "/a", prefix + "/b");
+        String election = key("c24-election");
+        ElectionsConformanceTest.Recorder told = new ElectionsConformanceTest.Recorder();
+        String id;
+        long term;
+        Campaign campaign;
+        Permit permit;
+        RwLease read;
+        RwLease write;
+        MultiLease multi;
+        Leadership leadership;
+        try (Session session = client.session(Duration.ofSeconds(3))) {
+            id = session.id();
+            permit = session.semaphore(semaphore, 2).acquire(); // waiting
+            read = session.readLock(reading).tryAcquire().orElseThrow(); // not waiting
+            write = session.writeLock(writing).acquire();
+            multi = session.multiLock(multiKeys).acquire();
+            campaign = session.campaign(election, told);
+            String elected = told.next();
+            leadership = campaign.leadership().orElseThrow();
+            term = leadership.term();
+            assertEquals("elected:" + term, elected, "the campaign won the election");
+
+            // Each granted, with a fencing token, for as long as the session lives.
+            assertEquals(2, permit.permits());
+            assertTrue(permit.slot() == 0 || permit.slot() == 1);
+            assertTrue(read.isRead());
+            assertEquals("write", write.mode());
+            assertEquals(Set.copyOf(multiKeys), multi.tokens().keySet());
+            assertEquals(campaign.candidate(), leadership.candidate());
+            List<Lease> all = List.of(permit, read, write, multi, leadership);
+            for (Lease lease : all) {
+                assertTrue(lease.token() > 0, lease + " granted with a fencing token");
+                assertEquals(session.ttl(), lease.ttl(), lease + " lives as long as the session");
+            }
+            assertEquals(Set.copyOf(all), Set.copyOf(session.leases()), "the session keeps each of them");
+            assertThrows(IllegalStateException.class, () -> session.semaphore(semaphore, 2).ttl(Duration.ofSeconds(1)),
+                    "a lease in a session takes no TTL of its own, whatever its kind");
+
+            // The session lists all six leases, with the permit's slot and the rwlock leases' modes.
+            SessionStatus shown = session.status();
+            assertEquals(id, shown.id());
+            assertEquals(expectedLeases(client, permit, read, write, multi, leadership, semaphore, reading,
+                    writing, multiKeys, election), Set.copyOf(shown.leases()));
+            assertEquals(6, shown.leases().size(), "six leases: " + shown.leases());
+            assertHeld(client, id, permit, read, write, multi, leadership, campaign, semaphore, reading, writing,
+                    election);
+
+            Thread.sleep(10_000); // time is what is tested here: more than three TTLs without a call of ours
+
+            assertHeld(client, id, permit, read, write, multi, leadership, campaign, semaphore, reading, writing,
+                    election);
+            for (Lease lease : all) {
+                assertFalse(lease.isLost(), lease + " not lost");
+                assertEquals(0, lease.renewals(), lease + " was not renewed on its own");
+            }
+            assertFalse(session.isLost());
+            assertFalse(session.lost().isDone());
+            assertTrue(session.keepalives() >= 6, "a keepalive about every second: " + session.keepalives());
+            assertTrue(told.told.isEmpty(), "the campaign still leads: " + told.told);
+            assertEquals(6, session.status().leases().size(), "the broker still holds all six in the session");
+        } // scope exit: closed
+
+        // Every one of them freed.
+        SemaphoreStatus sem = client.status(Kind.SEMAPHORE, semaphore);
+        assertTrue(sem.holders().isEmpty(), "the semaphore has no holder: " + sem);
+        for (String rw : List.of(reading, writing)) {
+            RwLockStatus status = client.status(Kind.RWLOCK, rw);
+            assertNull(status.writer(), rw + " has no writer");
+            assertTrue(status.readers().isEmpty(), rw + " has no reader");
+        }
+        for (String key : multiKeys) {
+            assertFalse(client.status(key).held(), key + " of the multi-lock is free");
+        }
+        ElectionStatus led = client.status(Kind.ELECTION, election);
+        assertTrue(!led.led() || !campaign.candidate().equals(led.leader()), "the election has no leader: " + led);
+        assertEquals("revoked:" + term, told.next(), "the campaign was told before its session closed");
+        assertFalse(campaign.isLeader());
+        NotFoundException gone = assertThrows(NotFoundException.class, () -> client.sessionStatus(id));
+        assertEquals("session_not_found", gone.code());
+        for (Lease lease : List.of(permit, read, write, multi, leadership)) {
+            assertFalse(lease.isLost(), lease + " released with the session, not lost");
+            assertDoesNotThrow(lease::release, "released already: nothing to do");
+        }
+        assertDoesNotThrow(campaign::resign, "resigned already by the session's close");
+    }
+
+    /** What {@code GET /v1/sessions/{id}} should list for C24's leases. */
+    private static Set<SessionStatus.Held> expectedLeases(LockbrokerClient client, Permit permit, RwLease read,
+            RwLease write, MultiLease multi, Leadership leadership, String semaphore, String reading, String writing,
+            List<String> multiKeys, String election) {
+        String semStorage = client.status(Kind.SEMAPHORE, semaphore).storageKey();
+        String readStorage = client.status(Kind.RWLOCK, reading).storageKey();
+        String writeStorage = client.status(Kind.RWLOCK, writing).storageKey();
+        String electionStorage = client.status(Kind.ELECTION, election).storageKey();
+        Set<SessionStatus.Held> expected = new java.util.HashSet<>(Set.of(
+                new SessionStatus.Held("semaphore", semStorage, semStorage, permit.token(), permit.slot(), null),
+                new SessionStatus.Held("rwlock", readStorage, readStorage, read.token(), null, "read"),
+                new SessionStatus.Held("rwlock", writeStorage, writeStorage, write.token(), null, "write"),
+                new SessionStatus.Held("election", electionStorage, electionStorage, leadership.term(), null,
+                        null)));
+        for (String key : multiKeys) {
+            String storage = client.status(key).storageKey();
+            expected.add(new SessionStatus.Held("lock", storage, storage, multi.tokenOf(key), null, null));
+        }
+        return expected;
+    }
+
+    /** C24's leases as their keys' statuses show them: held in session {@code id}, by the same grants. */
+    private static void assertHeld(LockbrokerClient client, String id, Permit permit, RwLease read, RwLease write,
+            MultiLease multi, Leadership leadership, Campaign campaign, String semaphore, String reading,
+            String writing, String election) {
+        SemaphoreStatus sem = client.status(Kind.SEMAPHORE, semaphore);
+        assertEquals(List.of(new SemaphoreStatus.Holder(permit.slot(), permit.owner(), permit.token(),
+                sem.holders().get(0).expiresAt(), id)), sem.holders(), "the permit, held in the session");
+        RwLockStatus readStatus = client.status(Kind.RWLOCK, reading);
+        assertNull(readStatus.writer());
+        assertEquals(List.of(new RwLockStatus.Holder(read.owner(), read.token(),
+                readStatus.readers().get(0).expiresAt(), id)), readStatus.readers(), "the read lease");
+        RwLockStatus writeStatus = client.status(Kind.RWLOCK, writing);
+        assertEquals(new RwLockStatus.Holder(write.owner(), write.token(), writeStatus.writer().expiresAt(), id),
+                writeStatus.writer(), "the write lease");
+        assertTrue(writeStatus.readers().isEmpty());
+        for (String key : multi.keys()) {
+            LockStatus status = client.status(key);
+            assertTrue(status.held(), key + " of the multi-lock held");
+            assertEquals(multi.owner(), status.owner());
+            assertEquals(multi.tokenOf(key), status.token(), "the same grant of " + key);
+            assertEquals(id, status.session());
+        }
+        ElectionStatus led = client.status(Kind.ELECTION, election);
+        assertEquals(leadership.candidate(), led.leader(), "the campaign leads");
+        assertEquals(leadership.term(), led.term(), "in the same term");
+        assertTrue(campaign.isLeader());
+    }
+
+    /**
+     * Beyond C24: each kind's lease in a session is released through its
+     * own handle (the key free at once, the session alive and holding the
+     * rest), and a campaign in a session resigns through its own.
+     */
+    @Test
+    void everyKindInASessionIsReleasedThroughItsOwnHandle() throws Exception {
+        LockbrokerClient client = client();
+        String semaphore = key("session-kinds-sem");
+        String rw = key("session-kinds-rw");
+        String prefix = key("session-kinds-multi");
+        String election = key("session-kinds-election");
+        String standing = key("session-kinds-campaign");
+        try (Session session = client.session(Duration.ofSeconds(5))) {
+            Permit permit = session.semaphore(semaphore, 1).tryAcquire().orElseThrow();
+            assertTrue(client.semaphore(semaphore, 1).ttl(Duration.ofSeconds(5)).tryAcquire().isEmpty(),
+                    "the one permit is the session's");
+            permit.release();
+            assertTrue(client.status(Kind.SEMAPHORE, semaphore).holders().isEmpty(), "the permit is free at once");
+
+            RwLease read1 = session.readLock(rw).acquire();
+            RwLease read2 = session.readLock(rw).acquire(); // an owner of its own: a second reader
+            assertEquals(2, client.status(Kind.RWLOCK, rw).readers().size());
+            read1.release();
+            assertEquals(List.of(read2.owner()), client.status(Kind.RWLOCK, rw).readers().stream()
+                    .map(RwLockStatus.Holder::owner).collect(Collectors.toList()), "one reader released");
+            read2.release();
+            RwLease write = session.writeLock(rw).tryAcquire().orElseThrow();
+            assertEquals(write.owner(), client.status(Kind.RWLOCK, rw).writer().owner());
+            write.release();
+            assertNull(client.status(Kind.RWLOCK, rw).writer(), "the writer is gone at once");
+
+            MultiLease multi = session.multiLock(prefix + "/a", prefix + "/b").acquire();
+            multi.release();
+            for (String key : multi.keys()) {
+                assertFalse(client.status(key).held(), key + " free at once");
+            }
+
+            Leadership leadership = session.election(election).acquire();
+            assertEquals(List.of(leadership.term()), client.sessionStatus(session.id()).leases().stream()
+                    .filter(l -> l.kind().equals("election")).map(SessionStatus.Held::token)
+                    .collect(Collectors.toList()), "the leadership is the session's");
+            leadership.resign();
+            assertFalse(client.status(Kind.ELECTION, election).led(), "resigned at once");
+
+            ElectionsConformanceTest.Recorder told = new ElectionsConformanceTest.Recorder();
+            Campaign campaign = session.campaign(standing, "candidate-in-session", told);
+            long term = Long.parseLong(told.next().substring("elected:".length()));
+            assertEquals("candidate-in-session", client.status(Kind.ELECTION, standing).leader());
+            campaign.resign();
+            assertEquals("revoked:" + term, told.next());
+            assertFalse(client.status(Kind.ELECTION, standing).led(), "the campaign stepped down");
+
+            assertTrue(session.leases().isEmpty(), "released leases leave the session: " + session.leases());
+            assertTrue(session.status().leases().isEmpty(), "the broker holds nothing in it");
+            assertFalse(session.isLost());
+        }
+    }
+
+    /**
+     * Beyond C23: the one lost signal of a session covers a lease of every
+     * kind: closed from outside, each of them reports lost, its campaign is
+     * told revoked and stops standing, and closing them afterwards raises
+     * nothing.
+     */
+    @Test
+    void everyKindInASessionIsLostWithIt() throws Exception {
+        LockbrokerClient client = client();
+        LockbrokerClient outside = client();
+        String semaphore = key("session-lost-sem");
+        String rw = key("session-lost-rw");
+        String prefix = key("session-lost-multi");
+        String election = key("session-lost-election");
+        Duration ttl = Duration.ofSeconds(3);
+        Session session = client.session(ttl);
+        Permit permit = session.semaphore(semaphore, 2).acquire();
+        RwLease write = session.writeLock(rw).acquire();
+        MultiLease multi = session.multiLock(prefix + "/a", prefix + "/b").acquire();
+        ElectionsConformanceTest.Recorder told = new ElectionsConformanceTest.Recorder();
+        Campaign campaign = session.campaign(election, told);
+        long term = Long.parseLong(told.next().substring("elected:".length()));
+        Leadership leadership = campaign.leadership().orElseThrow();
+        AtomicInteger fired = new AtomicInteger();
+        session.lost().thenRun(fired::incrementAndGet);
+
+        assertEquals(5, outside.closeSession(session.id()), "the close released all five leases");
+        long closed = System.nanoTime();
+        session.lost().get(ttl.toMillis(), TimeUnit.MILLISECONDS);
+        assertTrue(millisSince(closed) <= ttl.toMillis(), "lost within one TTL: " + millisSince(closed) + " ms");
+        for (Lease lease : List.of(permit, write, multi, leadership)) {
+            lease.lost().get(1, TimeUnit.SECONDS);
+            assertTrue(lease.isLost(), lease + " reports lost");
+            assertInstanceOf(LeaseLostException.class, lease.lostReason().orElseThrow());
+        }
+        assertEquals("revoked:" + term, told.next(), "the campaign was told");
+        assertFalse(campaign.isLeader());
+        eventually(Duration.ofSeconds(1), "the lost callback ran", () -> fired.get() == 1);
+
+        try (Permit other = outside.semaphore(semaphore, 2).ttl(Duration.ofSeconds(30)).tryAcquire().orElseThrow();
+                Permit another = outside.semaphore(semaphore, 2).ttl(Duration.ofSeconds(30)).tryAcquire()
+                        .orElseThrow()) {
+            assertEquals(Set.of(0, 1), Set.of(other.slot(), another.slot()), "both slots free again");
+            assertDoesNotThrow(session::close, "closing the lost session does not raise");
+            assertDoesNotThrow(campaign::resign, "nor resigning its campaign");
+            for (Lease lease : List.of(permit, write, multi, leadership)) {
+                assertDoesNotThrow(lease::close, "nor closing " + lease);
+            }
+            assertEquals(Set.of(other.owner(), another.owner()), client.status(Kind.SEMAPHORE, semaphore).holders()
+                    .stream().map(SemaphoreStatus.Holder::owner).collect(Collectors.toSet()),
+                    "the new holders keep their permits");
+        }
+        assertFalse(client.status(Kind.ELECTION, election).led(), "the campaign did not stand again");
+        assertEquals(1, fired.get(), "the lost signal fired once");
     }
 
     /**
