@@ -228,6 +228,77 @@ async fn a_handoff_is_timed() {
 }
 
 #[tokio::test]
+async fn held_leases_are_counted_by_tenant_and_kind() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    for key in ["held-a", "held-b"] {
+        assert_eq!(c.acquire(key, "a", 60_000, 0).await.unwrap().status, 200);
+    }
+    let permit = c
+        .post(
+            "/v1/semaphores/held-pool/acquire",
+            &serde_json::json!({"owner": "a", "permits": 3, "ttl_ms": 60_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(permit.status, 200, "{permit:?}");
+    for owner in ["r1", "r2"] {
+        let read = c
+            .post(
+                "/v1/rwlocks/held-rw/acquire",
+                &serde_json::json!({"owner": owner, "mode": "read", "ttl_ms": 60_000}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(read.status, 200, "{read:?}");
+    }
+    let leader = c
+        .post(
+            "/v1/elections/held-e/campaign",
+            &serde_json::json!({"candidate": "n1", "ttl_ms": 60_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(leader.status, 200, "{leader:?}");
+    // Another tenant's lease is its own series.
+    let other = broker.client_with(Some(lockbroker_tests::OTHER_KEY));
+    assert_eq!(
+        other
+            .acquire("held-a", "o", 60_000, 0)
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    // The reaper counts every 15 s (and at its first pass, before these).
+    let ops = broker.client_with(None);
+    let want = [
+        ("lock", 2.0),
+        ("semaphore", 1.0),
+        ("rwlock", 2.0),
+        ("election", 1.0),
+    ];
+    eventually(
+        "the held leases are counted",
+        Duration::from_secs(20),
+        || async {
+            let now = scrape(&ops).await;
+            want.iter().all(|(kind, n)| {
+                now.value(
+                    "lockbroker_held_leases",
+                    &[("tenant", "default"), ("kind", kind)],
+                ) == *n
+            }) && now.value(
+                "lockbroker_held_leases",
+                &[("tenant", "other"), ("kind", "lock")],
+            ) == 1.0
+        },
+    )
+    .await;
+    broker.stop().await;
+}
+
+#[tokio::test]
 async fn the_metrics_token_is_required_when_set() {
     let db = fresh_db_name();
     let mut config = config(&db);

@@ -12,10 +12,12 @@ use std::collections::HashMap;
 
 use super::{
     detach::finish, lock::LockState, rwlock::RwHolder, semaphore::SlotState, Engine, EngineError,
-    Op, RwState, SemaphoreState,
+    Op, RwState, Scopes, SemaphoreState,
 };
 use crate::store::{
-    listing::{self, Entry, Holder, Holders, LockEntry, RwEntry, SemaphoreEntry, Stretch},
+    listing::{
+        self, Entry, HeldCounts, Holder, Holders, LockEntry, RwEntry, SemaphoreEntry, Stretch,
+    },
     Kind,
 };
 
@@ -39,6 +41,12 @@ pub struct Listing<T> {
     pub next: Option<Vec<u8>>,
 }
 
+/// The gauge of the leases each tenant holds, by kind.
+const HELD: &str = "lockbroker_held_leases";
+/// How often the reaper counts them (a count reads every row of a
+/// tenant's, so not every pass).
+pub const HELD_COUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -50,17 +58,39 @@ impl Engine {
     /// [`EngineError::Unavailable`].
     pub fn count_held(&self, tenant: &str) -> Op<u64> {
         let (engine, tenant) = (self.clone(), tenant.to_owned());
-        finish(move |_| async move {
-            let budget = engine.budget();
-            engine
-                .retry(budget, || async {
-                    let mut conn = engine.conn(budget).await?;
-                    let count = listing::count_held(&mut conn, &tenant).await?;
-                    conn.done();
-                    Ok(count)
-                })
-                .await
+        finish(move |_| async move { Ok(engine.held_by_kind(&tenant).await?.total()) })
+    }
+
+    /// How many live leases `tenant` holds, by kind.
+    pub(super) async fn held_by_kind(&self, tenant: &str) -> Result<HeldCounts, EngineError> {
+        let budget = self.budget();
+        self.retry(budget, || async {
+            let mut conn = self.conn(budget).await?;
+            let counts = listing::count_held(&mut conn, tenant).await?;
+            conn.done();
+            Ok(counts)
         })
+        .await
+    }
+
+    /// Sets `lockbroker_held_leases{tenant,kind}` of each tenant of
+    /// `tenants` to what it holds in the database (the reaper's, every
+    /// [`HELD_COUNT_EVERY`]: a count reads the tenant's rows).
+    pub(super) async fn count_held_leases(&self, tenants: &Scopes) -> Result<(), EngineError> {
+        for scope in tenants.values() {
+            let counts = self.held_by_kind(&scope.tenant).await?;
+            for (kind, n) in [
+                ("lock", counts.locks),
+                ("election", counts.elections),
+                ("semaphore", counts.semaphores),
+                ("rwlock", counts.rwlocks),
+            ] {
+                let labels = [("tenant", scope.tenant.as_str()), ("kind", kind)];
+                self.metrics
+                    .set_gauge(HELD, &labels, i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        Ok(())
     }
 
     /// A page of the tenant's live locks (or elections, by `kind`).

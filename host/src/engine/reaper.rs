@@ -17,7 +17,9 @@ use std::{sync::atomic::Ordering, time::Duration};
 
 use tokio::sync::watch;
 
-use super::{history::PRUNE_BATCH, micros, Engine, EngineError, LockRef, Scopes};
+use super::{
+    history::PRUNE_BATCH, listing::HELD_COUNT_EVERY, micros, Engine, EngineError, LockRef, Scopes,
+};
 use crate::store::{
     locks, rwlocks, semaphores,
     waiters::{self, Staleness},
@@ -51,6 +53,10 @@ impl Engine {
         // A pruning that deleted a full batch prunes again next tick.
         let backlog = std::sync::atomic::AtomicBool::new(false);
         let errors = "lockbroker_reaper_errors_total";
+        // The first pass counts too, so the gauge has a value at once.
+        let count_every = u32::try_from(HELD_COUNT_EVERY.as_millis() / interval.as_millis().max(1))
+            .unwrap_or(u32::MAX)
+            .max(1);
         let (engine, backlog) = (&self, &backlog);
         self.every(
             interval,
@@ -63,6 +69,14 @@ impl Engine {
                 let sweep = tick.is_multiple_of(SWEEP_EVERY);
                 let tenants = engine.scopes();
                 let full = engine.reap_once(&tenants, sweep, prune).await?;
+                if tick.wrapping_sub(1).is_multiple_of(count_every) {
+                    // Each tenant's held leases, for the gauge: last, and
+                    // on its own (a failed count delays nothing).
+                    if let Err(err) = engine.count_held_leases(&tenants).await {
+                        engine.metrics.inc(errors, &[]);
+                        tracing::debug!(error = %err, "counting held leases failed");
+                    }
+                }
                 backlog.store(full, Ordering::Relaxed);
                 Ok(())
             },
