@@ -1,4 +1,4 @@
-"""What the conformance suites (``clients/CONFORMANCE.md``, C01–C23) of the sync and the async
+"""What the conformance suites (``clients/CONFORMANCE.md``, C01–C24) of the sync and the async
 client share: the brokers and tenants the harness hands over, the stand-ins the scenarios allow
 (in ``helpers``), interrupting the main thread, and what a scenario expects once its client has
 done its part (``check_*``: one definition of each expectation, whichever client is tested).
@@ -227,6 +227,12 @@ def check_session_kept(case: unittest.TestCase, statuses: List[Any], session: An
     are still held with the same tokens and nothing was lost: the session kept itself alive with a
     keepalive about every third of its TTL, and no lease of it was renewed on its own."""
     check_session_holds(case, statuses, session, leases)
+    check_kept_by_keepalives(case, session, leases, fake, held_for)
+
+
+def check_kept_by_keepalives(case: unittest.TestCase, session: Any, leases: List[Any], fake: FakeBroker, held_for: float) -> None:
+    """C22, C24: nothing of the session was lost in ``held_for`` seconds, in which its client (the
+    one behind ``fake``) sent a keepalive about every third of its TTL and no renewal at all."""
     case.assertFalse(session.lost.is_set(), "the session's lost signal has not fired")
     case.assertFalse(any(lease.lost.is_set() for lease in leases))
     keepalives = fake.count("POST", f"/v1/sessions/{session.id}/keepalive")
@@ -234,7 +240,7 @@ def check_session_kept(case: unittest.TestCase, statuses: List[Any], session: An
     case.assertGreaterEqual(keepalives, expected * 0.7, "a keepalive about every third of the TTL")
     case.assertLessEqual(keepalives, expected * 1.5 + 1, "and not more often")
     case.assertIn(session.keepalives, (keepalives - 1, keepalives), "each one confirmed (the last may be in flight)")
-    case.assertEqual(fake.count("POST", "/renew"), 0, "no lease of it renewed on its own")
+    case.assertEqual(fake.count("POST", "/renew"), 0, "no lease of it renewed on its own")  # multilock/renew too
 
 
 def check_session_lost(case: unittest.TestCase, session: Any, leases: List[Any], lost_after: float, logged: List[str]) -> None:
@@ -250,6 +256,85 @@ def check_session_lost(case: unittest.TestCase, session: Any, leases: List[Any],
 def check_new_holder_kept(case: unittest.TestCase, status: Any, new: Any) -> None:
     """C23: closing the lost session and releasing its lease left the new holder's lease alone."""
     case.assertEqual((status.held, status.owner, status.token, status.session), (True, new.owner, new.token, None))
+
+
+class EveryKind:
+    """C24: the keys of one lease of each kind held in one session (a semaphore of two permits, a
+    rwlock read and another written, a multi-lock of two keys, an election), and what their
+    statuses show while the session holds them and after it is closed."""
+
+    PERMITS = 2
+
+    def __init__(self) -> None:
+        base = unique("c24")
+        self.semaphore, self.read, self.write, self.election = (f"{base}/{n}" for n in ("pool", "read", "write", "leader"))
+        self.multi = [f"{base}/multi-a", f"{base}/multi-b"]
+
+    def statuses(self, c: Any) -> List[Callable[[], Any]]:
+        """Each key's status call of client ``c`` (sync: the status; async: its coroutine), in the
+        order the ``check_every_kind_*`` functions read them: semaphore, rwlock read, rwlock
+        written, the multi-lock's keys, election."""
+        return (
+            [lambda: c.semaphores.status(self.semaphore), lambda: c.rwlocks.status(self.read), lambda: c.rwlocks.status(self.write)]
+            + [lambda k=k: c.locks.status(k) for k in self.multi]
+            + [lambda: c.elections.status(self.election)]
+        )
+
+
+def check_every_kind_granted(case: unittest.TestCase, kinds: EveryKind, session: Any, permit: Any, reader: Any, writer: Any, multi: Any, leader: Any) -> None:
+    """C24: each kind's session call gave that kind's handle (a permit's ``slot``, a rwlock
+    lease's ``mode``, a multi-lock's ``tokens``, a leader's ``term``), held in the session and
+    granted with fencing tokens."""
+    case.assertEqual(
+        [(h.key, h.session) for h in (permit, reader, writer)] + [(leader.name, leader.session), (multi.keys, multi.session)],
+        [(kinds.semaphore, session), (kinds.read, session), (kinds.write, session), (kinds.election, session), (kinds.multi, session)],
+    )
+    case.assertIn(permit.slot, range(EveryKind.PERMITS))
+    case.assertEqual((reader.mode, writer.mode), ("read", "write"))
+    tokens = [permit.token, reader.token, writer.token, leader.term] + list(multi.tokens.values())
+    case.assertEqual(len(tokens), 6, "both keys of the multi-lock granted")
+    case.assertTrue(all(token > 0 for token in tokens), "granted with fencing tokens")
+
+
+def check_every_kind_holds(case: unittest.TestCase, statuses: List[Any], kinds: EveryKind, session: Any, permit: Any, reader: Any, writer: Any, multi: Any, leader: Any) -> None:
+    """C24: each key's status shows its lease held with its token (named by the session, for the
+    kinds whose status names it)."""
+    pool, read, written, *locks, election = statuses
+    case.assertEqual([(h.slot, h.owner, h.token, h.session) for h in pool.holders], [(permit.slot, permit.owner, permit.token, session.id)])
+    case.assertEqual(([(h.owner, h.token, h.session) for h in read.readers], read.writer), ([(reader.owner, reader.token, session.id)], None))
+    case.assertEqual(
+        ((written.writer.owner, written.writer.token, written.writer.session), written.readers), ((writer.owner, writer.token, session.id), [])
+    )
+    case.assertEqual(
+        [(s.held, s.owner, s.token, s.session) for s in locks], [(True, multi.owner, multi.tokens[k], session.id) for k in kinds.multi]
+    )
+    case.assertEqual((election.leader, election.term), (leader.candidate, leader.term))
+
+
+def check_session_lists_every_kind(case: unittest.TestCase, status: Any, kinds: EveryKind, permit: Any, reader: Any, writer: Any, multi: Any, leader: Any) -> None:
+    """C24: ``GET /v1/sessions/{id}`` lists the six leases: the permit with its slot, the rwlock
+    leases with their modes, both keys of the multi-lock, the leadership."""
+    listed = sorted((e.kind, e.key, e.token, e.slot, e.mode) for e in status.leases)
+    expected = sorted(
+        [
+            ("semaphore", kinds.semaphore, permit.token, permit.slot, None),
+            ("rwlock", kinds.read, reader.token, None, "read"),
+            ("rwlock", kinds.write, writer.token, None, "write"),
+            ("election", kinds.election, leader.term, None, None),
+        ]
+        + [("lock", k, multi.tokens[k], None, None) for k in kinds.multi]
+    )
+    case.assertEqual(listed, expected)
+
+
+def check_every_kind_freed(case: unittest.TestCase, statuses: List[Any]) -> None:
+    """C24: after the session's close, the semaphore has no holder, neither rwlock has one, both
+    keys of the multi-lock are free and the election has no leader."""
+    pool, read, written, *locks, election = statuses
+    case.assertEqual(pool.holders, [], "the semaphore has no holder")
+    case.assertEqual([(s.writer, s.readers) for s in (read, written)], [(None, [])] * 2, "neither rwlock has one")
+    case.assertEqual([s.held for s in locks], [False, False], "both keys of the multi-lock are free")
+    case.assertEqual((election.leader, election.term), (None, None), "the election has no leader")
 
 
 async def eventually_async(what: str, timeout: float, check: Callable[[], Union[T, Awaitable[T]]]) -> T:

@@ -1,4 +1,4 @@
-"""The conformance scenarios of clients/CONFORMANCE.md (C01–C23), for the sync client
+"""The conformance scenarios of clients/CONFORMANCE.md (C01–C24), for the sync client
 (``lockbroker.Client``), against the conformance brokers. One test per scenario, named after
 its id; ``test_conformance_async.py`` has the same for the async client."""
 
@@ -414,6 +414,28 @@ class Sessions(unittest.TestCase):
             self.assertIsNone(session.close(), "closing the lost session does not raise (nor did its with block)")
         expect.check_session_lost(self, session, [lease, other], lost_after, logs.output)
         expect.check_new_holder_kept(self, c.locks.status(k), new)
+
+    def test_c24_every_kind_is_held_in_a_session_and_freed_by_its_close(self):
+        c, kinds = client(), expect.EveryKind()
+        fake = forwarder()  # counts the keepalives and renewals the session's client sends
+        self.addCleanup(fake.close)
+        held_for = 10.0
+        with lockbroker.Client(fake.url, key()).session(ttl=3.0) as session:
+            permit = session.semaphore(kinds.semaphore, permits=kinds.PERMITS, wait=5)
+            reader = session.read_lock(kinds.read, wait=5)
+            writer = session.write_lock(kinds.write, wait=5)
+            multi = session.multilock(kinds.multi, wait=5)
+            leader = session.campaign(kinds.election, wait=5)
+            leases = [permit, reader, writer, multi, leader]
+            expect.check_every_kind_granted(self, kinds, session, *leases)
+            expect.check_every_kind_holds(self, [status() for status in kinds.statuses(c)], kinds, session, *leases)
+            expect.check_session_lists_every_kind(self, c.sessions.status(session.id), kinds, *leases)
+            time.sleep(held_for)  # time is what is tested: more than three TTLs, no call of the test's
+            expect.check_every_kind_holds(self, [status() for status in kinds.statuses(c)], kinds, session, *leases)
+            expect.check_kept_by_keepalives(self, session, leases, fake, held_for)
+        expect.check_every_kind_freed(self, [status() for status in kinds.statuses(c)])
+        with self.assertRaises(lockbroker.SessionNotFound):
+            c.sessions.status(session.id)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ Shared by both clients, without I/O:
 - ``resuming``: the event stream and ``observe``, connected again when they
   break; ``sse``: the Server-Sent Events format and reading one stream;
 - ``models``: the typed answers; ``errors``: the exceptions; ``guards``:
-  the guards by name (``lock``, ``campaign``, ...).
+  the guards by name (``lock``, ``campaign``, ...), of a client and of a
+  session.
 
 The sync front end (threads):
 
@@ -53,8 +54,10 @@ The sync front end (threads):
   :class:`Leader`, :class:`MultiLease`): held leases that renew themselves
   and release on ``with`` exit; ``renewal``: their renewal thread;
 - ``sessions``: :class:`Session` (``client.session(ttl)``), kept alive by
-  a thread and closed on ``with`` exit, the :class:`SessionLease` held in
-  it, and :class:`Sessions` (``client.sessions``, the plain calls);
+  a thread and closed on ``with`` exit, the leases of every kind held in
+  it (:class:`SessionLease`, :class:`SessionPermit`, :class:`SessionRwLease`,
+  :class:`SessionLeader`, :class:`SessionMultiLease`), and
+  :class:`Sessions` (``client.sessions``, the plain calls);
 - ``events``: the event stream, resumed with ``Last-Event-ID``;
 - ``running``: plans walked by blocking; ``transport``: their HTTP steps
   with ``http.client``.
@@ -121,7 +124,7 @@ from .models import (
     Term,
     Validity,
 )
-from .sessions import Session, SessionLease, Sessions
+from .sessions import Session, SessionLeader, SessionLease, SessionMultiLease, SessionPermit, SessionRwLease, Sessions
 from .wire import quote_key
 
 
@@ -176,9 +179,13 @@ __all__ = [
     "SessionClosed",
     "SessionInfo",
     "SessionKeepalive",
+    "SessionLeader",
     "SessionLease",
     "SessionLeaseInfo",
+    "SessionMultiLease",
     "SessionNotFound",
+    "SessionPermit",
+    "SessionRwLease",
     "SessionStatus",
     "Sessions",
     "Term",

@@ -117,17 +117,24 @@ def release_quietly(exchange: Exchange, spec: Spec, key: str, ids: Dict[str, Any
 
 
 def hold_multi(
-    exchange: Exchange, keys: List[str], ttl: float, wait: float, owner: Optional[str], make: MakeHeld[T]
+    exchange: Exchange,
+    keys: List[str],
+    ttl: float,
+    wait: float,
+    owner: Optional[str],
+    make: MakeHeld[T],
+    session: Optional[str] = None,
 ) -> Plan[T]:
     """Takes every lock of ``keys`` at once, waiting up to ``wait`` seconds, and gives the held
     handle ``make`` makes of the grant; interrupted, gives back as :func:`hold` does.
+    ``session``: the id of the session to hold them in (``ttl`` unused then).
 
     Raises:
         LockHeld: some key stayed busy after ``wait`` (none is held).
     """
     fresh = owner is None
     owner = owner or default_owner()
-    call = specs.acquire_multi(keys, owner, ttl, wait)
+    call = specs.acquire_multi(keys, owner, ttl, wait, session)
     sent = time.monotonic()
     try:
         grant: MultiLockGrant = yield from exchange.call(call)

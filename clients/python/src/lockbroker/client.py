@@ -115,8 +115,10 @@ class Client(GuardNames, ClientBase):
                 with session.lock("job-a") as a, session.lock("job-b") as b:
                     run_job(fencing_tokens=(a.token, b.token))
 
-        Leases taken in it (``session.lock``) live as long as it does, with no renewals of their
-        own: one keepalive keeps them all, and ``session.lost`` is their one lost signal.
+        Leases taken in it (``session.lock``, ``session.semaphore``, ``session.read_lock``,
+        ``session.write_lock``, ``session.multilock``, ``session.campaign``, ...) live as long as
+        it does, with no renewals of their own: one keepalive keeps them all, and
+        ``session.lost`` is their one lost signal.
         ``ttl``: 1 to 3600 seconds; ``name``: for listings (``client.sessions.list``);
         ``lock_delay``: how long its keys stay ungranted after it *expires* (not after a close).
 
@@ -128,15 +130,19 @@ class Client(GuardNames, ClientBase):
 
     # -- multi-locks -----------------------------------------------------------
 
-    def acquire_multi(self, keys: List[str], owner: str, ttl: float = 30.0, wait: float = 0.0) -> MultiLockGrant:
+    def acquire_multi(
+        self, keys: List[str], owner: str, ttl: float = 30.0, wait: float = 0.0, *, session: Optional[str] = None
+    ) -> MultiLockGrant:
         """Takes every lock of ``keys`` for ``owner``, all or none (no renewal: see :meth:`multilock`).
+        ``session``: a session's id to hold them in, in place of ``ttl`` (see :meth:`session`).
 
         Raises:
             LockHeld: some key stayed busy for ``wait`` seconds (none was granted).
             BadRequest: no keys, more than 64, or two naming one lock.
             OutcomeUnknown: the connection broke after the acquire was sent.
+            SessionNotFound: ``session`` has ended (nothing was granted).
         """
-        return self._http.call(specs.acquire_multi(keys, owner, ttl, wait))
+        return self._http.call(specs.acquire_multi(keys, owner, ttl, wait, session))
 
     def renew_multi(self, owner: str, locks: List[Dict[str, Any]], ttl: float = 30.0) -> MultiLockGrant:
         """Extends every lease of ``locks`` (``[{"key", "token"}]``), all or none. Raises ``LeaseLost``."""

@@ -9,13 +9,14 @@ with a ``lost`` event, a renewer and ``release``/``close`` of their own kind (a 
   after the renewer stopped; a lease already known lost is no longer the broker's to give
   back;
 - :class:`LeaseBase`: a lease of one key, made from its grant, renewed and released by its
-  kind; :class:`MultiLeaseBase` the same for a multi-lock, by its client;
+  kind; :class:`MultiLeaseBase` the same for a multi-lock, by its client (its fields:
+  :class:`MultiFields`, which a multi-lock held in a session shares);
 - :class:`PermitFields`, :class:`RwFields`, :class:`LeaderFields`: what a kind's handle adds.
 """
 
 import logging
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .clock import LeaseClock
 from .errors import LeaseLost, LockbrokerError
@@ -112,7 +113,24 @@ class LeaseBase:
         )
 
 
-class MultiLeaseBase:
+class MultiFields:
+    """What a held multi-lock tells: ``owner``, ``keys`` (as named), ``tokens`` (each key's own
+    fencing token: pass each to what that key protects) and ``grant``, the acquire's answer."""
+
+    def _take(self, grant: MultiLockGrant) -> List[Dict[str, Any]]:
+        """Sets the fields from ``grant``; gives what names its leases in a release
+        (``[{"key", "token"}]``)."""
+        self.owner = grant.owner
+        self.keys = [entry.key for entry in grant.locks]
+        self.tokens: Dict[str, int] = {entry.key: entry.token for entry in grant.locks}
+        self.grant = grant
+        return [{"key": e.key, "token": e.token} for e in grant.locks]
+
+    def _described(self) -> str:
+        return f"multi-lock {self.tokens!r} owner={self.owner!r}"
+
+
+class MultiLeaseBase(MultiFields):
     """Several locks held together (a multi-lock), renewed and released as one by their
     ``client`` (its ``_renew_multi_once`` and ``_release_multi_own``).
 
@@ -121,13 +139,9 @@ class MultiLeaseBase:
     """
 
     def __init__(self, client: Any, grant: MultiLockGrant, ttl: float, confirmed_at: float) -> None:
-        self.owner = grant.owner
-        self.keys = [entry.key for entry in grant.locks]
-        self.tokens: Dict[str, int] = {entry.key: entry.token for entry in grant.locks}
-        self.grant = grant
-        owner, held = grant.owner, [{"key": e.key, "token": e.token} for e in grant.locks]
+        owner, held = grant.owner, self._take(grant)
         super().__init__(  # type: ignore[call-arg]  # the front end's Held
-            f"multi-lock {self.tokens!r} owner={owner!r}",
+            self._described(),
             LeaseClock(ttl, confirmed_at, client.timeout, client.backoff),
             lambda read_timeout, deadline: client._renew_multi_once(owner, held, ttl, read_timeout, deadline),
             lambda: client._release_multi_own(owner, held),

@@ -54,7 +54,7 @@ class Kind(KindBase, Generic[G, S, L]):
     ) -> G:
         """Takes ``key`` for ``owner`` once, waiting up to ``wait`` seconds (0: try once); no
         renewal (see :meth:`hold`). ``fields``: what this kind's acquire needs besides.
-        ``session``: a session's id to hold the lease in, in place of ``ttl`` (locks only; see
+        ``session``: a session's id to hold the lease in, in place of ``ttl`` (every kind; see
         :meth:`Client.session`, which keeps one alive).
 
         Raises:

@@ -164,6 +164,9 @@ class SemaphoreHolder(Model):
     owner: str
     token: int
     expires_at: Optional[datetime]
+    session: Optional[str] = None
+    """The session the permit is held in (``expires_at`` is the session's); None when held on
+    its own (and from a broker older than sessions of every kind)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +191,9 @@ class RwHolder(Model):
     owner: str
     token: int
     expires_at: Optional[datetime]
+    session: Optional[str] = None
+    """The session the lease is held in (``expires_at`` is the session's); None when held on its
+    own (and from a broker older than sessions of every kind)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,8 +346,9 @@ class SessionInfo(Model):
 
 @dataclasses.dataclass(frozen=True)
 class SessionLeaseInfo(Model):
-    """One lease held in a session: its ``kind`` (``"lock"``), key and fencing ``token`` (``slot`` and
-    ``mode`` for the kinds that have them, once the broker holds those in sessions)."""
+    """One lease held in a session: its ``kind`` (``"lock"``, ``"semaphore"``, ``"rwlock"`` or
+    ``"election"``; each key of a multi-lock is a ``"lock"``), ``key`` (the storage key) and
+    fencing ``token``; a permit's ``slot``, a rwlock lease's ``mode`` (``"read"``, ``"write"``)."""
 
     kind: str
     key: str

@@ -11,29 +11,32 @@ broker answers ``session_not_found``.
 The session has one ``lost`` signal; when it fires, every lease still held in it reports lost
 too (each lease's own ``lost``), since they ended with it. A lease of the session is a held
 handle like any other (``heldbase.HeldBase``: fields, ``release`` once, ``raise_if_lost``) whose
-"renewer" is :class:`InSession`, a view of the session's keepalives.
+"renewer" is :class:`InSession`, a view of the session's keepalives; the front ends make it the
+kind's own handle type too (a permit held in a session is a ``Permit``, with its ``slot``).
 
-Here, once for both front ends (``sessions.py``, ``aio/sessions.py``):
+The broker holds every kind in sessions: locks, semaphore permits, rwlock read and write leases,
+multi-locks and elections' leaderships. Here, once for both front ends (``sessions.py``,
+``aio/sessions.py``):
 
 - :class:`SessionBase`: the session's fields, its leases, the lost fan-out, and as plans
-  (``steps.py``) a lease's acquire in it and the close;
-- :class:`SessionLeaseBase`: a lease held in a session;
+  (``steps.py``) a lease's acquire in it (of any kind, or a multi-lock) and the close;
+- :class:`InSessionHeld`: what a handle held in a session adds to a held handle;
+  :class:`SessionLeaseBase` a lease of one key held in a session, :class:`SessionMultiLeaseBase`
+  a multi-lock;
 - :func:`opening`: opening one, as a plan.
-
-The broker holds only locks in sessions for now; :meth:`SessionBase._holding` takes any kind,
-so another is a flag on its spec (``Spec.in_sessions``) and a guard name on the front ends.
 """
 
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
 
 from . import acquiring, sessionspecs
 from .clock import LeaseClock
 from .errors import LeaseLost, LockbrokerError, SessionNotFound
 from .exchange import Exchange
-from .models import Grant, SessionClosed, SessionInfo
+from .heldbase import MultiFields
+from .models import Grant, MultiLockGrant, SessionClosed, SessionInfo
 from .renewing import Renewals
 from .specs import own_deadline
 from .steps import Invoke, Plan
@@ -110,8 +113,11 @@ class SessionBase:
 
     lost: Any
     _keeper: Renewals
-    #: The front end's handle of a lease held in a session.
-    _lease_type: Callable[[Any, Grant, Any], Any]
+    #: The front end's handle of a lease held in a session, by the kind's noun (``"lock"``,
+    #: ``"semaphore"``, ``"rwlock"``, ``"election"``): made of ``(kind, grant, session)``.
+    _lease_types: Mapping[str, Callable[[Any, Grant, Any], Any]]
+    #: The front end's handle of a multi-lock held in a session: ``(client, grant, session)``.
+    _multi_lease_type: Callable[[Any, MultiLockGrant, Any], Any]
 
     def _begin(self, client: Any, info: SessionInfo) -> None:
         """Set up by the front end's ``__init__``, once ``lost`` is made, before keepalives start."""
@@ -174,8 +180,9 @@ class SessionBase:
     # -- leases --------------------------------------------------------------------------
 
     def _holding(self, kind: Any, key: str, wait: float, owner: Optional[str], priority: int, fields: Dict[str, Any]) -> Plan[Any]:
-        """A lease of ``kind`` held in this session (``acquiring.hold`` with the session in place of
-        a TTL: given back the same way when interrupted).
+        """A lease of ``kind`` (``client.locks``, ``client.semaphores``, ...) held in this session
+        (``acquiring.hold`` with the session in place of a TTL: given back the same way when
+        interrupted), as the front end's handle of that kind held in a session.
 
         The owner defaults to a new ``host:pid:uuid`` per call, as for every guard, rather than to
         the session's id as the broker's does: two blocks of this process that take one key in
@@ -183,18 +190,37 @@ class SessionBase:
         and an interrupted acquire can tell its own grant from an earlier one.
 
         Raises:
-            TypeError: the broker does not hold this kind in sessions.
+            TypeError: ``kind`` is none of the client's kinds (before anything is sent).
         """
-        spec = kind.spec
-        if not spec.in_sessions:
-            raise TypeError(f"the broker holds no {spec.noun} leases in sessions (locks only, for now)")
+        make = self._lease_type_of(kind)
         exchange = self.client._http.exchange
         return acquiring.hold(
-            exchange, spec, key, self.ttl, wait, owner, priority, fields, lambda grant, _ttl, _sent: self._held(kind, grant), self.id
+            exchange, kind.spec, key, self.ttl, wait, owner, priority, fields, lambda grant, _ttl, _sent: self._held(make(kind, grant, self)), self.id
         )
 
-    def _held(self, kind: Any, grant: Grant) -> Any:
-        lease = self._lease_type(kind, grant, self)
+    def _lease_type_of(self, kind: Any) -> Callable[[Any, Grant, Any], Any]:
+        """The front end's handle of a lease of ``kind`` held in a session.
+
+        Raises:
+            TypeError: ``kind`` is none of the client's kinds.
+        """
+        make = self._lease_types.get(getattr(getattr(kind, "spec", None), "noun", ""))
+        if make is None:
+            raise TypeError(f"a session holds leases of the client's kinds, not of {kind!r}")
+        return make
+
+    def _multilocking(self, keys: List[str], wait: float, owner: Optional[str]) -> Plan[Any]:
+        """Every lock of ``keys`` held at once in this session (``acquiring.hold_multi`` with the
+        session in place of a TTL), as the front end's multi-lock held in a session; the owner
+        defaults to a new ``host:pid:uuid``, as for :meth:`_holding`."""
+        exchange = self.client._http.exchange
+        make = self._multi_lease_type
+        return acquiring.hold_multi(
+            exchange, keys, self.ttl, wait, owner, lambda grant, _ttl, _sent: self._held(make(self.client, grant, self)), self.id
+        )
+
+    def _held(self, lease: Any) -> Any:
+        """Puts a lease just granted in this session on its list, and gives it."""
         with self._guard:
             self._leases.append(lease)
         if self.lost.is_set():  # granted while the session was being given up: it ends with it
@@ -235,25 +261,22 @@ class SessionBase:
         return f"{type(self).__name__}({self.id!r}, ttl={self.ttl}, leases={len(self._leases)}, lost={self.lost.is_set()})"
 
 
-class SessionLeaseBase:
-    """A lease held in a session: ``key``, ``owner``, ``token`` (the fencing token) and ``grant``
-    as any lease's, and its ``session``. It is not renewed: the session's keepalives keep it;
-    ``lost`` fires when the session is lost (or its release finds it gone)."""
+class InSessionHeld:
+    """What something held in a session is besides a held handle (the front end's
+    ``HeldBase``): its ``session``, and a ``lost`` of the session's kind of event. It is not
+    renewed: the session's keepalives keep it (:class:`InSession`); ``lost`` fires when the
+    session is lost (or its release finds it gone). Its release gives it back alone."""
 
     _guard: threading.Lock
     _released: bool
 
-    def __init__(self, kind: Any, grant: Grant, session: SessionBase) -> None:
-        self.grant = grant
-        self.key: str = grant.key
-        self.owner: str = grant.owner
-        self.token: int = grant.token
+    def _hold_in(self, session: SessionBase, what: str, release: Callable[[], Any]) -> None:
+        """Set up by ``__init__``, the fields set: held in ``session``, released by ``release``."""
         self.session = session
-        ids = kind.spec.lease_ids(grant)
         self.lost = type(session.lost)()
         self._begin(  # type: ignore[attr-defined]  # the front end's HeldBase
-            f"{kind.spec.describe(grant)} session={session.id!r}",
-            lambda: kind.release_ids(grant.key, ids),
+            f"{what} session={session.id!r}",
+            release,
             InSession(session._keeper, lambda: session._detach(self)),  # type: ignore[attr-defined]
         )
 
@@ -261,3 +284,26 @@ class SessionLeaseBase:
         """The session was closed, and this lease with it: nothing is left to release."""
         with self._guard:
             self._released = True
+
+
+class SessionLeaseBase(InSessionHeld):
+    """A lease of one key of any kind held in a session: ``key``, ``owner``, ``token`` (the
+    fencing token) and ``grant`` as any lease's, and its ``session``; released by its kind."""
+
+    def __init__(self, kind: Any, grant: Grant, session: SessionBase) -> None:
+        self.grant = grant
+        self.key: str = grant.key
+        self.owner: str = grant.owner
+        self.token: int = grant.token
+        ids = kind.spec.lease_ids(grant)
+        self._hold_in(session, kind.spec.describe(grant), lambda: kind.release_ids(grant.key, ids))
+
+
+class SessionMultiLeaseBase(MultiFields, InSessionHeld):
+    """A multi-lock held in a session: ``owner``, ``keys``, ``tokens`` and ``grant`` as any
+    multi-lock's (``heldbase.MultiFields``), and its ``session``; released as one by its
+    ``client``."""
+
+    def __init__(self, client: Any, grant: MultiLockGrant, session: SessionBase) -> None:
+        owner, held = grant.owner, self._take(grant)
+        self._hold_in(session, self._described(), lambda: client._release_multi_own(owner, held))

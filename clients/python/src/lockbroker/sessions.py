@@ -1,27 +1,30 @@
 """Sessions in the sync client: :class:`Session` (what ``client.session(ttl)`` gives: kept alive
-by a thread, closed at the end of a ``with`` block), :class:`SessionLease` (a lease held in it),
-and :class:`Sessions` (``client.sessions``: the plain calls).
+by a thread, closed at the end of a ``with`` block), the leases held in it (:class:`SessionLease`
+a lock's, :class:`SessionPermit`, :class:`SessionRwLease`, :class:`SessionLeader`,
+:class:`SessionMultiLease`), and :class:`Sessions` (``client.sessions``: the plain calls).
 
 What does not wait (the fields, the lost fan-out, the plans of an acquire in the session and of
-the close) is shared with the async client, in ``sessionbase.py``; here are the thread and the
-``with``.
+the close) is shared with the async client, in ``sessionbase.py``, and so are the guard names
+(``guards.SessionGuardNames``); here are the thread and the ``with``.
 """
 
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional
 
 from . import acquiring, listing, sessionspecs
-from .handles import Held
+from .guards import SessionGuardNames
+from .handles import Leader, Lease, MultiLease, Permit, RwLease
 from .models import SessionClosed, SessionInfo, SessionKeepalive, SessionStatus
 from .renewal import Renewer
-from .sessionbase import FanOut, SessionBase, SessionLeaseBase
+from .sessionbase import FanOut, SessionBase, SessionLeaseBase, SessionMultiLeaseBase
 from .specs import MAX_WAIT, PAGE_SIZE
 from .transport import Transport
 
 
-class SessionLease(SessionLeaseBase, Held):
-    """A lease held in a session (a lock's, for now): ``key``, ``owner``, ``token``, ``grant``,
-    ``session``. Not renewed on its own: the session's keepalives keep it.
+class SessionLease(SessionLeaseBase, Lease):
+    """A lease held in a session (a lock's is exactly this; the other kinds' add their own
+    fields): ``key``, ``owner``, ``token``, ``grant``, ``session``. Not renewed on its own: the
+    session's keepalives keep it.
 
     Attributes:
         lost: a ``threading.Event``, set when the session is lost (then every lease of it is), or
@@ -32,15 +35,38 @@ class SessionLease(SessionLeaseBase, Held):
     """
 
 
-class Session(SessionBase):
+class SessionPermit(SessionLease, Permit):
+    """A semaphore permit held in a session: a :class:`Permit` (``slot``, its own ``token``)."""
+
+
+class SessionRwLease(SessionLease, RwLease):
+    """A read or write lease of a rwlock held in a session: a :class:`RwLease` (``mode``)."""
+
+
+class SessionLeader(SessionLease, Leader):
+    """Leadership of an election held in a session: a :class:`Leader` (``name``, ``candidate``,
+    ``term``, ``resign()``); it lasts as long as the session, or until resigning."""
+
+
+class SessionMultiLease(SessionMultiLeaseBase, MultiLease):
+    """Several locks held together in a session: a :class:`MultiLease` (``owner``, ``keys``,
+    ``tokens``) released as one, by ``release()`` or the end of its ``with`` block; ``lost`` as
+    a :class:`SessionLease`'s."""
+
+
+class Session(SessionGuardNames, SessionBase):
     """A session this process keeps alive: a keepalive every third of its TTL in a background
     thread, until :meth:`close` (the end of its ``with`` block)::
 
         with client.session(ttl=15) as session:
             a = session.lock("job-a")
-            b = session.lock("job-b")
+            pool = session.semaphore("workers", permits=4)
             while not session.lost.wait(1.0):
-                work(a.token, b.token)
+                work(a.token, pool.token)
+
+    Its guards are the client's, by the same names and returning the same handle types, without
+    ``ttl`` (``guards.SessionGuardNames``): ``lock``, ``semaphore``, ``read_lock``,
+    ``write_lock``, ``rwlock``, ``campaign`` and their ``try_`` forms, and :meth:`multilock`.
 
     Attributes:
         lost: a ``threading.Event``, set once when the session can no longer be kept alive (the
@@ -49,7 +75,8 @@ class Session(SessionBase):
             may hold those keys from then on.
     """
 
-    _lease_type = SessionLease
+    _lease_types = {"lock": SessionLease, "semaphore": SessionPermit, "rwlock": SessionRwLease, "election": SessionLeader}
+    _multi_lease_type = SessionMultiLease
 
     def __init__(self, client: Any, info: SessionInfo, sent: float) -> None:
         self.lost = threading.Event()
@@ -58,13 +85,14 @@ class Session(SessionBase):
         self._keeper = Renewer(self._keepalive_once, self._clock(sent), FanOut(self), what).start()  # type: ignore[arg-type]
 
     def hold(self, kind: Any, key: str, wait: float = MAX_WAIT, owner: Optional[str] = None, priority: int = 0, **fields: Any) -> SessionLease:
-        """Acquires ``key`` of ``kind`` (``client.locks``) in this session, waiting up to ``wait``
-        seconds: what :meth:`lock` is for any kind the broker holds in sessions.
+        """Acquires ``key`` of ``kind`` (``client.locks``, ``client.semaphores``, ...) in this
+        session, waiting up to ``wait`` seconds, with the fields the kind's acquire needs
+        (``permits``, ``mode``): what the guards by name call.
 
         Raises:
             Busy: still taken by others after ``wait``.
             SessionNotFound: the session has ended (nothing was granted).
-            TypeError: the broker does not hold this kind in sessions (locks only, for now).
+            TypeError, ValueError: fields the kind does not take (nothing sent).
         """
         return self.client._http.run(self._holding(kind, key, wait, owner, priority, fields))
 
@@ -72,19 +100,21 @@ class Session(SessionBase):
         """Like :meth:`hold` with no wait, but None when taken by others."""
         return self.client._http.run(acquiring.trying(self._holding(kind, key, 0.0, owner, priority, fields)))
 
-    def lock(self, key: str, wait: float = MAX_WAIT, owner: Optional[str] = None, priority: int = 0) -> SessionLease:
-        """Takes the lock ``key`` in this session, waiting up to ``wait`` seconds. It lives as long
-        as the session; ``owner`` defaults to a new ``host:pid:uuid`` (``sessionbase``).
+    def multilock(self, keys: List[str], wait: float = MAX_WAIT, owner: Optional[str] = None) -> SessionMultiLease:
+        """Takes every lock of ``keys`` at once in this session, waiting up to ``wait`` seconds::
+
+            with session.multilock(["account-1", "account-2"], wait=10) as held:
+                transfer(fence=held.tokens)
 
         Raises:
-            LockHeld: still held by another owner after ``wait``.
+            LockHeld: some key stayed busy after ``wait`` (none is held).
             SessionNotFound: the session has ended.
         """
-        return self.hold(self.client.locks, key, wait, owner, priority)
+        return self.client._http.run(self._multilocking(keys, wait, owner))
 
-    def try_lock(self, key: str, owner: Optional[str] = None, priority: int = 0) -> Optional[SessionLease]:
-        """Like :meth:`lock` with no wait, but None when another owner holds it."""
-        return self.try_hold(self.client.locks, key, owner, priority)
+    def try_multilock(self, keys: List[str], owner: Optional[str] = None) -> Optional[SessionMultiLease]:
+        """Like :meth:`multilock` with no wait, but None when some key is busy."""
+        return self.client._http.run(acquiring.trying(self._multilocking(keys, 0.0, owner)))
 
     def close(self) -> Optional[SessionClosed]:
         """Stops the keepalives and ends the session, releasing every lease of it (once; later calls
@@ -138,4 +168,4 @@ class Sessions:
         yield from self._http.iterate(listing.pages(self._http.exchange, sessionspecs.LISTING, prefix, limit, page_size))
 
 
-__all__ = ["Session", "SessionLease", "Sessions"]
+__all__ = ["Session", "SessionLease", "SessionLeader", "SessionMultiLease", "SessionPermit", "SessionRwLease", "Sessions"]

@@ -62,9 +62,6 @@ class Spec:
     id_fields: Tuple[str, ...] = ()
     #: Whether the broker keeps its history (``GET .../history``).
     audited = True
-    #: Whether the broker holds this kind's leases in sessions (locks only, for now): a kind the
-    #: broker learns to hold in a session is one flag here and a name in ``sessionbase.py``.
-    in_sessions = False
     grant_type: Type[Model] = Grant
     status_type: Type[Model] = Model
 
@@ -82,19 +79,14 @@ class Spec:
         session: Optional[str] = None,
     ) -> Call:
         """Takes ``key`` for ``owner``, waiting up to ``wait`` seconds (0: try once); held in the
-        session ``session`` (its id) when given, in place of a TTL of its own (``ttl`` unused).
+        session ``session`` (its id) when given, in place of a TTL of its own (``ttl`` unused):
+        every kind is.
 
         Not idempotent: a repeat by the same owner would re-enter. A try
         after a 503 waits only for what is left of ``wait``.
-
-        Raises:
-            TypeError: a session given to a kind the broker does not hold in sessions.
         """
         self.check(fields)
-        if session is not None and not self.in_sessions:
-            raise TypeError(f"the broker holds no {self.noun} leases in sessions (locks only, for now)")
-        lifetime = {"ttl_ms": ms(ttl)} if session is None else {"session": session}
-        body = {self.owner_field: owner, **lifetime, "wait_ms": ms(wait), "priority": priority, **fields}
+        body = {self.owner_field: owner, **lifetime(ttl, session), "wait_ms": ms(wait), "priority": priority, **fields}
         body_now, wait_until = waiting_body(body, wait)
         return Call(
             "POST",
@@ -182,7 +174,6 @@ class Spec:
 
 class LockSpec(Spec):
     path, noun = "locks", "lock"
-    in_sessions = True
     grant_type, status_type = LockGrant, LockStatus
 
     def validate(self, key: str, token: int) -> Call:
@@ -257,9 +248,10 @@ LOCKS, SEMAPHORES, RWLOCKS, ELECTIONS = LockSpec(), SemaphoreSpec(), RwLockSpec(
 # -- multi-locks, admin, events ------------------------------------------------------
 
 
-def acquire_multi(keys: List[str], owner: str, ttl: float, wait: float) -> Call:
-    """Every lock of ``keys`` for ``owner``, all or none (not idempotent, as any acquire)."""
-    body = {"keys": list(keys), "owner": owner, "ttl_ms": ms(ttl), "wait_ms": ms(wait)}
+def acquire_multi(keys: List[str], owner: str, ttl: float, wait: float, session: Optional[str] = None) -> Call:
+    """Every lock of ``keys`` for ``owner``, all or none (not idempotent, as any acquire); held
+    in the session ``session`` when given, in place of ``ttl``, as :meth:`Spec.acquire`."""
+    body = {"keys": list(keys), "owner": owner, **lifetime(ttl, session), "wait_ms": ms(wait)}
     body_now, wait_until = waiting_body(body, wait)
     return Call(
         "POST", "/v1/multilock/acquire", body_now, idempotent=False, parse=MultiLockGrant.from_json, wait_until=wait_until
@@ -300,6 +292,12 @@ def events(prefix: str, last_id: Optional[int], read_timeout: float, deadline: O
     return Call(
         "GET", f"/v1/events?{query({'prefix': prefix})}", read_timeout=read_timeout, deadline=deadline, headers=headers
     )
+
+
+def lifetime(ttl: float, session: Optional[str]) -> Dict[str, Any]:
+    """What an acquire says of how long its lease lives: ``ttl`` seconds of its own, or as long as
+    the session ``session`` (its id; the broker refuses both at once)."""
+    return {"ttl_ms": ms(ttl)} if session is None else {"session": session}
 
 
 def own_deadline(timeout: float) -> float:

@@ -16,7 +16,7 @@ The modules, one concern each:
 - ``handles``: :class:`Acquiring` (what a guard returns) and the held leases;
 - ``renewal``: the renewal task;
 - ``sessions``: :class:`AsyncSession` (kept alive by a task, closed on
-  ``async with`` exit), the leases held in it, ``client.sessions``;
+  ``async with`` exit), the leases of every kind held in it, ``client.sessions``;
 - ``streams``: the event stream;
 - ``running``: plans walked by awaiting each step; ``transport``: their
   HTTP steps; ``http``: HTTP/1.1 over asyncio streams.
@@ -30,7 +30,15 @@ renewal; the models and errors. Here is only the waiting.
 from .client import AsyncClient
 from .handles import Acquiring, AsyncHeld, AsyncLeader, AsyncLease, AsyncMultiLease, AsyncPermit, AsyncRwLease
 from .kinds import AsyncElections, AsyncKind, AsyncLocks, AsyncRwLocks, AsyncSemaphores
-from .sessions import AsyncSession, AsyncSessionLease, AsyncSessions
+from .sessions import (
+    AsyncSession,
+    AsyncSessionLeader,
+    AsyncSessionLease,
+    AsyncSessionMultiLease,
+    AsyncSessionPermit,
+    AsyncSessionRwLease,
+    AsyncSessions,
+)
 from .streams import AsyncEventStream
 
 __all__ = [
@@ -49,6 +57,10 @@ __all__ = [
     "AsyncRwLocks",
     "AsyncSemaphores",
     "AsyncSession",
+    "AsyncSessionLeader",
     "AsyncSessionLease",
+    "AsyncSessionMultiLease",
+    "AsyncSessionPermit",
+    "AsyncSessionRwLease",
     "AsyncSessions",
 ]

@@ -91,9 +91,12 @@ class AsyncClient(GuardNames, ClientBase):
 
     # -- multi-locks -----------------------------------------------------------
 
-    async def acquire_multi(self, keys: List[str], owner: str, ttl: float = 30.0, wait: float = 0.0) -> MultiLockGrant:
-        """Takes every lock of ``keys`` for ``owner``, all or none (no renewal: see :meth:`multilock`)."""
-        return await self._http.call(specs.acquire_multi(keys, owner, ttl, wait))
+    async def acquire_multi(
+        self, keys: List[str], owner: str, ttl: float = 30.0, wait: float = 0.0, *, session: Optional[str] = None
+    ) -> MultiLockGrant:
+        """Takes every lock of ``keys`` for ``owner``, all or none (no renewal: see :meth:`multilock`);
+        ``session`` as the sync ``Client.acquire_multi``'s."""
+        return await self._http.call(specs.acquire_multi(keys, owner, ttl, wait, session))
 
     async def renew_multi(self, owner: str, locks: List[Dict[str, Any]], ttl: float = 30.0) -> MultiLockGrant:
         """Extends every lease of ``locks`` (``[{"key", "token"}]``), all or none. Raises ``LeaseLost``."""

@@ -1,41 +1,70 @@
 """Sessions in the async client: :class:`AsyncSession` (what ``client.session(ttl)`` opens: kept
-alive by a task, closed at the end of an ``async with`` block), :class:`AsyncSessionLease` (a
-lease held in it), and :class:`AsyncSessions` (``client.sessions``: the plain calls).
+alive by a task, closed at the end of an ``async with`` block), the leases held in it
+(:class:`AsyncSessionLease` a lock's, :class:`AsyncSessionPermit`, :class:`AsyncSessionRwLease`,
+:class:`AsyncSessionLeader`, :class:`AsyncSessionMultiLease`), and :class:`AsyncSessions`
+(``client.sessions``: the plain calls).
 
 The sync ``lockbroker.sessions`` with ``await``: what does not wait is shared, in
-``sessionbase.py``; here are the task and ``async with``.
+``sessionbase.py``, and so are the guard names (``guards.SessionGuardNames``); here are the
+task and ``async with``.
 """
 
 import asyncio
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, List, Optional
 
 from .. import acquiring, listing, sessionspecs
+from ..guards import SessionGuardNames
 from ..models import SessionClosed, SessionInfo, SessionKeepalive, SessionStatus
-from ..sessionbase import FanOut, SessionBase, SessionLeaseBase
+from ..sessionbase import FanOut, SessionBase, SessionLeaseBase, SessionMultiLeaseBase
 from ..specs import MAX_WAIT, PAGE_SIZE
-from .handles import Acquiring, AsyncHeld
+from .handles import Acquiring, AsyncLeader, AsyncLease, AsyncMultiLease, AsyncPermit, AsyncRwLease
 from .renewal import AsyncRenewer
 from .transport import AsyncTransport
 
 
-class AsyncSessionLease(SessionLeaseBase, AsyncHeld):
+class AsyncSessionLease(SessionLeaseBase, AsyncLease):
     """A lease held in a session, as the sync ``SessionLease``: ``lost`` is an ``asyncio.Event``;
     ``await lease.release()`` (or the end of its ``async with``) gives it back now."""
 
 
-class AsyncSession(SessionBase):
+class AsyncSessionPermit(AsyncSessionLease, AsyncPermit):
+    """A semaphore permit held in a session: an :class:`AsyncPermit` (``slot``)."""
+
+
+class AsyncSessionRwLease(AsyncSessionLease, AsyncRwLease):
+    """A read or write lease of a rwlock held in a session: an :class:`AsyncRwLease` (``mode``)."""
+
+
+class AsyncSessionLeader(AsyncSessionLease, AsyncLeader):
+    """Leadership of an election held in a session: an :class:`AsyncLeader` (``term``,
+    ``await resign()``)."""
+
+
+class AsyncSessionMultiLease(SessionMultiLeaseBase, AsyncMultiLease):
+    """Several locks held together in a session: an :class:`AsyncMultiLease` (``keys``,
+    ``tokens``) released as one."""
+
+
+class AsyncSession(SessionGuardNames, SessionBase):
     """A session this task keeps alive: a keepalive every third of its TTL in a task, until
     :meth:`close` (the end of its ``async with`` block, also by a cancellation)::
 
         async with client.session(ttl=15) as session:
-            async with session.lock("job-a") as a, session.lock("job-b") as b:
-                await work(a.token, b.token)
+            async with session.lock("job-a") as a, session.semaphore("workers", permits=4) as pool:
+                await work(a.token, pool.token)
 
-    ``lost`` is an ``asyncio.Event``, set once as the sync ``Session.lost`` is; every lease of it
-    is lost with it.
+    Its guards are the sync ``Session``'s, each an ``Acquiring`` (``async with`` it, or
+    ``await`` it), their ``try_`` forms coroutines. ``lost`` is an ``asyncio.Event``, set once
+    as the sync ``Session.lost`` is; every lease of it is lost with it.
     """
 
-    _lease_type = AsyncSessionLease
+    _lease_types = {
+        "lock": AsyncSessionLease,
+        "semaphore": AsyncSessionPermit,
+        "rwlock": AsyncSessionRwLease,
+        "election": AsyncSessionLeader,
+    }
+    _multi_lease_type = AsyncSessionMultiLease
 
     def __init__(self, client: Any, info: SessionInfo, sent: float) -> None:
         self.lost = asyncio.Event()
@@ -46,8 +75,13 @@ class AsyncSession(SessionBase):
     def hold(
         self, kind: Any, key: str, wait: float = MAX_WAIT, owner: Optional[str] = None, priority: int = 0, **fields: Any
     ) -> Acquiring[AsyncSessionLease]:
-        """Acquires ``key`` of ``kind`` (``client.locks``) in this session when entered or awaited,
-        as the sync ``Session.hold``."""
+        """Acquires ``key`` of ``kind`` (``client.locks``, ...) in this session when entered or
+        awaited, as the sync ``Session.hold``.
+
+        Raises (now): TypeError, ValueError for a kind or fields it does not take.
+        """
+        self._lease_type_of(kind)  # now, not when entered
+        kind.spec.check(fields)
         return Acquiring(lambda: self.client._http.run(self._holding(kind, key, wait, owner, priority, fields)))
 
     async def try_hold(
@@ -56,17 +90,20 @@ class AsyncSession(SessionBase):
         """Like :meth:`hold` with no wait, but None when taken by others."""
         return await self.client._http.run(acquiring.trying(self._holding(kind, key, 0.0, owner, priority, fields)))
 
-    def lock(
-        self, key: str, wait: float = MAX_WAIT, owner: Optional[str] = None, priority: int = 0
-    ) -> Acquiring[AsyncSessionLease]:
-        """Takes the lock ``key`` in this session when entered or awaited (``async with
-        session.lock(k) as lease``, or ``lease = await session.lock(k)``), as the sync
-        ``Session.lock``."""
-        return self.hold(self.client.locks, key, wait, owner, priority)
+    def multilock(
+        self, keys: List[str], wait: float = MAX_WAIT, owner: Optional[str] = None
+    ) -> Acquiring[AsyncSessionMultiLease]:
+        """Takes every lock of ``keys`` at once in this session when entered or awaited, as the
+        sync ``Session.multilock``::
 
-    async def try_lock(self, key: str, owner: Optional[str] = None, priority: int = 0) -> Optional[AsyncSessionLease]:
-        """Like :meth:`lock` with no wait, but None when another owner holds it."""
-        return await self.try_hold(self.client.locks, key, owner, priority)
+            async with session.multilock(["account-1", "account-2"], wait=10) as held:
+                await transfer(fence=held.tokens)
+        """
+        return Acquiring(lambda: self.client._http.run(self._multilocking(keys, wait, owner)))
+
+    async def try_multilock(self, keys: List[str], owner: Optional[str] = None) -> Optional[AsyncSessionMultiLease]:
+        """Like :meth:`multilock` with no wait, but None when some key is busy."""
+        return await self.client._http.run(acquiring.trying(self._multilocking(keys, 0.0, owner)))
 
     async def close(self) -> Optional[SessionClosed]:
         """Stops the keepalives and ends the session, releasing every lease of it, as the sync
