@@ -39,6 +39,7 @@ pub mod ops;
 pub mod rwlock;
 pub mod semaphore;
 pub mod session;
+pub mod waiting;
 
 pub use admin::{
     ForceReleaseResponse, PolicyInfo, PolicyLoadedBy, PolicyShadow, PolicyVersion, PolicyVersions,
@@ -75,4 +76,8 @@ pub use session::{
     CreateSessionRequest, Session, SessionClosed, SessionKeepalive, SessionLease, SessionStatus,
     SESSION_DEFAULT_TTL_MS, SESSION_MAX_LOCK_DELAY_MS, SESSION_MAX_NAME_BYTES, SESSION_MAX_TTL_MS,
     SESSION_MIN_TTL_MS,
+};
+pub use waiting::{
+    KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor, WAITERS_DEFAULT_LIMIT,
+    WAITERS_MAX_LIMIT,
 };

@@ -164,6 +164,18 @@ impl App {
         self.engines.iter().map(|engine| engine.woken(ids)).sum()
     }
 
+    /// This broker's waiters in memory that `ask` names, from every
+    /// engine (`POST /internal/v1/waiting`).
+    pub fn waiting_here(
+        &self,
+        ask: &crate::engine::WaitingRequest,
+    ) -> Vec<crate::engine::MemoryWaiter> {
+        self.engines
+            .iter()
+            .flat_map(|engine| engine.waiting_here(ask))
+            .collect()
+    }
+
     /// Ready when every database answers and every tenant has a policy of
     /// its own in force (not a stand-in: one still loading, or one for a
     /// file that failed to load).

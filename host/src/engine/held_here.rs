@@ -156,6 +156,8 @@ pub(super) struct Waiting {
     priority: i32,
     /// When it joined, in ms since the Unix epoch (for the policy).
     enqueued_ms: u64,
+    /// When its wait runs out, in ms since the Unix epoch (as shown).
+    deadline_ms: u64,
     /// Times a later waiter was chosen before it.
     attempts: u32,
     /// The newest waiter id of the database queue when it joined: waiters
@@ -167,6 +169,24 @@ pub(super) struct Waiting {
     /// sent to the database path.
     expired: bool,
     reply: oneshot::Sender<Turn>,
+}
+
+/// A waiter here, as `GET /v1/locks/{key}/waiters` and the wait-for graph
+/// show it (also between brokers: `POST /internal/v1/waiting`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemoryWaiter {
+    pub storage_key: String,
+    pub owner: String,
+    pub priority: i32,
+    /// When it joined, in ms since the Unix epoch.
+    pub enqueued_ms: u64,
+    /// When its wait runs out, in ms since the Unix epoch.
+    pub deadline_ms: u64,
+    /// The newest database waiter id when it joined: those up to it go
+    /// first.
+    pub after_db: u64,
+    /// The owner of the lease granted here that it waits behind.
+    pub holder: String,
 }
 
 /// What a waiter here is told.
@@ -377,6 +397,7 @@ impl HeldHere {
             ttl_ms: wish.ttl_ms,
             priority: wish.priority,
             enqueued_ms: unix_ms(),
+            deadline_ms: unix_ms().saturating_add(wish.wait_ms),
             attempts: 0,
             after_db,
             expired: false,
@@ -801,6 +822,28 @@ impl HeldHere {
             .keys
             .get(&(tenant.to_owned(), storage_key.to_owned()))
             .map_or(0, |h| h.waiters.len() as u64)
+    }
+
+    /// The waiters here for `tenant`'s locks whose storage key starts with
+    /// `prefix`, each key's in the order they are served here.
+    pub(super) fn queues_of(&self, tenant: &str, prefix: &str) -> Vec<MemoryWaiter> {
+        let state = self.state();
+        let mut found = Vec::new();
+        for ((t, key), held) in &state.keys {
+            if t != tenant || !key.starts_with(prefix) {
+                continue;
+            }
+            found.extend(held.waiters.iter().map(|w| MemoryWaiter {
+                storage_key: key.clone(),
+                owner: w.owner.clone(),
+                priority: w.priority,
+                enqueued_ms: w.enqueued_ms,
+                deadline_ms: w.deadline_ms,
+                after_db: w.after_db,
+                holder: held.owner.clone(),
+            }));
+        }
+        found
     }
 
     /// Waiters here for keys of `tenant`.

@@ -73,6 +73,7 @@ mod semaphore;
 mod session;
 mod settle;
 mod standby;
+mod waiting;
 mod wake;
 
 use std::{collections::HashMap, ops::Deref, sync::Arc, sync::Mutex, time::Duration};
@@ -98,6 +99,7 @@ use crate::{
 pub use election::{Leadership, Observation};
 pub use events::{Event, Subscription};
 pub use force::Forced;
+pub use held_here::MemoryWaiter;
 pub use history::LockEvent;
 pub use lease::Ask;
 pub use listing::{Listing, Span};
@@ -108,7 +110,8 @@ pub use rwlock::{RwGrant, RwHolder, RwMode, RwState};
 pub use seat::{Lease, Seat, SESSION_LEASE_TTL_MS};
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
 pub use session::{EndReason, SessionInfo, SessionLease};
-pub use wake::{Push, WakeReply, WakeRequest, WAKE_PATH};
+pub use waiting::{KeyQueue, Party, QueueEntry, WaitEdge, WaitGraph};
+pub use wake::{Push, WaitingReply, WaitingRequest, WakeReply, WakeRequest, WAKE_PATH};
 
 /// A broker is taken for dead once its heartbeat is this old: its pending
 /// waiters are skipped, its undelivered grants taken back.

@@ -38,7 +38,7 @@ use hyper_util::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, Semaphore};
 
-use super::{Engine, EngineError};
+use super::{held_here::MemoryWaiter, Engine, EngineError};
 use crate::{config::TlsConfig, tls};
 
 /// The TLS of pushes to other brokers (see [`Push::new`]).
@@ -67,6 +67,11 @@ use crate::{
 
 /// The path of the wake route, on every broker.
 pub const WAKE_PATH: &str = "/internal/v1/wake";
+/// The path of the route that shows a broker's waiters in memory.
+pub const WAITING_PATH: &str = "/internal/v1/waiting";
+/// The whole exchange of one look at a peer's waiters (a person waits for
+/// the answer; a broker that does not answer by then is left out).
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The whole exchange of one push: a push later than a few polls is
 /// worthless, and the poll is there anyway.
 const PUSH_TIMEOUT: Duration = Duration::from_millis(250);
@@ -90,6 +95,20 @@ pub struct WakeRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WakeReply {
     pub waiting: usize,
+}
+
+/// A look at a broker's waiters in memory: those of `tenant`'s locks whose
+/// storage key starts with `prefix`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingRequest {
+    pub tenant: String,
+    pub prefix: String,
+}
+
+/// Its answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingReply {
+    pub waiters: Vec<MemoryWaiter>,
 }
 
 /// This process's side of push wake-ups, shared by its engines (one per
@@ -164,27 +183,53 @@ impl Push {
             return Sent::Busy;
         };
         let body = serde_json::to_vec(&WakeRequest { waiters: ids }).expect("serializes");
+        match self.call(&peer.uri, &peer.bearer, body, PUSH_TIMEOUT).await {
+            Some((status, _)) if status.is_success() => Sent::Ok,
+            Some(_) => Sent::Refused,
+            None => Sent::Failed,
+        }
+    }
+
+    /// Asks `peer` for its waiters in memory that `ask` names; `None` when
+    /// it does not answer well in time.
+    async fn ask_waiting(&self, peer: &Peer, ask: &WaitingRequest) -> Option<Vec<MemoryWaiter>> {
+        let _permit = self.in_flight.clone().try_acquire_owned().ok()?;
+        let body = serde_json::to_vec(ask).expect("serializes");
+        let (status, body) = self
+            .call(&peer.waiting, &peer.bearer, body, ASK_TIMEOUT)
+            .await?;
+        if !status.is_success() {
+            return None;
+        }
+        serde_json::from_slice::<WaitingReply>(&body)
+            .ok()
+            .map(|reply| reply.waiters)
+    }
+
+    /// One POST of `body` (JSON) to `uri` with `bearer`, within `limit`:
+    /// the status and the whole answer (read to the end, so the connection
+    /// goes back to the pool), or `None`.
+    async fn call(
+        &self,
+        uri: &Uri,
+        bearer: &str,
+        body: Vec<u8>,
+        limit: Duration,
+    ) -> Option<(hyper::StatusCode, Bytes)> {
         let request = Request::builder()
             .method(Method::POST)
-            .uri(peer.uri.clone())
-            .header(header::AUTHORIZATION, &peer.bearer)
+            .uri(uri.clone())
+            .header(header::AUTHORIZATION, bearer)
             .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)));
-        let Ok(request) = request else {
-            return Sent::NoPeer;
-        };
+            .body(Full::new(Bytes::from(body)))
+            .ok()?;
         let exchange = async {
             let response = self.client.request(request).await.ok()?;
             let status = response.status();
-            // Read to the end, so the connection goes back to the pool.
-            response.into_body().collect().await.ok()?;
-            Some(status)
+            let body = response.into_body().collect().await.ok()?.to_bytes();
+            Some((status, body))
         };
-        match tokio::time::timeout(PUSH_TIMEOUT, exchange).await {
-            Ok(Some(status)) if status.is_success() => Sent::Ok,
-            Ok(Some(_)) => Sent::Refused,
-            Ok(None) | Err(_) => Sent::Failed,
-        }
+        tokio::time::timeout(limit, exchange).await.ok().flatten()
     }
 }
 
@@ -219,6 +264,8 @@ impl Sent {
 #[derive(Debug, Clone)]
 struct Peer {
     uri: Uri,
+    /// Its waiters route.
+    waiting: Uri,
     /// `Bearer <its secret>`.
     bearer: String,
 }
@@ -235,6 +282,7 @@ impl Peer {
         }
         Some(Peer {
             uri: format!("{url}{WAKE_PATH}").parse().ok()?,
+            waiting: format!("{url}{WAITING_PATH}").parse().ok()?,
             bearer: format!("Bearer {secret}"),
         })
     }
@@ -361,6 +409,62 @@ impl Engine {
             .expect("peers")
             .insert(name.to_vec(), peer.clone());
         peer
+    }
+
+    /// The waiters in memory of `tenant`'s locks whose storage key starts
+    /// with `prefix`, on this broker and on each live broker (asked), each
+    /// with its broker's name; and whether every broker answered.
+    pub(super) async fn waiting_everywhere(
+        &self,
+        tenant: &str,
+        prefix: &str,
+    ) -> (Vec<(String, MemoryWaiter)>, bool) {
+        let mut found: Vec<(String, MemoryWaiter)> = self
+            .held_here
+            .queues_of(tenant, prefix)
+            .into_iter()
+            .map(|w| (self.broker.to_string(), w))
+            .collect();
+        let Some(push) = self.wake.push.get().cloned() else {
+            return (found, true);
+        };
+        let peers: Vec<(Vec<u8>, Option<Peer>)> = self
+            .wake
+            .peers
+            .lock()
+            .expect("peers")
+            .iter()
+            .map(|(name, peer)| (name.clone(), peer.clone()))
+            .collect();
+        let ask = WaitingRequest {
+            tenant: tenant.to_owned(),
+            prefix: prefix.to_owned(),
+        };
+        let asks = peers.iter().map(|(name, peer)| {
+            let (push, ask) = (&push, &ask);
+            async move {
+                let answer = match peer {
+                    Some(peer) => push.ask_waiting(peer, ask).await,
+                    // It cannot be reached: what it keeps is not known.
+                    None => None,
+                };
+                (String::from_utf8_lossy(name).into_owned(), answer)
+            }
+        });
+        let mut complete = true;
+        for (name, answer) in futures_util::future::join_all(asks).await {
+            match answer {
+                Some(waiters) => found.extend(waiters.into_iter().map(|w| (name.clone(), w))),
+                None => complete = false,
+            }
+        }
+        (found, complete)
+    }
+
+    /// This broker's waiters in memory that `ask` names (the internal
+    /// route's answer).
+    pub fn waiting_here(&self, ask: &WaitingRequest) -> Vec<MemoryWaiter> {
+        self.held_here.queues_of(&ask.tenant, &ask.prefix)
     }
 
     /// Reads the live brokers that take pushes into the directory (with

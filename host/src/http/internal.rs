@@ -9,6 +9,11 @@
 //! rather than at the next poll. A hint only: the grants are still claimed
 //! through the database, so a wake for ids that do not wait here (gone,
 //! already served) does nothing. Answers `{"waiting": n}`.
+//!
+//! `POST /internal/v1/waiting` `{"tenant", "prefix"}`: this broker's
+//! waiters in memory for the tenant's locks whose storage key starts with
+//! `prefix` (another broker answering `GET /v1/locks/{key}/waiters` or
+//! `GET /v1/waits-for` asks every live broker). Answers `{"waiters": [...]}`.
 
 use hyper::{body::Incoming, Method, Request};
 
@@ -20,7 +25,7 @@ use super::{
 };
 use crate::{
     app::App,
-    engine::{WakeReply, WakeRequest},
+    engine::{WaitingReply, WaitingRequest, WakeReply, WakeRequest},
 };
 
 /// The largest wake body taken: a push names the waiters granted by one
@@ -48,8 +53,22 @@ pub async fn handle(
             wake(app, req).await
         }
         ["wake"] => Err(ApiError::method_not_allowed("POST")),
+        ["waiting"] if req.method() == Method::POST => {
+            seen.action = "waiting";
+            waiting(app, req).await
+        }
+        ["waiting"] => Err(ApiError::method_not_allowed("POST")),
         _ => Err(ApiError::not_found("no such internal path")),
     }
+}
+
+/// This broker's waiters in memory of a tenant's locks under a prefix.
+async fn waiting(app: &App, req: Request<Incoming>) -> Result<Response, ApiError> {
+    let body = read_body(req, MAX_WAKE_BYTES).await?;
+    let ask: WaitingRequest = parse_json(&body)?;
+    Ok(ok(&WaitingReply {
+        waiters: app.waiting_here(&ask),
+    }))
 }
 
 /// Nudges the wake loop of every engine where one of the waiters waits.

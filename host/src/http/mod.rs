@@ -47,6 +47,7 @@ mod rwlocks;
 mod semaphores;
 mod sessions;
 mod sse;
+mod waiting;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 

@@ -30,7 +30,7 @@ use super::{
     admin, elections, events, locks, multilock, ops,
     resource::{Action, Resource},
     responses::{self, error_response, AcquireErrors, AdminErrors, KeyedErrors, ReadErrors},
-    sessions, ApiError,
+    sessions, waiting, ApiError,
 };
 use crate::engine::EngineError;
 
@@ -76,6 +76,7 @@ commit."
         sessions::status,
         sessions::close,
         sessions::keepalive,
+        waiting::waits_for,
         events::handle,
         admin::tenants,
         admin::upload_policy,
@@ -103,7 +104,10 @@ at once (multi-lock); token validation; history."),
 queued writer blocks new readers."),
         (name = "elections", description = "Leader election; the term is the fencing token."),
         (name = "sessions", description = "Sessions: one keepalive keeps many leases alive; \
-when a session ends (closed, or expired) every lease in it ends at once. Locks for now."),
+when a session ends (closed, or expired) every lease in it ends at once. Every kind holds \
+its lease in one."),
+        (name = "contention", description = "Who waits for whom: each key's queue \
+(`GET /v1/{kind}/{key}/waiters`) and the tenant's wait-for graph."),
         (name = "admin", description = "Tenants, their policies, stuck leases and config \
 reloads (admin token)."),
         (name = "operations", description = "Health, readiness, metrics, this document."),
@@ -157,6 +161,8 @@ struct KindProse {
     status: Prose,
     /// For the kinds whose events are recorded.
     history: Option<Prose>,
+    /// `GET {key}/waiters`.
+    waiters: Prose,
     /// `GET /v1/{kind}` (its admin variant is described from it).
     list: Prose,
 }
@@ -265,6 +271,15 @@ fn kind<R: Resource>(
         let path = format!("{base}/history");
         paths.add_path_operation(path, vec![HttpMethod::Get], operation.build());
     }
+    schema::<api::KeyWaiters>(components);
+    let mut parameters = path_parameter(R::PARAM);
+    parameters.extend(WaitersQuery::into_params(|| Some(ParameterIn::Query)));
+    let mut errors = ReadErrors::responses();
+    errors.extend(responses::refs(&[&[(400, "BadRequest")]]));
+    let answer = api::KeyWaiters::name();
+    let operation = operation::<R>(&prose.waiters, parameters, &answer, errors, "tenantKey");
+    let path = format!("{base}/waiters");
+    paths.add_path_operation(path, vec![HttpMethod::Get], operation.build());
     list::<R>(paths, components, &prose.list);
 }
 
@@ -513,6 +528,17 @@ pub struct KeyPath {
 #[allow(dead_code)]
 pub struct HistoryQuery {
     /// How many events at most, newest first: 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
+    limit: Option<u32>,
+}
+
+/// The `limit` query parameter of a queue.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct WaitersQuery {
+    /// How many waiters at most, first served first: 1 to 1000 (default
+    /// 100).
     #[param(minimum = 1, maximum = 1000, default = 100)]
     limit: Option<u32>,
 }

@@ -27,7 +27,7 @@ use super::{
     access::Seen,
     history, listing, ok,
     request::{authenticate, check_len, check_range, name_lock, parse_json, read_body},
-    ApiError, Response,
+    waiting, ApiError, Response,
 };
 use crate::{
     app::App,
@@ -189,6 +189,8 @@ pub enum Action {
     Release,
     Status,
     History,
+    /// The key's queue (`GET {key}/waiters`).
+    Waiters,
     Extra(&'static str),
 }
 
@@ -212,6 +214,7 @@ impl Action {
             [name] if *name == R::RENEW => (Action::Renew, Verb::Post),
             [name] if *name == R::RELEASE => (Action::Release, Verb::Post),
             ["history"] if R::HISTORY => (Action::History, Verb::Get),
+            ["waiters"] => (Action::Waiters, Verb::Get),
             [name] => match R::EXTRAS.iter().find(|(_, extra)| extra == name) {
                 Some(&(verb, extra)) => (Action::Extra(extra), verb),
                 None => return Err(ApiError::not_found("no such action")),
@@ -235,6 +238,7 @@ impl Action {
             Action::Release => R::RELEASE,
             Action::Status => "status",
             Action::History => "history",
+            Action::Waiters => "waiters",
             Action::Extra(name) => name,
         }
     }
@@ -248,6 +252,7 @@ enum Parsed<R: Resource> {
     Release(R::Release),
     Status,
     History { limit: u32 },
+    Waiters { limit: u32 },
     Extra(R::Extra),
 }
 
@@ -295,6 +300,9 @@ pub async fn serve<R: Resource>(
         Action::History => Parsed::History {
             limit: history::limit(query.as_deref())?,
         },
+        Action::Waiters => Parsed::Waiters {
+            limit: waiting::limit(query.as_deref())?,
+        },
         Action::Extra(name) => Parsed::Extra(R::parse_extra(name, &body, query.as_deref())?),
     };
     let engine = app.engine(&tenant);
@@ -312,6 +320,7 @@ pub async fn serve<R: Resource>(
         }
         Parsed::Status => ok(&R::status(engine, &lock).await?),
         Parsed::History { limit } => ok(&history::latest(engine, &lock, limit).await?),
+        Parsed::Waiters { limit } => ok(&waiting::queue(engine, &lock, limit).await?),
         Parsed::Extra(request) => R::extra(engine, lock, request).await?,
     })
 }

@@ -9,7 +9,7 @@ use super::{
     admin, events, internal, limits, multilock, ops,
     request_id::RequestId,
     resource::{serve_kind, with_kind, ForKind, Resource},
-    sessions, ApiError, Response,
+    sessions, waiting, ApiError, Response,
 };
 use crate::{app::App, ui};
 
@@ -48,6 +48,7 @@ async fn route(
         ["v1", "admin", tail @ ..] => ("admin", admin::handle(app, req, tail).await),
         ["v1", "events"] => ("events", events::handle(app, req, seen).await),
         ["v1", "sessions", tail @ ..] => ("sessions", sessions::handle(app, req, tail, seen).await),
+        ["v1", "waits-for"] => ("waits_for", waiting::waits_for(app, req, seen).await),
         ["v1", kind, rest @ ..] => match with_kind(
             kind,
             Lease {

@@ -35,6 +35,7 @@ pub mod rwlocks;
 pub mod semaphores;
 pub mod sessions;
 pub mod waiters;
+pub mod waiting;
 
 use sqlx::mysql::MySqlDatabaseError;
 

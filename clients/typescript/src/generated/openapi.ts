@@ -118,6 +118,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/locks/{key}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for a lock
+         * @description The waiters of a lock, in the order they will be served: with the built-in
+         *     FIFO policy the oldest first; with a fairness policy, as the policy would
+         *     pick them now. Each says who waits (owner, session), its priority, since
+         *     when, until when, and on which broker its client waits. Waiters of a
+         *     contended lock that wait in a broker's memory are included (every live
+         *     broker is asked, within a second; `complete` is false if one did not
+         *     answer). A preview:
+         *     arrivals, departures and grants change it.
+         */
+        get: operations["getLockWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/locks": {
         parameters: {
             query?: never;
@@ -367,6 +394,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/semaphores/{key}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for a semaphore
+         * @description The waiters of a semaphore, in the order they will be served: with the built-in
+         *     FIFO policy the oldest first; with a fairness policy, as the policy would
+         *     pick them now. Each says who waits (owner, session), its priority, since
+         *     when, until when, and on which broker its client waits. A preview:
+         *     arrivals, departures and grants change it.
+         */
+        get: operations["getSemaphoreWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/semaphores": {
         parameters: {
             query?: never;
@@ -523,6 +574,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/rwlocks/{key}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for a rwlock
+         * @description The waiters of a rwlock, in the order they will be served: with the built-in
+         *     FIFO policy the oldest first; with a fairness policy, as the policy would
+         *     pick them now. Each says who waits (owner, session), its priority, since
+         *     when, until when, and on which broker its client waits. A rwlock's waiters say what they ask for (`mode`). A preview:
+         *     arrivals, departures and grants change it.
+         */
+        get: operations["getRwLockWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/rwlocks": {
         parameters: {
             query?: never;
@@ -640,6 +715,30 @@ export interface paths {
          * @description The current leader and term, if any.
          */
         get: operations["getElection"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/elections/{name}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for an election's leadership
+         * @description The waiters of an election's leadership, in the order they will be served: with the built-in
+         *     FIFO policy the oldest first; with a fairness policy, as the policy would
+         *     pick them now. Each says who waits (owner, session), its priority, since
+         *     when, until when, and on which broker its client waits. An election's waiters are its candidates. A preview:
+         *     arrivals, departures and grants change it.
+         */
+        get: operations["getElectionWaiters"];
         put?: never;
         post?: never;
         delete?: never;
@@ -789,6 +888,32 @@ export interface paths {
          *     or expired): its leases are gone.
          */
         post: operations["keepSessionAlive"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/waits-for": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for whom
+         * @description The wait-for graph of the tenant's keys that start with `prefix`: an
+         *     edge from each waiter (up to `limit`, oldest first; in the database
+         *     queue or in a broker's memory) to each holder of the key it waits for
+         *     (a read waiter only to a writer). A party is a session when the lease
+         *     or the wait is in one, else an owner. Cycles (parties that wait for
+         *     each other round: a deadlock until a wait runs out) are listed and
+         *     their edges flagged. A preview: it changes with every grant.
+         */
+        get: operations["getWaitsFor"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1389,6 +1514,26 @@ export interface components {
             token: number;
         };
         /**
+         * @description `GET /v1/{kind}/{key}/waiters`: the queue in the order it will be
+         *     served (a preview: arrivals, departures and a fairness policy's
+         *     choices change it).
+         */
+        KeyWaiters: {
+            /** @description The key as the client sent it (decoded). */
+            key: string;
+            /** @description The storage key the tenant's naming policy mapped the key to. */
+            storage_key: string;
+            /** @description The waiters, first served first. */
+            waiters: components["schemas"]["QueuedWaiter"][];
+            /** @description More wait than `limit`: the queue goes on after these. */
+            truncated: boolean;
+            /**
+             * @description Every broker that may keep waiters of this key in memory answered
+             *     (false: one did not within a second, and its are missing).
+             */
+            complete: boolean;
+        };
+        /**
          * @description The leadership won or renewed.
          * @example {
          *       "expires_at": "2026-11-21T10:00:00.000Z",
@@ -1949,6 +2094,41 @@ export interface components {
              *     was last put in force).
              */
             versions: components["schemas"]["PolicyVersion"][];
+        };
+        /** @description One waiter of a key's queue. */
+        QueuedWaiter: {
+            /**
+             * Format: int32
+             * @description Its place in the queue: 0 is served next.
+             */
+            position: number;
+            /** @description Who waits. */
+            owner: string;
+            /** @description The session it asks to hold its lease in; null for none. */
+            session: string | null;
+            /**
+             * Format: int32
+             * @description Its priority (what a fairness policy may use).
+             */
+            priority: number;
+            /**
+             * Format: date-time
+             * @description When it started waiting, UTC with milliseconds.
+             */
+            waiting_since: string;
+            /**
+             * Format: date-time
+             * @description When its wait runs out (`wait_ms` after it started).
+             */
+            deadline: string;
+            /** @description The broker its client waits on. */
+            broker: string;
+            mode?: components["schemas"]["RwMode"] | null;
+            /**
+             * @description It waits in its broker's memory (a contended lock whose lease was
+             *     granted through that broker), not in the database queue.
+             */
+            in_memory: boolean;
         };
         /**
          * @description `POST /v1/locks/{key}/release` (and `/v1/rwlocks/{key}/release`).
@@ -2742,6 +2922,44 @@ export interface components {
              */
             token: number | null;
         };
+        /** @description One edge of the wait-for graph: `waiter` waits for `holder`'s lease. */
+        WaitForEdge: {
+            waiter: components["schemas"]["WaitParty"];
+            holder: components["schemas"]["WaitParty"];
+            /** @description `lock`, `election`, `semaphore` or `rwlock`. */
+            kind: string;
+            /** @description The key waited for (its storage key). */
+            storage_key: string;
+            /**
+             * Format: date-time
+             * @description When the waiter started waiting, UTC with milliseconds.
+             */
+            since: string;
+            /** @description Both ends are in one cycle (a deadlock, until a wait runs out). */
+            in_cycle: boolean;
+        };
+        /**
+         * @description Who holds or waits: a session when the lease (or the wait) is in one,
+         *     else an owner. The graph's node is the session if there is one.
+         */
+        WaitParty: {
+            owner: string;
+            session: string | null;
+        };
+        /** @description `GET /v1/waits-for`: who waits for whom among the tenant's keys. */
+        WaitsFor: {
+            /** @description An edge from each waiter to each holder it waits for. */
+            edges: components["schemas"]["WaitForEdge"][];
+            /**
+             * @description The cycles: each one's parties (several that wait for each other
+             *     round, or one that waits for itself).
+             */
+            cycles: components["schemas"]["WaitParty"][][];
+            /** @description More waiters than `limit`: some edges are missing. */
+            truncated: boolean;
+            /** @description Every broker that may keep waiters in memory answered. */
+            complete: boolean;
+        };
         /** @description A WebAssembly component (binary). */
         WasmComponent: string;
     };
@@ -3295,6 +3513,51 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getLockWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The client's key: one percent-encoded path segment (`a%2Fb` is the
+                 *     key `a/b`). It must decode to UTF-8 of at most 1024 bytes; the
+                 *     tenant's naming policy then maps it to a storage key of 1 to 512
+                 *     bytes or rejects it (422 `invalid_key`). The built-in policy keeps
+                 *     the key as is and rejects empty keys, keys over 255 bytes and keys
+                 *     with a control character (U+0000 to U+001F, U+007F to U+009F; the
+                 *     message names it and its byte offset).
+                 * @example job-1
+                 */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listLocks: {
         parameters: {
             query?: {
@@ -3833,6 +4096,51 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getSemaphoreWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The client's key: one percent-encoded path segment (`a%2Fb` is the
+                 *     key `a/b`). It must decode to UTF-8 of at most 1024 bytes; the
+                 *     tenant's naming policy then maps it to a storage key of 1 to 512
+                 *     bytes or rejects it (422 `invalid_key`). The built-in policy keeps
+                 *     the key as is and rejects empty keys, keys over 255 bytes and keys
+                 *     with a control character (U+0000 to U+001F, U+007F to U+009F; the
+                 *     message names it and its byte offset).
+                 * @example job-1
+                 */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listSemaphores: {
         parameters: {
             query?: {
@@ -4187,6 +4495,51 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getRwLockWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The client's key: one percent-encoded path segment (`a%2Fb` is the
+                 *     key `a/b`). It must decode to UTF-8 of at most 1024 bytes; the
+                 *     tenant's naming policy then maps it to a storage key of 1 to 512
+                 *     bytes or rejects it (422 `invalid_key`). The built-in policy keeps
+                 *     the key as is and rejects empty keys, keys over 255 bytes and keys
+                 *     with a control character (U+0000 to U+001F, U+007F to U+009F; the
+                 *     message names it and its byte offset).
+                 * @example job-1
+                 */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listRwLocks: {
         parameters: {
             query?: {
@@ -4481,6 +4834,48 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getElectionWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name: one percent-encoded path segment, mapped to a
+                 *     storage key by the tenant's naming policy like a lock key (422
+                 *     `invalid_key` when rejected; the built-in policy rejects empty
+                 *     names, names over 255 bytes and names with a control character).
+                 * @example scheduler
+                 */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listElections: {
         parameters: {
             query?: {
@@ -4756,6 +5151,38 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["SessionNotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWaitsFor: {
+        parameters: {
+            query?: {
+                /** @description Only keys (storage keys) that start with these bytes (percent-encoded; matched literally). */
+                prefix?: string;
+                /** @description Waiters at most: 1 to 1000; default 100. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The graph. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WaitsFor"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
             405: components["responses"]["MethodNotAllowed"];
             422: components["responses"]["InvalidKey"];
             429: components["responses"]["RateLimited"];

@@ -1,0 +1,163 @@
+//! Who waits (issue #32), as the API answers it: a key's queue
+//! (`GET /v1/{kind}/{key}/waiters`, through `resource`) and the tenant's
+//! wait-for graph (`GET /v1/waits-for`).
+
+use hyper::{body::Incoming, Method, Request};
+use lockbroker_api::{
+    KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor, WAITERS_DEFAULT_LIMIT,
+    WAITERS_MAX_LIMIT,
+};
+use percent_encoding::percent_decode_str;
+
+use super::{
+    access::Seen,
+    ok,
+    request::{authenticate, limit_param, query_pairs, unknown_param},
+    resource::rfc3339,
+    ApiError, Response,
+};
+use crate::{
+    app::App,
+    engine::{self, Engine, LockRef, RwMode},
+    store::Kind,
+};
+
+/// The `limit` of a queue: 1 to [`WAITERS_MAX_LIMIT`], default
+/// [`WAITERS_DEFAULT_LIMIT`]; other parameters are refused (400).
+///
+/// # Errors
+/// 400 for another parameter or a `limit` out of range.
+pub fn limit(query: Option<&str>) -> Result<u32, ApiError> {
+    let mut limit = WAITERS_DEFAULT_LIMIT;
+    for (name, value) in query_pairs(query) {
+        if name != "limit" {
+            return Err(unknown_param(name, "limit"));
+        }
+        limit = limit_param(value, WAITERS_MAX_LIMIT)?;
+    }
+    Ok(limit)
+}
+
+/// `lock`'s queue in the order it will be served, up to `limit`.
+///
+/// # Errors
+/// 503 when the database is unavailable.
+pub async fn queue(engine: &Engine, lock: &LockRef, limit: u32) -> Result<KeyWaiters, ApiError> {
+    let queue = engine.queue(lock, limit).await?;
+    Ok(KeyWaiters {
+        key: lock.key.clone(),
+        storage_key: lock.storage_key.clone(),
+        waiters: queue
+            .entries
+            .into_iter()
+            .zip(0u32..)
+            .map(|(w, position)| QueuedWaiter {
+                position,
+                owner: w.owner,
+                session: w.session,
+                priority: w.priority,
+                waiting_since: rfc3339(w.since),
+                deadline: rfc3339(w.deadline),
+                broker: w.broker,
+                mode: w.mode.map(|mode| match mode {
+                    RwMode::Read => lockbroker_api::RwMode::Read,
+                    RwMode::Write => lockbroker_api::RwMode::Write,
+                }),
+                in_memory: w.in_memory,
+            })
+            .collect(),
+        truncated: queue.truncated,
+        complete: queue.complete,
+    })
+}
+
+/// Show who waits for whom
+///
+/// The wait-for graph of the tenant's keys that start with `prefix`: an
+/// edge from each waiter (up to `limit`, oldest first; in the database
+/// queue or in a broker's memory) to each holder of the key it waits for
+/// (a read waiter only to a writer). A party is a session when the lease
+/// or the wait is in one, else an owner. Cycles (parties that wait for
+/// each other round: a deadlock until a wait runs out) are listed and
+/// their edges flagged. A preview: it changes with every grant.
+#[utoipa::path(
+    get,
+    path = "/v1/waits-for",
+    operation_id = "getWaitsFor",
+    tag = "contention",
+    params(
+        ("prefix" = Option<String>, Query, description = "Only keys (storage keys) that start \
+with these bytes (percent-encoded; matched literally)."),
+        ("limit" = Option<u32>, Query, description = "Waiters at most: 1 to 1000; default 100."),
+    ),
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "The graph.", body = WaitsFor),
+        (status = 400, response = super::responses::BadRequest),
+        super::responses::ReadErrors,
+    )
+)]
+pub async fn waits_for(
+    app: &App,
+    req: Request<Incoming>,
+    seen: &mut Seen,
+) -> Result<Response, ApiError> {
+    if req.method() != Method::GET {
+        return Err(ApiError::method_not_allowed("GET"));
+    }
+    let tenant = authenticate(app, req.headers()).await?;
+    seen.tenant = Some(tenant.name.clone());
+    let (mut prefix, mut limit) = (String::new(), WAITERS_DEFAULT_LIMIT);
+    for (name, value) in query_pairs(req.uri().query()) {
+        match name {
+            "prefix" => {
+                // As a listing's prefix: percent-encoded, `+` a space.
+                prefix = percent_decode_str(&value.replace('+', " "))
+                    .decode_utf8()
+                    .map_err(|_| ApiError::bad_request("prefix is not UTF-8"))?
+                    .into_owned();
+            }
+            "limit" => limit = limit_param(value, WAITERS_MAX_LIMIT)?,
+            other => return Err(unknown_param(other, "prefix, limit")),
+        }
+    }
+    let graph = app
+        .engine(&tenant)
+        .waits_for(&tenant.name, prefix, limit)
+        .await?;
+    let party = |p: engine::Party| WaitParty {
+        owner: p.owner,
+        session: p.session,
+    };
+    Ok(ok(&WaitsFor {
+        edges: graph
+            .edges
+            .into_iter()
+            .map(|e| WaitForEdge {
+                waiter: party(e.waiter),
+                holder: party(e.holder),
+                kind: kind_name(e.kind).to_owned(),
+                storage_key: e.storage_key,
+                since: rfc3339(e.since),
+                in_cycle: e.in_cycle,
+            })
+            .collect(),
+        cycles: graph
+            .cycles
+            .into_iter()
+            .map(|c| c.into_iter().map(party).collect())
+            .collect(),
+        truncated: graph.truncated,
+        complete: graph.complete,
+    }))
+}
+
+/// A kind as the API names it.
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Lock => "lock",
+        Kind::Election => "election",
+        Kind::Semaphore => "semaphore",
+        Kind::RwLock => "rwlock",
+    }
+}

@@ -1,0 +1,143 @@
+//! Who waits for whom (issue #32): a key's database queue with what the
+//! API shows of each waiter, the tenant's waiting rows across keys, and
+//! the live holders of a set of keys. Plain reads: a look at the queue
+//! never takes a lock a grant would wait for.
+
+use chrono::NaiveDateTime;
+
+use super::{lease_live, pool::Conn, waiters::Staleness, waiters::ELIGIBLE, Kind, RowKey};
+
+/// A pending waiter of the database queue, as the API shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct QueuedRow {
+    pub id: u64,
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    pub owner: Vec<u8>,
+    pub session: Option<Vec<u8>>,
+    pub priority: i32,
+    pub attempts: u32,
+    /// Enqueue time in ms since the Unix epoch (for a fairness policy).
+    pub enqueued_ms: u64,
+    pub enqueued_at: NaiveDateTime,
+    pub deadline: NaiveDateTime,
+    pub broker: Vec<u8>,
+    /// A rwlock waiter's mode (0 read, 1 write).
+    pub mode: Option<u8>,
+}
+
+const QUEUED: &str = r#"
+SELECT w.id, CAST(w.kind AS UNSIGNED) AS kind, w.lock_key, w.owner, w.session, w.priority,
+  w.attempts, CAST(UNIX_TIMESTAMP(w.enqueued_at) * 1000 AS UNSIGNED) AS enqueued_ms,
+  w.enqueued_at, w.deadline, w.broker, w.mode
+FROM waiters w
+"#;
+
+/// Up to `limit` eligible pending waiters of one key, oldest first.
+pub async fn queue(
+    conn: &mut Conn,
+    k: RowKey<'_>,
+    stale: Staleness,
+    limit: u32,
+) -> sqlx::Result<Vec<QueuedRow>> {
+    let sql = format!(
+        "{QUEUED} WHERE w.tenant = ? AND w.kind = ? AND w.lock_key = ? \
+         AND w.granted_token IS NULL AND {ELIGIBLE} ORDER BY w.id LIMIT ?"
+    );
+    let (grace_us, alive_us) = (stale.grace_us, stale.alive_us);
+    conn.fetch_all(
+        &sql,
+        (k.tenant, k.kind as u8, k.key, grace_us, alive_us, limit),
+    )
+    .await
+}
+
+/// Up to `limit` eligible pending waiters of the tenant's keys that start
+/// with `prefix` (any kind), oldest first.
+pub async fn of_tenant(
+    conn: &mut Conn,
+    tenant: &str,
+    prefix: &[u8],
+    stale: Staleness,
+    limit: u32,
+) -> sqlx::Result<Vec<QueuedRow>> {
+    let sql = format!(
+        "{QUEUED} WHERE w.tenant = ? AND w.lock_key LIKE ? \
+         AND w.granted_token IS NULL AND {ELIGIBLE} ORDER BY w.id LIMIT ?"
+    );
+    let (grace_us, alive_us) = (stale.grace_us, stale.alive_us);
+    conn.fetch_all(
+        &sql,
+        (tenant, like_prefix(prefix), grace_us, alive_us, limit),
+    )
+    .await
+}
+
+/// `prefix` as a `LIKE` pattern that matches it literally.
+pub fn like_prefix(prefix: &[u8]) -> Vec<u8> {
+    let mut pattern = Vec::with_capacity(prefix.len() + 1);
+    for &b in prefix {
+        if matches!(b, b'%' | b'_' | b'\\') {
+            pattern.push(b'\\');
+        }
+        pattern.push(b);
+    }
+    pattern.push(b'%');
+    pattern
+}
+
+/// A live lease of one of the keys asked about.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HolderRow {
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    pub owner: Vec<u8>,
+    pub session: Option<Vec<u8>>,
+    /// A rwlock lease's mode (0 read, 1 write).
+    pub mode: Option<u8>,
+}
+
+/// The live leases of the tenant's `keys` of `kind`.
+pub async fn holders(
+    conn: &mut Conn,
+    tenant: &str,
+    kind: Kind,
+    keys: &[Vec<u8>],
+) -> sqlx::Result<Vec<HolderRow>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; keys.len()].join(", ");
+    let sql = match kind {
+        Kind::Lock | Kind::Election => format!(
+            "SELECT CAST(l.kind AS UNSIGNED) AS kind, l.lock_key, l.owner, l.session, \
+             CAST(NULL AS UNSIGNED) AS mode FROM locks l \
+             WHERE l.tenant = ? AND l.kind = {} AND l.lock_key IN ({marks}) AND {}",
+            kind as u8,
+            lease_live("l")
+        ),
+        Kind::Semaphore => format!(
+            "SELECT CAST(2 AS UNSIGNED) AS kind, s.sem_key AS lock_key, s.owner, s.session, \
+             CAST(NULL AS UNSIGNED) AS mode FROM semaphore_slots s \
+             WHERE s.tenant = ? AND s.sem_key IN ({marks}) AND {}",
+            lease_live("s")
+        ),
+        Kind::RwLock => format!(
+            "SELECT CAST(3 AS UNSIGNED) AS kind, h.rw_key AS lock_key, h.writer AS owner, \
+             h.writer_session AS session, CAST(1 AS UNSIGNED) AS mode FROM rwlocks h \
+             WHERE h.tenant = ? AND h.rw_key IN ({marks}) AND h.writer IS NOT NULL \
+             AND h.writer_expires_at > NOW(6) \
+             UNION ALL \
+             SELECT CAST(3 AS UNSIGNED), r.rw_key, r.owner, r.session, CAST(0 AS UNSIGNED) \
+             FROM rwlock_readers r \
+             WHERE r.tenant = ? AND r.rw_key IN ({marks}) AND r.expires_at > NOW(6)"
+        ),
+    };
+    let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
+    params.extend(keys.iter().map(|k| (k.as_slice(),)));
+    if kind == Kind::RwLock {
+        params.push((tenant.as_bytes(),));
+        params.extend(keys.iter().map(|k| (k.as_slice(),)));
+    }
+    conn.fetch_all(&sql, params).await
+}

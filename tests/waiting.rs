@@ -1,0 +1,389 @@
+//! Who waits (issue #32), against real brokers and MariaDB: a key's queue
+//! in the order it will be served (`GET /v1/{kind}/{key}/waiters`), with
+//! waiters of two brokers, in the database queue and in a broker's memory,
+//! and the tenant's wait-for graph (`GET /v1/waits-for`) with its cycles.
+
+use std::time::Duration;
+
+use lockbroker_api::{ErrorCode, KeyWaiters, Lease, RwMode, WaitsFor};
+use lockbroker_tests::{config, eventually, Broker, Client, Reply};
+use serde_json::json;
+
+/// How long a test waits for a condition.
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn waiters(c: &Client, kind: &str, key: &str) -> KeyWaiters {
+    c.get(&format!("/v1/{kind}/{key}/waiters"))
+        .await
+        .unwrap()
+        .ok()
+}
+
+/// Starts a waiting acquire of `path` with `body` in a task.
+fn wait(c: &Client, path: String, body: serde_json::Value) -> tokio::task::JoinHandle<Reply> {
+    let c = c.clone();
+    tokio::spawn(async move { c.post(&path, &body).await.unwrap() })
+}
+
+/// The owners of a queue, first served first.
+fn owners(q: &KeyWaiters) -> Vec<&str> {
+    q.waiters.iter().map(|w| w.owner.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_queue_shows_waiters_of_both_brokers_in_the_order_they_are_served() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
+    let (c1, c2) = (first.client(), second.client());
+    let held: Lease = c1.acquire("q", "holder", 30_000, 0).await.unwrap().ok();
+    let session = c1.open_session(&json!({"ttl_ms": 30_000})).await;
+    let b = wait(
+        &c1,
+        "/v1/locks/q/acquire".into(),
+        json!({"owner": "b", "ttl_ms": 30_000, "wait_ms": 20_000, "priority": 3}),
+    );
+    eventually("b queues", WAIT, || async {
+        waiters(&c1, "locks", "q").await.waiters.len() == 1
+    })
+    .await;
+    let s = wait(
+        &c2,
+        "/v1/locks/q/acquire".into(),
+        json!({"session": session.id, "wait_ms": 20_000}),
+    );
+    eventually("the session queues", WAIT, || async {
+        waiters(&c1, "locks", "q").await.waiters.len() == 2
+    })
+    .await;
+    let d = wait(
+        &c2,
+        "/v1/locks/q/acquire".into(),
+        json!({"owner": "d", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("d queues", WAIT, || async {
+        waiters(&c2, "locks", "q").await.waiters.len() == 3
+    })
+    .await;
+
+    // Either broker shows the same queue, FIFO.
+    for c in [&c1, &c2] {
+        let q = waiters(c, "locks", "q").await;
+        assert_eq!(owners(&q), ["b", session.id.as_str(), "d"], "{q:?}");
+        assert!(q.complete && !q.truncated);
+        assert_eq!(
+            q.waiters.iter().map(|w| w.position).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        let (b, s, d) = (&q.waiters[0], &q.waiters[1], &q.waiters[2]);
+        assert_eq!((b.priority, b.session.as_deref()), (3, None));
+        assert_eq!(s.session.as_deref(), Some(session.id.as_str()));
+        assert_eq!(b.broker, q.waiters[0].broker);
+        assert_ne!(
+            b.broker, d.broker,
+            "b waits on the first broker, d on the second"
+        );
+        assert_eq!(s.broker, d.broker);
+        assert!(b.deadline > b.waiting_since && b.waiting_since <= s.waiting_since);
+        assert!(q.waiters.iter().all(|w| !w.in_memory && w.mode.is_none()));
+    }
+    let page = c1
+        .get("/v1/locks/q/waiters?limit=2")
+        .await
+        .unwrap()
+        .ok::<KeyWaiters>();
+    assert_eq!((page.waiters.len(), page.truncated), (2, true));
+    assert_eq!(
+        c1.get("/v1/locks/q/waiters?limit=0").await.unwrap().code(),
+        Some(ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        c1.get("/v1/locks/q/waiters?x=1").await.unwrap().code(),
+        Some(ErrorCode::BadRequest)
+    );
+
+    // Served in that order.
+    c1.release("q", "holder", held.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    let b: Lease = b.await.unwrap().ok();
+    assert_eq!(
+        owners(&waiters(&c2, "locks", "q").await),
+        [session.id.as_str(), "d"]
+    );
+    c1.release("q", "b", b.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    let s: Lease = s.await.unwrap().ok();
+    assert_eq!(owners(&waiters(&c1, "locks", "q").await), ["d"]);
+    c2.release("q", &session.id, s.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    assert_eq!(d.await.unwrap().status, 200);
+    assert!(waiters(&c1, "locks", "q").await.waiters.is_empty());
+    second.shutdown().await;
+    first.stop().await;
+}
+
+#[tokio::test]
+async fn waiters_in_a_brokers_memory_are_shown_by_every_broker() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
+    let (c1, c2) = (first.client(), second.client());
+    // A contended key: its lease handed on through the first broker, whose
+    // next waiters then wait in its memory.
+    let held: Lease = c1.acquire("m", "h0", 30_000, 0).await.unwrap().ok();
+    let w1 = wait(
+        &c1,
+        "/v1/locks/m/acquire".into(),
+        json!({"owner": "w1", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("w1 queues", WAIT, || async {
+        waiters(&c1, "locks", "m").await.waiters.len() == 1
+    })
+    .await;
+    c1.release("m", "h0", held.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    let w1: Lease = w1.await.unwrap().ok();
+    let w2 = wait(
+        &c1,
+        "/v1/locks/m/acquire".into(),
+        json!({"owner": "w2", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    let w3 = wait(
+        &c1,
+        "/v1/locks/m/acquire".into(),
+        json!({"owner": "w3", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("w2 and w3 wait", WAIT, || async {
+        waiters(&c2, "locks", "m").await.waiters.len() == 2
+    })
+    .await;
+    let q = waiters(&c2, "locks", "m").await;
+    assert_eq!(owners(&q), ["w2", "w3"], "{q:?}");
+    assert!(q.complete);
+    // Where they wait, the second broker learned from the first.
+    assert!(q.waiters.iter().all(|w| w.in_memory), "{q:?}");
+    let graph: WaitsFor = c2.get("/v1/waits-for?prefix=m").await.unwrap().ok();
+    let edges: Vec<_> = graph
+        .edges
+        .iter()
+        .map(|e| (e.waiter.owner.as_str(), e.holder.owner.as_str()))
+        .collect();
+    assert_eq!(edges, [("w2", "w1"), ("w3", "w1")], "{graph:?}");
+    c1.release("m", "w1", w1.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    let w2: Lease = w2.await.unwrap().ok();
+    c1.release("m", "w2", w2.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    assert_eq!(w3.await.unwrap().status, 200);
+    second.shutdown().await;
+    first.stop().await;
+}
+
+#[tokio::test]
+async fn semaphore_rwlock_and_election_queues_say_what_each_waits_for() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let ok = c
+        .post(
+            "/v1/semaphores/qs/acquire",
+            &json!({"owner": "p", "permits": 1, "ttl_ms": 30_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200, "{ok:?}");
+    let _p = wait(
+        &c,
+        "/v1/semaphores/qs/acquire".into(),
+        json!({"owner": "p2", "permits": 1, "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    let ok = c
+        .post(
+            "/v1/rwlocks/qr/acquire",
+            &json!({"owner": "r", "mode": "read", "ttl_ms": 30_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200, "{ok:?}");
+    let _w = wait(
+        &c,
+        "/v1/rwlocks/qr/acquire".into(),
+        json!({"owner": "writer", "mode": "write", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("the writer queues", WAIT, || async {
+        waiters(&c, "rwlocks", "qr").await.waiters.len() == 1
+    })
+    .await;
+    let _r = wait(
+        &c,
+        "/v1/rwlocks/qr/acquire".into(),
+        json!({"owner": "reader", "mode": "read", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    let ok = c
+        .post(
+            "/v1/elections/qe/campaign",
+            &json!({"candidate": "leader", "ttl_ms": 30_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200, "{ok:?}");
+    let _e = wait(
+        &c,
+        "/v1/elections/qe/campaign".into(),
+        json!({"candidate": "next", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("every waiter queues", WAIT, || async {
+        waiters(&c, "semaphores", "qs").await.waiters.len() == 1
+            && waiters(&c, "rwlocks", "qr").await.waiters.len() == 2
+            && waiters(&c, "elections", "qe").await.waiters.len() == 1
+    })
+    .await;
+    let rw = waiters(&c, "rwlocks", "qr").await;
+    let modes: Vec<_> = rw
+        .waiters
+        .iter()
+        .map(|w| (w.owner.as_str(), w.mode))
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            ("writer", Some(RwMode::Write)),
+            ("reader", Some(RwMode::Read))
+        ]
+    );
+    assert_eq!(owners(&waiters(&c, "semaphores", "qs").await), ["p2"]);
+    assert_eq!(owners(&waiters(&c, "elections", "qe").await), ["next"]);
+
+    // The graph: the writer waits for the reader; the reader queued
+    // behind it waits for no holder (no writer holds).
+    let graph: WaitsFor = c.get("/v1/waits-for?prefix=q").await.unwrap().ok();
+    let mut edges: Vec<_> = graph
+        .edges
+        .iter()
+        .map(|e| {
+            (
+                e.kind.as_str(),
+                e.storage_key.as_str(),
+                e.waiter.owner.as_str(),
+                e.holder.owner.as_str(),
+            )
+        })
+        .collect();
+    edges.sort();
+    assert_eq!(
+        edges,
+        [
+            ("election", "qe", "next", "leader"),
+            ("rwlock", "qr", "writer", "r"),
+            ("semaphore", "qs", "p2", "p"),
+        ]
+    );
+    assert!(graph.cycles.is_empty() && graph.complete && !graph.truncated);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn sessions_waiting_for_each_other_round_are_a_cycle_across_brokers() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
+    let (c1, c2) = (first.client(), second.client());
+    // Three sessions, each holding one key and waiting for the next's.
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        let s = c1.open_session(&json!({"ttl_ms": 30_000})).await;
+        let ok = c1
+            .post(
+                &format!("/v1/locks/cy-{i}/acquire"),
+                &json!({"session": s.id, "owner": format!("o{i}")}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ok.status, 200, "{ok:?}");
+        sessions.push(s);
+    }
+    let mut waits = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let c = if i % 2 == 0 { &c1 } else { &c2 };
+        let next = (i + 1) % 3;
+        waits.push(wait(
+            c,
+            format!("/v1/locks/cy-{next}/acquire"),
+            json!({"session": s.id, "owner": format!("w{i}"), "wait_ms": 20_000}),
+        ));
+    }
+    // A plain wait outside the cycle, and a key of another prefix.
+    let x: Lease = c1.acquire("cy-x", "xholder", 30_000, 0).await.unwrap().ok();
+    waits.push(wait(
+        &c2,
+        "/v1/locks/cy-x/acquire".into(),
+        json!({"owner": "xwaiter", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    ));
+    eventually("everyone waits", WAIT, || async {
+        let g: WaitsFor = c2.get("/v1/waits-for?prefix=cy-").await.unwrap().ok();
+        g.edges.len() == 4
+    })
+    .await;
+    let graph: WaitsFor = c1.get("/v1/waits-for?prefix=cy-").await.unwrap().ok();
+    assert!(graph.complete);
+    assert_eq!(graph.cycles.len(), 1, "{graph:?}");
+    let mut in_cycle: Vec<_> = graph.cycles[0]
+        .iter()
+        .map(|p| p.session.clone().unwrap())
+        .collect();
+    in_cycle.sort();
+    let mut ids: Vec<_> = sessions.iter().map(|s| s.id.clone()).collect();
+    ids.sort();
+    assert_eq!(in_cycle, ids);
+    for e in &graph.edges {
+        let expected = e.storage_key != "cy-x";
+        assert_eq!(e.in_cycle, expected, "{e:?}");
+        if expected {
+            // Parties are the sessions, whatever owner holds or waits.
+            assert!(e.waiter.session.is_some() && e.holder.session.is_some());
+        }
+    }
+    // Another prefix sees nothing of it.
+    let none: WaitsFor = c1.get("/v1/waits-for?prefix=zz").await.unwrap().ok();
+    assert!(none.edges.is_empty() && none.cycles.is_empty());
+    assert_eq!(
+        c1.get("/v1/waits-for?limit=1001").await.unwrap().code(),
+        Some(ErrorCode::BadRequest)
+    );
+    assert_eq!(
+        c1.post("/v1/waits-for", &json!({})).await.unwrap().status,
+        405
+    );
+    // Another tenant sees none of it.
+    let other = first.client_with(Some(lockbroker_tests::OTHER_KEY));
+    let theirs: WaitsFor = other.get("/v1/waits-for").await.unwrap().ok();
+    assert!(theirs.edges.is_empty());
+    // Ending one session breaks the cycle: its waiter answers, the one
+    // waiting for its key is served.
+    assert_eq!(c1.close_session(&sessions[0].id).await.status, 200);
+    eventually("the cycle is gone", WAIT, || async {
+        let g: WaitsFor = c1.get("/v1/waits-for?prefix=cy-").await.unwrap().ok();
+        g.cycles.is_empty()
+    })
+    .await;
+    for s in &sessions[1..] {
+        assert_eq!(c1.close_session(&s.id).await.status, 200);
+    }
+    c1.release("cy-x", "xholder", x.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    for w in waits {
+        let _ = w.await.unwrap();
+    }
+    second.shutdown().await;
+    first.stop().await;
+}
