@@ -387,3 +387,128 @@ async fn sessions_waiting_for_each_other_round_are_a_cycle_across_brokers() {
     second.shutdown().await;
     first.stop().await;
 }
+
+#[tokio::test]
+async fn contention_adds_up_every_brokers_counts_most_contended_first() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
+    let (c1, c2) = (first.client(), second.client());
+    // "hot-a": held, tried and refused through both brokers, waited for
+    // and handed on; "hot-b": one plain grant; "hot-s": a full semaphore.
+    let held: Lease = c1.acquire("hot-a", "h", 30_000, 0).await.unwrap().ok();
+    for c in [&c1, &c2, &c2] {
+        assert_eq!(
+            c.acquire("hot-a", "t", 30_000, 0).await.unwrap().code(),
+            Some(ErrorCode::LockHeld)
+        );
+    }
+    let waiter = wait(
+        &c2,
+        "/v1/locks/hot-a/acquire".into(),
+        json!({"owner": "w", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("w queues", WAIT, || async {
+        waiters(&c1, "locks", "hot-a").await.waiters.len() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // a wait to measure
+    c1.release("hot-a", "h", held.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    let w: Lease = waiter.await.unwrap().ok();
+    let late = wait(
+        &c1,
+        "/v1/locks/hot-a/acquire".into(),
+        json!({"owner": "late", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("late queues", WAIT, || async {
+        waiters(&c2, "locks", "hot-a").await.waiters.len() == 1
+    })
+    .await;
+    assert_eq!(
+        c2.acquire("hot-b", "b", 30_000, 0).await.unwrap().status,
+        200
+    );
+    let ok = c2
+        .post(
+            "/v1/semaphores/hot-s/acquire",
+            &json!({"owner": "s", "permits": 1, "ttl_ms": 30_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.status, 200);
+    let full = c1
+        .post(
+            "/v1/semaphores/hot-s/acquire",
+            &json!({"owner": "s2", "permits": 1, "ttl_ms": 30_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(full.code(), Some(ErrorCode::SemaphoreFull));
+
+    let hot: lockbroker_api::Contention = c2
+        .get("/v1/contention?prefix=hot-&window_s=55")
+        .await
+        .unwrap()
+        .ok();
+    assert_eq!(hot.window_s, 60);
+    assert!(hot.complete);
+    let names: Vec<_> = hot
+        .keys
+        .iter()
+        .map(|k| (k.kind.as_str(), k.storage_key.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("lock", "hot-a"), ("semaphore", "hot-s"), ("lock", "hot-b")],
+        "{hot:?}"
+    );
+    let a = &hot.keys[0];
+    // Every broker's counts: the three refusals (one through the first,
+    // two through the second), two grants (h, then w handed off).
+    assert_eq!((a.grants, a.handoffs, a.refusals), (2, 1, 3), "{a:?}");
+    assert!(a.wait_p99_ms >= 256, "{a:?}");
+    assert_eq!(a.waiters, 1, "late waits now");
+    assert_eq!(
+        a.holders
+            .iter()
+            .map(|h| h.owner.as_str())
+            .collect::<Vec<_>>(),
+        ["w"]
+    );
+    let s = &hot.keys[1];
+    assert_eq!((s.grants, s.refusals, s.holders.len()), (1, 1, 1), "{s:?}");
+    let b = &hot.keys[2];
+    assert_eq!(
+        (b.grants, b.handoffs, b.refusals, b.wait_p50_ms <= 1024),
+        (1, 0, 0, true),
+        "{b:?}"
+    );
+    let top1: lockbroker_api::Contention = c1
+        .get("/v1/contention?prefix=hot-&top=1")
+        .await
+        .unwrap()
+        .ok();
+    assert_eq!(top1.keys.len(), 1);
+    assert_eq!(top1.keys[0].storage_key, "hot-a");
+    for bad in ["window_s=0", "window_s=301", "top=0", "top=101", "x=1"] {
+        let reply = c1.get(&format!("/v1/contention?{bad}")).await.unwrap();
+        assert_eq!(
+            reply.code(),
+            Some(ErrorCode::BadRequest),
+            "{bad}: {reply:?}"
+        );
+    }
+    // Another tenant sees none of it.
+    let other = first.client_with(Some(lockbroker_tests::OTHER_KEY));
+    let theirs: lockbroker_api::Contention = other.get("/v1/contention").await.unwrap().ok();
+    assert!(theirs.keys.is_empty());
+    c2.release("hot-a", "w", w.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    assert_eq!(late.await.unwrap().status, 200);
+    second.shutdown().await;
+    first.stop().await;
+}

@@ -6,6 +6,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::RwMode;
 
+/// The window of `GET /v1/contention` unless asked (`window_s`).
+pub const CONTENTION_DEFAULT_WINDOW_S: u64 = 60;
+/// The longest window of `GET /v1/contention`.
+pub const CONTENTION_MAX_WINDOW_S: u64 = 300;
+/// How many keys `GET /v1/contention` shows unless asked (`top`).
+pub const CONTENTION_DEFAULT_TOP: u32 = 10;
+/// The most keys `GET /v1/contention` shows (`top`).
+pub const CONTENTION_MAX_TOP: u32 = 100;
+
 /// How many waiters a queue or graph shows unless asked (`limit`).
 pub const WAITERS_DEFAULT_LIMIT: u32 = 100;
 /// The most waiters a queue or graph shows (`limit`).
@@ -69,6 +78,45 @@ pub struct WaitParty {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub session: Option<String>,
+}
+
+/// One key of `GET /v1/contention`: what happened to it over the window,
+/// every broker's added up, and who holds and waits now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HotKey {
+    /// `lock`, `election`, `semaphore` or `rwlock`.
+    pub kind: String,
+    pub storage_key: String,
+    /// Acquires granted (directly, re-entered or handed off).
+    pub grants: u64,
+    /// Of those, leases handed to a queued waiter by a release or expiry.
+    pub handoffs: u64,
+    /// Acquires refused because the key was held (a try, or a wait that
+    /// ran out).
+    pub refusals: u64,
+    /// How long grants waited (from request to grant), median and 99th
+    /// percentile, in ms (each the upper end of a doubling bucket: at most
+    /// twice the true value); 0 without grants.
+    pub wait_p50_ms: u64,
+    pub wait_p99_ms: u64,
+    /// Waiting now (database queue and brokers' memory).
+    pub waiters: u64,
+    /// Holding now (several for a semaphore or a rwlock's readers).
+    pub holders: Vec<WaitParty>,
+}
+
+/// `GET /v1/contention`: the tenant's most contended keys of the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Contention {
+    /// The window, in seconds (a multiple of 10).
+    pub window_s: u64,
+    /// Most contended first: by handoffs plus refusals, then grants.
+    pub keys: Vec<HotKey>,
+    /// Every live broker answered (false: one did not within a second,
+    /// and its counts are missing).
+    pub complete: bool,
 }
 
 /// One edge of the wait-for graph: `waiter` waits for `holder`'s lease.

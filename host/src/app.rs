@@ -166,14 +166,23 @@ impl App {
 
     /// This broker's waiters in memory that `ask` names, from every
     /// engine (`POST /internal/v1/waiting`).
-    pub fn waiting_here(
-        &self,
-        ask: &crate::engine::WaitingRequest,
-    ) -> Vec<crate::engine::MemoryWaiter> {
-        self.engines
+    pub fn waiting_here(&self, ask: &crate::engine::WaitingRequest) -> crate::engine::WaitingReply {
+        let waiters = self
+            .engines
             .iter()
-            .flat_map(|engine| engine.waiting_here(ask))
-            .collect()
+            .flat_map(|e| e.waiting_here(ask).waiters);
+        crate::engine::WaitingReply {
+            waiters: waiters.collect(),
+        }
+    }
+
+    /// How hot this broker saw the keys `ask` names, from every engine
+    /// (`POST /internal/v1/heat`).
+    pub fn heat_here(&self, ask: &crate::engine::HeatRequest) -> crate::engine::HeatReply {
+        let keys = self.engines.iter().flat_map(|e| e.heat_here(ask).keys);
+        crate::engine::HeatReply {
+            keys: keys.collect(),
+        }
     }
 
     /// Ready when every database answers and every tenant has a policy of

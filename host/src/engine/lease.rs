@@ -11,7 +11,7 @@
 use super::{
     delay,
     detach::Departure,
-    history, plus_ms,
+    heat, history, plus_ms,
     queue::{Delivery, Queued},
     seat::{self, Lease, LeaseRow, Seat},
     settle::Expect,
@@ -146,8 +146,14 @@ impl Engine {
             Attempt::Busy {
                 remaining_ms,
                 queued,
-            } => return Err(busy(self.retry_after(lock, queued, remaining_ms, 0).await)),
-            Attempt::Delayed { retry_after_ms } => return Err(busy(retry_after_ms)),
+            } => {
+                self.heat.saw(lock, heat::Seen::Refused);
+                return Err(busy(self.retry_after(lock, queued, remaining_ms, 0).await));
+            }
+            Attempt::Delayed { retry_after_ms } => {
+                self.heat.saw(lock, heat::Seen::Refused);
+                return Err(busy(retry_after_ms));
+            }
             Attempt::Queued(queued) => {
                 match self
                     .await_handoff(lock, queued, wish.wait_ms, departure)
@@ -158,6 +164,7 @@ impl Engine {
                         handed(wish, handoff)
                     }
                     None => {
+                        self.heat.saw(lock, heat::Seen::Refused);
                         let hint = self.retry_after(lock, 0, 0, wish.wait_ms).await;
                         return Err(busy(hint));
                     }
@@ -180,6 +187,7 @@ impl Engine {
     /// Records how long an acquire took from its request to its grant
     /// (queueing included), by resource kind.
     pub(super) fn time_grant(&self, lock: &LockRef, started: tokio::time::Instant) {
+        self.heat.saw(lock, heat::Seen::Granted(started.elapsed()));
         let kind = match lock.kind {
             Kind::Lock => "lock",
             Kind::Semaphore => "semaphore",
@@ -197,6 +205,9 @@ impl Engine {
     /// `reentry`, `handoff`); permits and rwlock leases are not counted as
     /// lock grants.
     pub(super) fn count_grant(&self, lock: &LockRef, via: &str) {
+        if via == "handoff" {
+            self.heat.saw(lock, heat::Seen::HandedOff);
+        }
         if matches!(lock.kind, Kind::Lock | Kind::Election) {
             self.metrics.inc(
                 "lockbroker_lock_grants_total",

@@ -173,10 +173,12 @@ impl Engine {
             InMemory::NotHere => None,
             InMemory::Granted(lease) => Some(Attempt::Granted(lease)),
             InMemory::TimedOut => {
+                self.heat.saw(lock, super::heat::Seen::Refused);
                 let hint = self.retry_after(lock, 0, 0, wish.wait_ms).await;
                 return Err(lock_held(hint));
             }
             InMemory::Refused(waiting) => {
+                self.heat.saw(lock, super::heat::Seen::Refused);
                 let hint = self.retry_after(lock, waiting, 0, 0).await;
                 return Err(lock_held(hint));
             }

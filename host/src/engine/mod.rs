@@ -47,6 +47,7 @@
 
 mod batch;
 mod brokers;
+mod contention;
 mod delay;
 mod detach;
 mod election;
@@ -56,6 +57,7 @@ mod fixtures;
 mod force;
 mod gate;
 mod gather;
+mod heat;
 mod held_here;
 mod history;
 mod lease;
@@ -96,9 +98,11 @@ use crate::{
     tenant::Tenant,
 };
 
+pub use contention::{Contention, HotKey, MAX_WINDOW_S};
 pub use election::{Leadership, Observation};
 pub use events::{Event, Subscription};
 pub use force::Forced;
+pub use heat::{Counts, KeyHeat};
 pub use held_here::MemoryWaiter;
 pub use history::LockEvent;
 pub use lease::Ask;
@@ -111,7 +115,9 @@ pub use seat::{Lease, Seat, SESSION_LEASE_TTL_MS};
 pub use semaphore::{SemaphoreGrant, SemaphoreState, SlotState};
 pub use session::{EndReason, SessionInfo, SessionLease};
 pub use waiting::{KeyQueue, Party, QueueEntry, WaitEdge, WaitGraph};
-pub use wake::{Push, WaitingReply, WaitingRequest, WakeReply, WakeRequest, WAKE_PATH};
+pub use wake::{
+    HeatReply, HeatRequest, Push, WaitingReply, WaitingRequest, WakeReply, WakeRequest, WAKE_PATH,
+};
 
 /// A broker is taken for dead once its heartbeat is this old: its pending
 /// waiters are skipped, its undelivered grants taken back.
@@ -432,6 +438,8 @@ pub struct Inner {
     /// Leases granted through this broker, with the waiters here for them
     /// (`held_here`).
     held_here: held_here::HeldHere,
+    /// How hot this broker saw each key (`heat`, `GET /v1/contention`).
+    heat: heat::Heat,
     /// The tenants whose keys the reaper tends, by name: replaced whole
     /// when a config reload adds, removes or changes tenants.
     scopes: std::sync::RwLock<Arc<Scopes>>,
@@ -473,6 +481,7 @@ impl Engine {
             delayed: Mutex::new(std::collections::HashSet::new()),
             gates,
             held_here: held_here::HeldHere::default(),
+            heat: heat::Heat::default(),
             scopes: std::sync::RwLock::default(),
         }))
     }

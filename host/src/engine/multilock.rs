@@ -169,6 +169,7 @@ impl Engine {
                     remaining_ms,
                     queued,
                 } => {
+                    self.heat.saw(&set[0], super::heat::Seen::Refused);
                     let hint = self
                         .retry_after(&set[0], queued, remaining_ms, wish.wait_ms)
                         .await;
@@ -195,6 +196,7 @@ impl Engine {
                             });
                         }
                         None => {
+                            self.heat.saw(lock, super::heat::Seen::Refused);
                             let hint = self.retry_after(lock, 0, 0, wish.wait_ms).await;
                             return Err(lock_held(hint));
                         }

@@ -70,6 +70,7 @@ impl Engine {
                 let tenants = engine.scopes();
                 let full = engine.reap_once(&tenants, sweep, prune).await?;
                 if tick.wrapping_sub(1).is_multiple_of(count_every) {
+                    engine.heat.prune();
                     // Each tenant's held leases, for the gauge: last, and
                     // on its own (a failed count delays nothing).
                     if let Err(err) = engine.count_held_leases(&tenants).await {

@@ -35,10 +35,10 @@ use hyper_util::{
     client::legacy::{connect::HttpConnector, Client as HyperClient},
     rt::{TokioExecutor, TokioTimer},
 };
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::sync::{Notify, Semaphore};
 
-use super::{held_here::MemoryWaiter, Engine, EngineError};
+use super::{heat::KeyHeat, held_here::MemoryWaiter, Engine, EngineError};
 use crate::{config::TlsConfig, tls};
 
 /// The TLS of pushes to other brokers (see [`Push::new`]).
@@ -69,6 +69,8 @@ use crate::{
 pub const WAKE_PATH: &str = "/internal/v1/wake";
 /// The path of the route that shows a broker's waiters in memory.
 pub const WAITING_PATH: &str = "/internal/v1/waiting";
+/// The path of the route that shows how hot a broker saw each key.
+pub const HEAT_PATH: &str = "/internal/v1/heat";
 /// The whole exchange of one look at a peer's waiters (a person waits for
 /// the answer; a broker that does not answer by then is left out).
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -109,6 +111,21 @@ pub struct WaitingRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaitingReply {
     pub waiters: Vec<MemoryWaiter>,
+}
+
+/// A look at how hot a broker saw `tenant`'s keys that start with
+/// `prefix` over the last `window_s` seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeatRequest {
+    pub tenant: String,
+    pub prefix: String,
+    pub window_s: u64,
+}
+
+/// Its answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeatReply {
+    pub keys: Vec<KeyHeat>,
 }
 
 /// This process's side of push wake-ups, shared by its engines (one per
@@ -190,20 +207,22 @@ impl Push {
         }
     }
 
-    /// Asks `peer` for its waiters in memory that `ask` names; `None` when
-    /// it does not answer well in time.
-    async fn ask_waiting(&self, peer: &Peer, ask: &WaitingRequest) -> Option<Vec<MemoryWaiter>> {
+    /// Asks `peer` `ask` at its internal route `path`; `None` when it
+    /// does not answer well in time.
+    async fn ask<Q: Serialize, A: DeserializeOwned>(
+        &self,
+        peer: &Peer,
+        path: &str,
+        ask: &Q,
+    ) -> Option<A> {
         let _permit = self.in_flight.clone().try_acquire_owned().ok()?;
         let body = serde_json::to_vec(ask).expect("serializes");
-        let (status, body) = self
-            .call(&peer.waiting, &peer.bearer, body, ASK_TIMEOUT)
-            .await?;
+        let uri: Uri = format!("{}{path}", peer.base).parse().ok()?;
+        let (status, body) = self.call(&uri, &peer.bearer, body, ASK_TIMEOUT).await?;
         if !status.is_success() {
             return None;
         }
-        serde_json::from_slice::<WaitingReply>(&body)
-            .ok()
-            .map(|reply| reply.waiters)
+        serde_json::from_slice(&body).ok()
     }
 
     /// One POST of `body` (JSON) to `uri` with `bearer`, within `limit`:
@@ -264,8 +283,8 @@ impl Sent {
 #[derive(Debug, Clone)]
 struct Peer {
     uri: Uri,
-    /// Its waiters route.
-    waiting: Uri,
+    /// Its base URL (no trailing slash).
+    base: String,
     /// `Bearer <its secret>`.
     bearer: String,
 }
@@ -282,7 +301,7 @@ impl Peer {
         }
         Some(Peer {
             uri: format!("{url}{WAKE_PATH}").parse().ok()?,
-            waiting: format!("{url}{WAITING_PATH}").parse().ok()?,
+            base: url.to_owned(),
             bearer: format!("Bearer {secret}"),
         })
     }
@@ -419,15 +438,60 @@ impl Engine {
         tenant: &str,
         prefix: &str,
     ) -> (Vec<(String, MemoryWaiter)>, bool) {
-        let mut found: Vec<(String, MemoryWaiter)> = self
-            .held_here
-            .queues_of(tenant, prefix)
+        let ask = WaitingRequest {
+            tenant: tenant.to_owned(),
+            prefix: prefix.to_owned(),
+        };
+        let (answers, complete) = self
+            .ask_everyone::<_, WaitingReply>(WAITING_PATH, &ask, self.waiting_here(&ask))
+            .await;
+        let found = answers
             .into_iter()
-            .map(|w| (self.broker.to_string(), w))
+            .flat_map(|(name, reply)| reply.waiters.into_iter().map(move |w| (name.clone(), w)))
             .collect();
+        (found, complete)
+    }
+
+    /// How hot this broker and each live broker (asked) saw `tenant`'s
+    /// keys that start with `prefix` over the last `window_s` seconds; and
+    /// whether every broker answered.
+    pub(super) async fn heat_everywhere(
+        &self,
+        tenant: &str,
+        prefix: &str,
+        window_s: u64,
+    ) -> (Vec<KeyHeat>, bool) {
+        let ask = HeatRequest {
+            tenant: tenant.to_owned(),
+            prefix: prefix.to_owned(),
+            window_s,
+        };
+        let (answers, complete) = self
+            .ask_everyone::<_, HeatReply>(HEAT_PATH, &ask, self.heat_here(&ask))
+            .await;
+        let found = answers.into_iter().flat_map(|(_, r)| r.keys).collect();
+        (found, complete)
+    }
+
+    /// `ask` answered by this broker (`here`, under its own name) and by
+    /// every live broker, at `path`, at once; and whether every one
+    /// answered (a broker that takes no calls, or did not answer within
+    /// [`ASK_TIMEOUT`], is left out).
+    async fn ask_everyone<Q: Serialize, A: DeserializeOwned>(
+        &self,
+        path: &str,
+        ask: &Q,
+        here: A,
+    ) -> (Vec<(String, A)>, bool) {
+        let mut found = vec![(self.broker.to_string(), here)];
         let Some(push) = self.wake.push.get().cloned() else {
             return (found, true);
         };
+        // The live brokers as the database says now (the directory is
+        // read once a second: a broker started since would be missed).
+        if self.refresh_peers().await.is_err() {
+            return (found, false);
+        }
         let peers: Vec<(Vec<u8>, Option<Peer>)> = self
             .wake
             .peers
@@ -436,15 +500,11 @@ impl Engine {
             .iter()
             .map(|(name, peer)| (name.clone(), peer.clone()))
             .collect();
-        let ask = WaitingRequest {
-            tenant: tenant.to_owned(),
-            prefix: prefix.to_owned(),
-        };
         let asks = peers.iter().map(|(name, peer)| {
-            let (push, ask) = (&push, &ask);
+            let push = &push;
             async move {
                 let answer = match peer {
-                    Some(peer) => push.ask_waiting(peer, ask).await,
+                    Some(peer) => push.ask::<Q, A>(peer, path, ask).await,
                     // It cannot be reached: what it keeps is not known.
                     None => None,
                 };
@@ -454,7 +514,7 @@ impl Engine {
         let mut complete = true;
         for (name, answer) in futures_util::future::join_all(asks).await {
             match answer {
-                Some(waiters) => found.extend(waiters.into_iter().map(|w| (name.clone(), w))),
+                Some(answer) => found.push((name, answer)),
                 None => complete = false,
             }
         }
@@ -463,8 +523,19 @@ impl Engine {
 
     /// This broker's waiters in memory that `ask` names (the internal
     /// route's answer).
-    pub fn waiting_here(&self, ask: &WaitingRequest) -> Vec<MemoryWaiter> {
-        self.held_here.queues_of(&ask.tenant, &ask.prefix)
+    pub fn waiting_here(&self, ask: &WaitingRequest) -> WaitingReply {
+        WaitingReply {
+            waiters: self.held_here.queues_of(&ask.tenant, &ask.prefix),
+        }
+    }
+
+    /// How hot this broker saw the keys `ask` names (the internal route's
+    /// answer).
+    pub fn heat_here(&self, ask: &HeatRequest) -> HeatReply {
+        let window = Duration::from_secs(ask.window_s);
+        HeatReply {
+            keys: self.heat.of(&ask.tenant, &ask.prefix, window),
+        }
     }
 
     /// Reads the live brokers that take pushes into the directory (with

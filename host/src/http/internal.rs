@@ -14,6 +14,10 @@
 //! waiters in memory for the tenant's locks whose storage key starts with
 //! `prefix` (another broker answering `GET /v1/locks/{key}/waiters` or
 //! `GET /v1/waits-for` asks every live broker). Answers `{"waiters": [...]}`.
+//!
+//! `POST /internal/v1/heat` `{"tenant", "prefix", "window_s"}`: how hot
+//! this broker saw the tenant's keys (grants, handoffs, refusals, waits;
+//! for `GET /v1/contention`). Answers `{"keys": [...]}`.
 
 use hyper::{body::Incoming, Method, Request};
 
@@ -25,7 +29,7 @@ use super::{
 };
 use crate::{
     app::App,
-    engine::{WaitingReply, WaitingRequest, WakeReply, WakeRequest},
+    engine::{HeatRequest, WaitingRequest, WakeReply, WakeRequest},
 };
 
 /// The largest wake body taken: a push names the waiters granted by one
@@ -58,6 +62,11 @@ pub async fn handle(
             waiting(app, req).await
         }
         ["waiting"] => Err(ApiError::method_not_allowed("POST")),
+        ["heat"] if req.method() == Method::POST => {
+            seen.action = "heat";
+            heat(app, req).await
+        }
+        ["heat"] => Err(ApiError::method_not_allowed("POST")),
         _ => Err(ApiError::not_found("no such internal path")),
     }
 }
@@ -66,9 +75,14 @@ pub async fn handle(
 async fn waiting(app: &App, req: Request<Incoming>) -> Result<Response, ApiError> {
     let body = read_body(req, MAX_WAKE_BYTES).await?;
     let ask: WaitingRequest = parse_json(&body)?;
-    Ok(ok(&WaitingReply {
-        waiters: app.waiting_here(&ask),
-    }))
+    Ok(ok(&app.waiting_here(&ask)))
+}
+
+/// How hot this broker saw a tenant's keys under a prefix.
+async fn heat(app: &App, req: Request<Incoming>) -> Result<Response, ApiError> {
+    let body = read_body(req, MAX_WAKE_BYTES).await?;
+    let ask: HeatRequest = parse_json(&body)?;
+    Ok(ok(&app.heat_here(&ask)))
 }
 
 /// Nudges the wake loop of every engine where one of the waiters waits.

@@ -77,6 +77,7 @@ commit."
         sessions::close,
         sessions::keepalive,
         waiting::waits_for,
+        waiting::contention,
         events::handle,
         admin::tenants,
         admin::upload_policy,
@@ -106,8 +107,8 @@ queued writer blocks new readers."),
         (name = "sessions", description = "Sessions: one keepalive keeps many leases alive; \
 when a session ends (closed, or expired) every lease in it ends at once. Every kind holds \
 its lease in one."),
-        (name = "contention", description = "Who waits for whom: each key's queue \
-(`GET /v1/{kind}/{key}/waiters`) and the tenant's wait-for graph."),
+        (name = "contention", description = "Contention: the hottest keys of the last \
+minutes, each key's queue (`GET /v1/{kind}/{key}/waiters`) and who waits for whom."),
         (name = "admin", description = "Tenants, their policies, stuck leases and config \
 reloads (admin token)."),
         (name = "operations", description = "Health, readiness, metrics, this document."),

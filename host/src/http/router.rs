@@ -49,6 +49,7 @@ async fn route(
         ["v1", "events"] => ("events", events::handle(app, req, seen).await),
         ["v1", "sessions", tail @ ..] => ("sessions", sessions::handle(app, req, tail, seen).await),
         ["v1", "waits-for"] => ("waits_for", waiting::waits_for(app, req, seen).await),
+        ["v1", "contention"] => ("contention", waiting::contention(app, req, seen).await),
         ["v1", kind, rest @ ..] => match with_kind(
             kind,
             Lease {

@@ -4,8 +4,9 @@
 
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
-    KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor, WAITERS_DEFAULT_LIMIT,
-    WAITERS_MAX_LIMIT,
+    Contention, HotKey, KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor,
+    CONTENTION_DEFAULT_TOP, CONTENTION_DEFAULT_WINDOW_S, CONTENTION_MAX_TOP,
+    CONTENTION_MAX_WINDOW_S, WAITERS_DEFAULT_LIMIT, WAITERS_MAX_LIMIT,
 };
 use percent_encoding::percent_decode_str;
 
@@ -110,13 +111,7 @@ pub async fn waits_for(
     let (mut prefix, mut limit) = (String::new(), WAITERS_DEFAULT_LIMIT);
     for (name, value) in query_pairs(req.uri().query()) {
         match name {
-            "prefix" => {
-                // As a listing's prefix: percent-encoded, `+` a space.
-                prefix = percent_decode_str(&value.replace('+', " "))
-                    .decode_utf8()
-                    .map_err(|_| ApiError::bad_request("prefix is not UTF-8"))?
-                    .into_owned();
-            }
+            "prefix" => prefix = decode_prefix(value)?,
             "limit" => limit = limit_param(value, WAITERS_MAX_LIMIT)?,
             other => return Err(unknown_param(other, "prefix, limit")),
         }
@@ -150,6 +145,99 @@ pub async fn waits_for(
         truncated: graph.truncated,
         complete: graph.complete,
     }))
+}
+
+/// Show the most contended keys
+///
+/// The tenant's keys that start with `prefix` ranked by contention over
+/// the last `window_s` seconds (handoffs plus refusals, then grants),
+/// the `top` first: their grants, handoffs and refusals and how long
+/// grants waited, every live broker's counts added up (each broker keeps
+/// its own, in ten-second buckets, for five minutes, in memory), and who
+/// holds and how many wait now.
+#[utoipa::path(
+    get,
+    path = "/v1/contention",
+    operation_id = "getContention",
+    tag = "contention",
+    params(
+        ("prefix" = Option<String>, Query, description = "Only keys (storage keys) that start \
+with these bytes (percent-encoded; matched literally)."),
+        ("window_s" = Option<u64>, Query, description = "The window in seconds: 1 to 300, \
+rounded up to a multiple of 10; default 60."),
+        ("top" = Option<u32>, Query, description = "Keys at most: 1 to 100; default 10."),
+    ),
+    security(("tenantKey" = [])),
+    responses(
+        (status = 200, description = "The hottest keys.", body = Contention),
+        (status = 400, response = super::responses::BadRequest),
+        super::responses::ReadErrors,
+    )
+)]
+pub async fn contention(
+    app: &App,
+    req: Request<Incoming>,
+    seen: &mut Seen,
+) -> Result<Response, ApiError> {
+    if req.method() != Method::GET {
+        return Err(ApiError::method_not_allowed("GET"));
+    }
+    let tenant = authenticate(app, req.headers()).await?;
+    seen.tenant = Some(tenant.name.clone());
+    let (mut prefix, mut window_s, mut top) = (
+        String::new(),
+        CONTENTION_DEFAULT_WINDOW_S,
+        CONTENTION_DEFAULT_TOP,
+    );
+    for (name, value) in query_pairs(req.uri().query()) {
+        match name {
+            "prefix" => prefix = decode_prefix(value)?,
+            "window_s" => {
+                window_s =
+                    u64::from(limit_param(value, CONTENTION_MAX_WINDOW_S as u32).map_err(
+                        |_| ApiError::bad_request("window_s must be 1 to 300 (seconds)"),
+                    )?);
+            }
+            "top" => top = limit_param(value, CONTENTION_MAX_TOP)?,
+            other => return Err(unknown_param(other, "prefix, window_s, top")),
+        }
+    }
+    let window_s = window_s.div_ceil(10) * 10;
+    let engine = app.engine(&tenant);
+    let hot = engine
+        .contention(&tenant.name, prefix, window_s, top as usize)
+        .await?;
+    let party = |p: engine::Party| WaitParty {
+        owner: p.owner,
+        session: p.session,
+    };
+    Ok(ok(&Contention {
+        window_s,
+        keys: hot
+            .keys
+            .into_iter()
+            .map(|k| HotKey {
+                kind: kind_name(k.kind).to_owned(),
+                storage_key: k.storage_key,
+                grants: k.counts.grants,
+                handoffs: k.counts.handoffs,
+                refusals: k.counts.refusals,
+                wait_p50_ms: k.counts.wait_quantile_ms(0.5),
+                wait_p99_ms: k.counts.wait_quantile_ms(0.99),
+                waiters: k.waiters,
+                holders: k.holders.into_iter().map(party).collect(),
+            })
+            .collect(),
+        complete: hot.complete,
+    }))
+}
+
+/// A `prefix` query value: percent-encoded (`+` a space), as a listing's.
+fn decode_prefix(value: &str) -> Result<String, ApiError> {
+    Ok(percent_decode_str(&value.replace('+', " "))
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("prefix is not UTF-8"))?
+        .into_owned())
 }
 
 /// A kind as the API names it.

@@ -141,3 +141,32 @@ pub async fn holders(
     }
     conn.fetch_all(&sql, params).await
 }
+
+/// How many eligible waiters each of the tenant's `keys` of `kind` has in
+/// the database queue: (kind, key, count) of the keys with any.
+pub async fn counts(
+    conn: &mut Conn,
+    tenant: &str,
+    kind: Kind,
+    keys: &[Vec<u8>],
+    stale: Staleness,
+) -> sqlx::Result<Vec<(u8, Vec<u8>, u64)>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; keys.len()].join(", ");
+    // The kind and the staleness thresholds are numbers of the broker's
+    // own, written into the statement; the tenant and keys are bound.
+    let eligible = ELIGIBLE
+        .replacen('?', &stale.grace_us.to_string(), 1)
+        .replacen('?', &stale.alive_us.to_string(), 1);
+    let sql = format!(
+        "SELECT CAST(w.kind AS UNSIGNED), w.lock_key, CAST(COUNT(*) AS UNSIGNED) FROM waiters w \
+         WHERE w.tenant = ? AND w.kind = {} AND w.lock_key IN ({marks}) \
+         AND w.granted_token IS NULL AND {eligible} GROUP BY w.kind, w.lock_key",
+        kind as u8
+    );
+    let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
+    params.extend(keys.iter().map(|k| (k.as_slice(),)));
+    conn.fetch_all(&sql, params).await
+}

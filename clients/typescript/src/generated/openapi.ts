@@ -920,6 +920,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/contention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show the most contended keys
+         * @description The tenant's keys that start with `prefix` ranked by contention over
+         *     the last `window_s` seconds (handoffs plus refusals, then grants),
+         *     the `top` first: their grants, handoffs and refusals and how long
+         *     grants waited, every live broker's counts added up (each broker keeps
+         *     its own, in ten-second buckets, for five minutes, in memory), and who
+         *     holds and how many wait now.
+         */
+        get: operations["getContention"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -1322,6 +1347,21 @@ export interface components {
              */
             candidate: string;
         };
+        /** @description `GET /v1/contention`: the tenant's most contended keys of the window. */
+        Contention: {
+            /**
+             * Format: int64
+             * @description The window, in seconds (a multiple of 10).
+             */
+            window_s: number;
+            /** @description Most contended first: by handoffs plus refusals, then grants. */
+            keys: components["schemas"]["HotKey"][];
+            /**
+             * @description Every live broker answered (false: one did not within a second,
+             *     and its counts are missing).
+             */
+            complete: boolean;
+        };
         /**
          * @description `POST /v1/sessions`.
          * @example {
@@ -1512,6 +1552,47 @@ export interface components {
              * @description The key's fencing token, from the acquire's answer.
              */
             token: number;
+        };
+        /**
+         * @description One key of `GET /v1/contention`: what happened to it over the window,
+         *     every broker's added up, and who holds and waits now.
+         */
+        HotKey: {
+            /** @description `lock`, `election`, `semaphore` or `rwlock`. */
+            kind: string;
+            storage_key: string;
+            /**
+             * Format: int64
+             * @description Acquires granted (directly, re-entered or handed off).
+             */
+            grants: number;
+            /**
+             * Format: int64
+             * @description Of those, leases handed to a queued waiter by a release or expiry.
+             */
+            handoffs: number;
+            /**
+             * Format: int64
+             * @description Acquires refused because the key was held (a try, or a wait that
+             *     ran out).
+             */
+            refusals: number;
+            /**
+             * Format: int64
+             * @description How long grants waited (from request to grant), median and 99th
+             *     percentile, in ms (each the upper end of a doubling bucket: at most
+             *     twice the true value); 0 without grants.
+             */
+            wait_p50_ms: number;
+            /** Format: int64 */
+            wait_p99_ms: number;
+            /**
+             * Format: int64
+             * @description Waiting now (database queue and brokers' memory).
+             */
+            waiters: number;
+            /** @description Holding now (several for a semaphore or a rwlock's readers). */
+            holders: components["schemas"]["WaitParty"][];
         };
         /**
          * @description `GET /v1/{kind}/{key}/waiters`: the queue in the order it will be
@@ -5179,6 +5260,40 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WaitsFor"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getContention: {
+        parameters: {
+            query?: {
+                /** @description Only keys (storage keys) that start with these bytes (percent-encoded; matched literally). */
+                prefix?: string;
+                /** @description The window in seconds: 1 to 300, rounded up to a multiple of 10; default 60. */
+                window_s?: number;
+                /** @description Keys at most: 1 to 100; default 10. */
+                top?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The hottest keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Contention"];
                 };
             };
             400: components["responses"]["BadRequest"];
