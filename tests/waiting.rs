@@ -454,6 +454,9 @@ async fn contention_adds_up_every_brokers_counts_most_contended_first() {
         .ok();
     assert_eq!(hot.window_s, 60);
     assert!(hot.complete);
+    // The held leases as the reaper counted them (at its first pass,
+    // before these, then every 15 s).
+    assert!(hot.held.is_some(), "{hot:?}");
     let names: Vec<_> = hot
         .keys
         .iter()

@@ -117,6 +117,21 @@ pub struct Contention {
     /// Every live broker answered (false: one did not within a second,
     /// and its counts are missing).
     pub complete: bool,
+    /// The tenant's live leases by kind, as the broker last counted them
+    /// in the database (every 15 s); null until it has.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub held: Option<HeldByKind>,
+}
+
+/// Live leases by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeldByKind {
+    pub lock: u64,
+    pub election: u64,
+    pub semaphore: u64,
+    pub rwlock: u64,
 }
 
 /// One edge of the wait-for graph: `waiter` waits for `holder`'s lease.

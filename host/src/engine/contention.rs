@@ -12,6 +12,7 @@ use super::{
     Engine, EngineError, Op,
 };
 use crate::store::{
+    listing::HeldCounts,
     sessions::kind_of,
     waiting::{self, HolderRow},
     Kind,
@@ -38,6 +39,8 @@ pub struct HotKey {
 pub struct Contention {
     pub keys: Vec<HotKey>,
     pub complete: bool,
+    /// The tenant's leases held, by kind, as last counted (every 15 s).
+    pub held: Option<HeldCounts>,
 }
 
 /// How contended a key's counts say it is: waits that ended in a handoff
@@ -97,6 +100,7 @@ impl Engine {
             Ok(Contention {
                 keys,
                 complete: complete && memory_complete,
+                held: engine.heat.held(&tenant),
             })
         })
     }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::LockRef;
-use crate::store::Kind;
+use crate::store::{listing::HeldCounts, Kind};
 
 /// The width of a bucket.
 pub const BUCKET: Duration = Duration::from_secs(10);
@@ -112,6 +112,9 @@ struct Entry {
 pub(super) struct Heat {
     started: Instant,
     shards: Vec<Mutex<HashMap<u64, Entry>>>,
+    /// Each tenant's leases held, by kind, as the reaper last counted them
+    /// in the database (every broker's; see `listing::HELD_COUNT_EVERY`).
+    held: Mutex<HashMap<String, HeldCounts>>,
 }
 
 impl Default for Heat {
@@ -119,6 +122,7 @@ impl Default for Heat {
         Heat {
             started: Instant::now(),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            held: Mutex::default(),
         }
     }
 }
@@ -217,6 +221,19 @@ impl Heat {
             }
         }
         found
+    }
+
+    /// Notes `tenant`'s leases held, as just counted.
+    pub(super) fn held_now(&self, tenant: &str, counts: HeldCounts) {
+        self.held
+            .lock()
+            .expect("held")
+            .insert(tenant.to_owned(), counts);
+    }
+
+    /// `tenant`'s leases held as last counted, if they were.
+    pub(super) fn held(&self, tenant: &str) -> Option<HeldCounts> {
+        self.held.lock().expect("held").get(tenant).copied()
     }
 
     /// Forgets the keys with nothing in the buckets kept.

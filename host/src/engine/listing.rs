@@ -79,6 +79,7 @@ impl Engine {
     pub(super) async fn count_held_leases(&self, tenants: &Scopes) -> Result<(), EngineError> {
         for scope in tenants.values() {
             let counts = self.held_by_kind(&scope.tenant).await?;
+            self.heat.held_now(&scope.tenant, counts);
             for (kind, n) in [
                 ("lock", counts.locks),
                 ("election", counts.elections),

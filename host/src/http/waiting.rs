@@ -4,7 +4,7 @@
 
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
-    Contention, HotKey, KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor,
+    Contention, HeldByKind, HotKey, KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor,
     CONTENTION_DEFAULT_TOP, CONTENTION_DEFAULT_WINDOW_S, CONTENTION_MAX_TOP,
     CONTENTION_MAX_WINDOW_S, WAITERS_DEFAULT_LIMIT, WAITERS_MAX_LIMIT,
 };
@@ -229,6 +229,12 @@ pub async fn contention(
             })
             .collect(),
         complete: hot.complete,
+        held: hot.held.map(|h| HeldByKind {
+            lock: h.locks,
+            election: h.elections,
+            semaphore: h.semaphores,
+            rwlock: h.rwlocks,
+        }),
     }))
 }
 

@@ -1361,6 +1361,7 @@ export interface components {
              *     and its counts are missing).
              */
             complete: boolean;
+            held: components["schemas"]["HeldByKind"] | null;
         };
         /**
          * @description `POST /v1/sessions`.
@@ -1542,6 +1543,17 @@ export interface components {
             token: number;
             /** @description True when the key went straight to a queued waiter. */
             handed_off: boolean;
+        };
+        /** @description Live leases by kind. */
+        HeldByKind: {
+            /** Format: int64 */
+            lock: number;
+            /** Format: int64 */
+            election: number;
+            /** Format: int64 */
+            semaphore: number;
+            /** Format: int64 */
+            rwlock: number;
         };
         /** @description One key of a multi-lock and the token its holder got. */
         HeldKey: {
