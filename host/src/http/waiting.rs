@@ -103,13 +103,9 @@ pub async fn waits_for(
     req: Request<Incoming>,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
-    if req.method() != Method::GET {
-        return Err(ApiError::method_not_allowed("GET"));
-    }
-    let tenant = authenticate(app, req.headers()).await?;
-    seen.tenant = Some(tenant.name.clone());
+    let (tenant, query) = tenant_get(app, &req, seen).await?;
     let (mut prefix, mut limit) = (String::new(), WAITERS_DEFAULT_LIMIT);
-    for (name, value) in query_pairs(req.uri().query()) {
+    for (name, value) in query_pairs(query.as_deref()) {
         match name {
             "prefix" => prefix = decode_prefix(value)?,
             "limit" => limit = limit_param(value, WAITERS_MAX_LIMIT)?,
@@ -120,10 +116,6 @@ pub async fn waits_for(
         .engine(&tenant)
         .waits_for(&tenant.name, prefix, limit)
         .await?;
-    let party = |p: engine::Party| WaitParty {
-        owner: p.owner,
-        session: p.session,
-    };
     Ok(ok(&WaitsFor {
         edges: graph
             .edges
@@ -179,17 +171,13 @@ pub async fn contention(
     req: Request<Incoming>,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
-    if req.method() != Method::GET {
-        return Err(ApiError::method_not_allowed("GET"));
-    }
-    let tenant = authenticate(app, req.headers()).await?;
-    seen.tenant = Some(tenant.name.clone());
+    let (tenant, query) = tenant_get(app, &req, seen).await?;
     let (mut prefix, mut window_s, mut top) = (
         String::new(),
         CONTENTION_DEFAULT_WINDOW_S,
         CONTENTION_DEFAULT_TOP,
     );
-    for (name, value) in query_pairs(req.uri().query()) {
+    for (name, value) in query_pairs(query.as_deref()) {
         match name {
             "prefix" => prefix = decode_prefix(value)?,
             "window_s" => {
@@ -207,10 +195,6 @@ pub async fn contention(
     let hot = engine
         .contention(&tenant.name, prefix, window_s, top as usize)
         .await?;
-    let party = |p: engine::Party| WaitParty {
-        owner: p.owner,
-        session: p.session,
-    };
     Ok(ok(&Contention {
         window_s,
         keys: hot
@@ -236,6 +220,31 @@ pub async fn contention(
             rwlock: h.rwlocks,
         }),
     }))
+}
+
+/// A `GET` of a tenant: its tenant (authenticated) and its query.
+///
+/// # Errors
+/// 405 for another method; 401.
+async fn tenant_get(
+    app: &App,
+    req: &Request<Incoming>,
+    seen: &mut Seen,
+) -> Result<(std::sync::Arc<crate::tenant::Tenant>, Option<String>), ApiError> {
+    if req.method() != Method::GET {
+        return Err(ApiError::method_not_allowed("GET"));
+    }
+    let tenant = authenticate(app, req.headers()).await?;
+    seen.tenant = Some(tenant.name.clone());
+    Ok((tenant, req.uri().query().map(str::to_owned)))
+}
+
+/// A party as the API shows it.
+fn party(p: engine::Party) -> WaitParty {
+    WaitParty {
+        owner: p.owner,
+        session: p.session,
+    }
 }
 
 /// A `prefix` query value: percent-encoded (`+` a space), as a listing's.
