@@ -1,4 +1,4 @@
-//! The client conformance scenarios (`clients/CONFORMANCE.md`, C01–C23)
+//! The client conformance scenarios (`clients/CONFORMANCE.md`, C01–C24)
 //! for `lockbroker-client`, in-process: each test starts the run's two
 //! brokers (plain HTTP and mutual TLS, one database) with
 //! [`Conformance`] and reads what a suite is given from
@@ -24,10 +24,11 @@ use std::{
 
 use lockbroker_client::{
     api::{
-        AcquireRequest, ElectionStatus, LockEventKind, ReleaseRequest, ResourceKind, StreamEvent,
+        AcquireRequest, ElectionStatus, LockEventKind, ReleaseRequest, ResourceKind, RwMode,
+        StreamEvent,
     },
-    Client, ElectionEvent, Error, ErrorCode, Event, Events, LeaderEvents, LostReason, RetryPolicy,
-    Stream,
+    Client, ElectionEvent, Error, ErrorCode, Event, Events, LeaderEvents, LeaderGuard, LostReason,
+    MultiLockGuard, PermitGuard, RetryPolicy, RwLockGuard, Session, Stream,
 };
 use lockbroker_tests::{eventually, eventually_some, Conformance, Proxy};
 use tokio::{
@@ -1346,6 +1347,391 @@ async fn c23_a_session_closed_from_outside_is_lost_once_with_its_leases() {
         (Some(owner_of(&thief)), Some(thief.token()), None)
     );
     thief.release().await.unwrap();
+    env.stop().await;
+}
+
+/// The keys of C24: a semaphore of [`Kinds::PERMITS`], a rwlock read and
+/// another written, a multi-lock's two keys, an election.
+struct Kinds {
+    pool: String,
+    reading: String,
+    writing: String,
+    keys: [String; 2],
+    election: String,
+}
+
+/// A lease of every kind, held in one session.
+struct EveryKind {
+    permit: PermitGuard,
+    reader: RwLockGuard,
+    writer: RwLockGuard,
+    multi: MultiLockGuard,
+    leader: LeaderGuard,
+}
+
+/// What `GET /v1/sessions/{id}` lists of a lease: kind, storage key,
+/// token, slot, mode.
+type Listed = (String, String, u64, Option<u32>, Option<String>);
+
+impl Kinds {
+    const PERMITS: u32 = 2;
+    const CANDIDATE: &'static str = "c24-node";
+
+    fn new(name: &str) -> Kinds {
+        Kinds {
+            pool: unique(&format!("{name}-pool")),
+            reading: unique(&format!("{name}-read")),
+            writing: unique(&format!("{name}-write")),
+            keys: [unique(&format!("{name}-m1")), unique(&format!("{name}-m2"))],
+            election: unique(&format!("{name}-election")),
+        }
+    }
+
+    /// One lease of each kind, each through the session's own call for
+    /// its kind (waiting or not), each granted.
+    async fn take(&self, session: &Session) -> EveryKind {
+        EveryKind {
+            permit: session
+                .semaphore(&self.pool, Self::PERMITS)
+                .acquire()
+                .await
+                .unwrap(),
+            reader: session.read_lock(&self.reading).acquire().await.unwrap(),
+            writer: session
+                .write_lock(&self.writing)
+                .try_acquire()
+                .await
+                .unwrap()
+                .expect("free"),
+            multi: session.multilock(&self.keys).acquire().await.unwrap(),
+            leader: session
+                .election(&self.election)
+                .candidate(Self::CANDIDATE)
+                .campaign()
+                .await
+                .unwrap(),
+        }
+    }
+
+    /// What `GET /v1/sessions/{id}` should list of `held`: six leases.
+    async fn listed(&self, c: &Client, held: &EveryKind) -> Vec<Listed> {
+        let permit = held.permit.grant().expect("held");
+        let (reader, writer) = (
+            held.reader.grant().expect("held"),
+            held.writer.grant().expect("held"),
+        );
+        let election = c.elections().status(&self.election).await.unwrap();
+        let mut leases = vec![
+            (
+                "semaphore".to_owned(),
+                permit.storage_key,
+                permit.token,
+                Some(permit.slot),
+                None,
+            ),
+            (
+                "rwlock".to_owned(),
+                reader.storage_key,
+                reader.token,
+                None,
+                Some("read".to_owned()),
+            ),
+            (
+                "rwlock".to_owned(),
+                writer.storage_key,
+                writer.token,
+                None,
+                Some("write".to_owned()),
+            ),
+            (
+                "election".to_owned(),
+                election.storage_key,
+                held.leader.token(),
+                None,
+                None,
+            ),
+        ];
+        let multi = held.multi.grant().expect("held");
+        leases.extend(
+            multi
+                .locks
+                .into_iter()
+                .map(|l| ("lock".to_owned(), l.storage_key, l.token, None, None)),
+        );
+        leases.sort();
+        leases
+    }
+
+    /// Each key's status shows `held`'s lease, in session `id`, with its
+    /// token (the election: its candidate and term).
+    async fn assert_held(&self, c: &Client, id: &str, held: &EveryKind) {
+        let pool = c.semaphores().status(&self.pool).await.unwrap();
+        let holders: Vec<_> = pool
+            .holders
+            .iter()
+            .map(|h| (h.token, h.session.as_deref()))
+            .collect();
+        assert_eq!(holders, [(held.permit.token(), Some(id))], "{pool:?}");
+        assert_eq!(pool.permits, Some(Self::PERMITS));
+        let reading = c.rwlocks().status(&self.reading).await.unwrap();
+        let readers: Vec<_> = reading
+            .readers
+            .iter()
+            .map(|h| (h.token, h.session.as_deref()))
+            .collect();
+        assert_eq!(readers, [(held.reader.token(), Some(id))], "{reading:?}");
+        assert!(reading.writer.is_none(), "{reading:?}");
+        let writing = c.rwlocks().status(&self.writing).await.unwrap();
+        let writer = writing
+            .writer
+            .as_ref()
+            .map(|h| (h.token, h.session.as_deref()));
+        assert_eq!(writer, Some((held.writer.token(), Some(id))), "{writing:?}");
+        assert!(writing.readers.is_empty(), "{writing:?}");
+        for key in &self.keys {
+            let token = held.multi.token_of(key).expect("held");
+            assert_held_in(c, key, id, token).await;
+        }
+        let election = c.elections().status(&self.election).await.unwrap();
+        assert_eq!(
+            (election.leader.as_deref(), election.term),
+            (Some(Self::CANDIDATE), Some(held.leader.token())),
+            "{election:?}"
+        );
+    }
+
+    /// Nothing of them is held: the semaphore has no holder, neither
+    /// rwlock a reader or a writer, both multi-lock keys are free and the
+    /// election has no leader.
+    async fn free(&self, c: &Client) -> bool {
+        let pool = c.semaphores().status(&self.pool).await.unwrap();
+        let reading = c.rwlocks().status(&self.reading).await.unwrap();
+        let writing = c.rwlocks().status(&self.writing).await.unwrap();
+        let mut free = pool.holders.is_empty()
+            && reading.readers.is_empty()
+            && reading.writer.is_none()
+            && writing.readers.is_empty()
+            && writing.writer.is_none();
+        for key in &self.keys {
+            free &= !c.locks().status(key).await.unwrap().held;
+        }
+        free && c
+            .elections()
+            .status(&self.election)
+            .await
+            .unwrap()
+            .leader
+            .is_none()
+    }
+}
+
+/// What `GET /v1/sessions/{id}` lists now, sorted.
+async fn session_leases(c: &Client, id: &str) -> Vec<Listed> {
+    let mut leases: Vec<Listed> = c
+        .sessions()
+        .status(id)
+        .await
+        .unwrap()
+        .leases
+        .into_iter()
+        .map(|l| (l.kind, l.storage_key, l.token, l.slot, l.mode))
+        .collect();
+    leases.sort();
+    leases
+}
+
+impl EveryKind {
+    /// Whether any of them knows itself lost.
+    fn any_lost(&self) -> bool {
+        self.permit.is_lost()
+            || self.reader.is_lost()
+            || self.writer.is_lost()
+            || self.multi.is_lost()
+            || self.leader.is_lost()
+    }
+
+    /// Whether every guard knows its lease ended (its grant is gone).
+    fn all_ended(&self) -> bool {
+        self.permit.grant().is_none()
+            && self.reader.grant().is_none()
+            && self.writer.grant().is_none()
+            && self.multi.grant().is_none()
+            && self.leader.grant().is_none()
+    }
+
+    /// Each lease's `lost()` signal, in one future: every reason.
+    fn lost(&self) -> impl std::future::Future<Output = Vec<LostReason>> + 'static {
+        let signals = [
+            Box::pin(self.permit.lost()) as Pin<Box<dyn std::future::Future<Output = _> + Send>>,
+            Box::pin(self.reader.lost()),
+            Box::pin(self.writer.lost()),
+            Box::pin(self.multi.lost()),
+            Box::pin(self.leader.lost()),
+        ];
+        async move {
+            let mut reasons = Vec::new();
+            for signal in signals {
+                reasons.push(signal.await);
+            }
+            reasons
+        }
+    }
+
+    /// Releases each through its own handle: every answer.
+    async fn release(self) -> [Result<(), Error>; 5] {
+        [
+            self.permit.release().await,
+            self.reader.release().await,
+            self.writer.release().await,
+            self.multi.release().await,
+            self.leader.release().await,
+        ]
+    }
+}
+
+#[tokio::test]
+async fn c24_every_kind_is_held_in_a_session_and_freed_by_its_close() {
+    let env = Env::start().await;
+    let c = env.client();
+    let kinds = Kinds::new("c24");
+    let ttl = Duration::from_secs(3);
+    let session = c.session(ttl).await.unwrap();
+    let id = session.id().to_owned();
+    let held = kinds.take(&session).await;
+    // Granted in the session: its TTL is theirs, and each is what was
+    // asked for.
+    let (permit, reader, writer) = (
+        held.permit.grant().unwrap(),
+        held.reader.grant().unwrap(),
+        held.writer.grant().unwrap(),
+    );
+    let (multi, leader) = (held.multi.grant().unwrap(), held.leader.grant().unwrap());
+    assert_eq!(
+        [
+            permit.ttl_ms,
+            reader.ttl_ms,
+            writer.ttl_ms,
+            multi.ttl_ms,
+            leader.ttl_ms
+        ],
+        [3_000; 5]
+    );
+    assert_eq!(permit.permits, Kinds::PERMITS);
+    assert_eq!((reader.mode, writer.mode), (RwMode::Read, RwMode::Write));
+    assert_eq!(multi.locks.len(), 2);
+    assert_eq!(leader.leader, Kinds::CANDIDATE);
+    kinds.assert_held(&c, &id, &held).await;
+    // The session lists all six leases, with the permit's slot and the
+    // rwlock leases' modes.
+    let six = kinds.listed(&c, &held).await;
+    assert_eq!(six.len(), 6, "{six:?}");
+    assert_eq!(session_leases(&c, &id).await, six);
+    let lost = session.lost();
+    let leases_lost = held.lost();
+    let first_expiry = session.info().unwrap().expires_at;
+
+    // Time is what is tested: 10 s, more than three TTLs, without a call
+    // of the test's.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    kinds.assert_held(&c, &id, &held).await;
+    assert_eq!(session_leases(&c, &id).await, six, "the same tokens");
+    assert!(!session.is_lost() && !held.any_lost());
+    assert!(
+        tokio::time::timeout(Duration::ZERO, lost).await.is_err(),
+        "the session's lost() did not resolve"
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, leases_lost)
+            .await
+            .is_err(),
+        "no lease's lost() resolved"
+    );
+    assert_ne!(
+        session.info().unwrap().expires_at,
+        first_expiry,
+        "kept alive"
+    );
+    // The broker refuses to renew a session's lease (400): had any guard
+    // renewed its lease on its own, it would have been refused and lost.
+
+    // Scope exit (`Drop`) closes the session: every lease of it is freed.
+    {
+        let _scope = session;
+    }
+    eventually("every key is free", PROMPTLY, || async {
+        kinds.free(&c).await
+    })
+    .await;
+    let gone = c.sessions().status(&id).await.unwrap_err();
+    assert_eq!(gone.code(), Some(ErrorCode::SessionNotFound), "{gone}");
+    // Closed with their session: nothing is left to release, no error.
+    eventually("the guards see the close", PROMPTLY, || async {
+        held.all_ended()
+    })
+    .await;
+    assert!(!held.any_lost());
+    for released in held.release().await {
+        released.unwrap();
+    }
+    assert!(kinds.free(&c).await);
+    env.stop().await;
+}
+
+/// Beyond C24: a lease of every kind held in a session is released
+/// through its own handle (free at once, the session holding nothing
+/// after); when the session is closed from outside every one of them
+/// reports lost with the session's reason (C23 for every kind); and
+/// released just as their session is dropped (its close still on its way),
+/// each release answers `Ok`, whichever of the two reaches the broker
+/// first.
+#[tokio::test]
+async fn session_leases_of_every_kind_are_released_alone_and_lost_with_their_session() {
+    let env = Env::start().await;
+    let c = env.client();
+    let kinds = Kinds::new("kinds");
+    let ttl = Duration::from_secs(3);
+    let session = c.session(ttl).await.unwrap();
+    let held = kinds.take(&session).await;
+    kinds.assert_held(&c, session.id(), &held).await;
+    for released in held.release().await {
+        released.unwrap();
+    }
+    assert!(kinds.free(&c).await, "free right after the releases");
+    assert!(session.status().await.unwrap().leases.is_empty());
+    assert!(!session.is_lost());
+
+    let held = kinds.take(&session).await;
+    kinds.assert_held(&c, session.id(), &held).await;
+    let (lost, leases_lost) = (session.lost(), held.lost());
+    let closed = c.sessions().close(session.id()).await.unwrap();
+    assert_eq!(closed.released, 6);
+    let reason = tokio::time::timeout(ttl, lost)
+        .await
+        .expect("lost() fires within one TTL");
+    assert!(
+        matches!(&reason, LostReason::Refused(r) if r.code == ErrorCode::SessionNotFound),
+        "{reason:?}"
+    );
+    let reasons = tokio::time::timeout(PROMPTLY, leases_lost)
+        .await
+        .expect("every lease's lost() fires");
+    assert_eq!(reasons, vec![reason; 5]);
+    for released in held.release().await {
+        assert!(matches!(released, Err(Error::LeaseLost(_))), "{released:?}");
+    }
+    assert!(matches!(session.close().await, Err(Error::LeaseLost(_))));
+    assert!(kinds.free(&c).await);
+
+    let session = c.session(ttl).await.unwrap();
+    let held = kinds.take(&session).await;
+    drop(session);
+    for released in held.release().await {
+        released.unwrap();
+    }
+    eventually("every key is free", PROMPTLY, || async {
+        kinds.free(&c).await
+    })
+    .await;
     env.stop().await;
 }
 

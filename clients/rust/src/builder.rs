@@ -170,21 +170,17 @@ impl<K: Guarded> LeaseBuilder<K> {
     async fn request(self, wait: Duration) -> Result<Guard<K>> {
         let made_up = self.owner.is_none();
         let owner = self.owner.unwrap_or_else(|| self.client.unique_owner());
-        let (session, session_end) = match self.session {
-            Some(InSession { id, end }) => (Some(id), Some(end)),
-            None => (None, None),
-        };
         let terms = LeaseTerms {
             // The broker refuses a TTL beside a session: the session's is
             // the lease's.
-            ttl_ms: if session.is_some() {
+            ttl_ms: if self.session.is_some() {
                 None
             } else {
                 self.ttl.map(millis)
             },
             wait_ms: Some(millis(wait)),
             priority: self.priority,
-            session,
+            session: self.session.as_ref().map(|s| s.id.clone()),
         };
         let pending = Pending::<K>::new(self.client, self.target, owner, made_up);
         let sent = Instant::now();
@@ -198,8 +194,8 @@ impl<K: Guarded> LeaseBuilder<K> {
         let client = pending.client().clone();
         pending.settle(&acquired);
         let grant = acquired?;
-        Ok(match session_end {
-            Some(end) => Guard::follow(client, grant, end),
+        Ok(match self.session {
+            Some(session) => Guard::follow(client, grant, session),
             None => Guard::start(client, grant, sent, Instant::now(), !wait.is_zero()),
         })
     }

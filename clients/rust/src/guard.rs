@@ -26,6 +26,7 @@ use crate::{
     client::Client,
     error::{Error, LostReason, Result},
     kinds::Kind,
+    session::InSession,
 };
 
 /// Renewals are never closer together than this, whatever the TTL.
@@ -241,20 +242,16 @@ impl<K: Renewable> Guard<K> {
         }
     }
 
-    /// Guards `grant`, a lease held in a session: nothing is renewed; the
-    /// lease is lost when `session_end` answers a reason (the session was
-    /// lost), and over when it answers `None` (the session was closed,
+    /// Guards `grant`, a lease held in `session`: nothing is renewed; the
+    /// lease is lost when the session's end answers a reason (the session
+    /// was lost), and over when it answers `None` (the session was closed,
     /// which released every lease in it). Release and drop work as for
     /// any guard. Must run inside a tokio runtime.
-    pub(crate) fn follow(
-        client: Client,
-        grant: K::Lease,
-        session_end: impl Future<Output = Option<LostReason>> + Send + 'static,
-    ) -> Guard<K> {
+    pub(crate) fn follow(client: Client, grant: K::Lease, session: InSession) -> Guard<K> {
         let token = K::token(&grant);
         let (state_tx, state) = watch::channel(State::Held(grant.clone()));
         let (stop, stop_rx) = oneshot::channel();
-        tokio::spawn(follow::<K>(client, grant, session_end, state_tx, stop_rx));
+        tokio::spawn(follow::<K>(client, grant, session, state_tx, stop_rx));
         Guard {
             state,
             stop: Some(stop),
@@ -434,14 +431,49 @@ async fn finish<K: Renewable>(
 async fn follow<K: Renewable>(
     client: Client,
     grant: K::Lease,
-    session_end: impl Future<Output = Option<LostReason>> + Send,
+    InSession {
+        id,
+        end: mut session_end,
+    }: InSession,
     state: watch::Sender<State<K::Lease>>,
     mut stop: oneshot::Receiver<Stop>,
 ) {
-    let ended = tokio::select! {
+    // The session's end first: a release asked for once the session has
+    // ended (closed or lost) is answered by that end, not sent to the
+    // broker (where the lease is gone already).
+    let (ended, asked) = tokio::select! {
         biased;
-        stopped = &mut stop => return finish::<K>(&client, &grant, &state, stopped.ok()).await,
-        ended = session_end => ended,
+        ended = &mut session_end => (ended, None),
+        stopped = &mut stop => {
+            let refusal = match K::release(&client, &grant).await {
+                Err(Error::Api(refusal)) if refusal.code == ErrorCode::LeaseLost => refusal,
+                released => {
+                    state.send_replace(State::Released);
+                    if let Ok(Stop { answer }) = stopped {
+                        let _ = answer.send(released);
+                    }
+                    return;
+                }
+            };
+            // Gone already. If the session has ended meanwhile (its close,
+            // or its loss, not yet known here: the close's answer may still
+            // be on its way), the session's end says how the lease ended;
+            // it is known within one TTL. With the session alive, the lease
+            // was taken away (a force-release): lost.
+            let session_ended = matches!(
+                client.sessions().status(&id).await,
+                Err(err) if err.code() == Some(ErrorCode::SessionNotFound)
+            );
+            let taken = Some(LostReason::Refused(refusal));
+            let ended = if session_ended {
+                tokio::time::timeout(K::ttl(&grant), &mut session_end)
+                    .await
+                    .unwrap_or(taken)
+            } else {
+                taken
+            };
+            (ended, Some(stopped.ok()))
+        }
     };
     let answer = match ended {
         Some(lost) => {
@@ -454,7 +486,11 @@ async fn follow<K: Renewable>(
             Ok(())
         }
     };
-    if let Ok(Stop { answer: to }) = stop.await {
+    let asker = match asked {
+        Some(asker) => asker,
+        None => stop.await.ok(),
+    };
+    if let Some(Stop { answer: to }) = asker {
         let _ = to.send(answer);
     }
 }

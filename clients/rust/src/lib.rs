@@ -54,12 +54,15 @@
 //!     third of the TTL, [`Guard::lost`], [`Guard::release`], release on
 //!     drop; [`Renewable`] is what its task needs (renew, release),
 //!     [`Guarded`] what acquiring adds.
-//!   - [`Session`] (`session.rs`): many leases kept alive by one
-//!     keepalive ([`Client::session`], [`Session::lock`]), with one lost
-//!     signal; the session is itself kept by a [`Guard`] (a keepalive is
-//!     its renewal, a close its release), and its leases are guards that
-//!     follow it instead of renewing. [`Sessions`] (`sessions.rs`): the
-//!     typed calls of `/v1/sessions`.
+//!   - [`Session`] (`session.rs`): many leases of every kind kept alive
+//!     by one keepalive ([`Client::session`]; [`Session::lock`],
+//!     [`Session::semaphore`], [`Session::read_lock`] /
+//!     [`Session::write_lock`], [`Session::multilock`],
+//!     [`Session::election`] take the [`Client`]'s builder of the kind),
+//!     with one lost signal; the session is itself kept by a [`Guard`] (a
+//!     keepalive is its renewal, a close its release), and its leases are
+//!     guards that follow it instead of renewing. [`Sessions`]
+//!     (`sessions.rs`): the typed calls of `/v1/sessions`.
 //!   - `kinds.rs`: what each kind adds ([`Kind`]: its acquire body, its
 //!     "taken" refusal, where its status shows a holder); `multilock.rs`:
 //!     several locks as one lease ([`MultiLock`], [`MultiLocks`]).

@@ -1,5 +1,8 @@
 //! [`Session`]: a broker session that keeps itself alive, and the leases
-//! held in it ([`Session::lock`]), with one lost signal for all of them.
+//! of every kind held in it ([`Session::lock`], [`Session::semaphore`],
+//! [`Session::read_lock`] / [`Session::write_lock`],
+//! [`Session::multilock`], [`Session::election`]), with one lost signal
+//! for all of them.
 //!
 //! A session is kept exactly as a lease is: its keepalive is a renewal and
 //! its close a release, so it *is* a [`Guard`] (over [`SessionLife`]), and
@@ -10,11 +13,15 @@
 //! background, on drop.
 //!
 //! A lease taken in the session is a plain [`Guard`] of its kind
-//! ([`LockGuard`](crate::LockGuard)) whose task renews nothing (the broker
-//! refuses to renew a session's lease) and follows the session instead:
-//! lost when it is lost, over when it is closed. Any kind the broker holds
-//! in sessions is one method here ([`LeaseBuilder::in_session`] does the
-//! rest): locks today.
+//! ([`LockGuard`](crate::LockGuard), [`PermitGuard`](crate::PermitGuard),
+//! [`RwLockGuard`](crate::RwLockGuard),
+//! [`MultiLockGuard`](crate::MultiLockGuard),
+//! [`LeaderGuard`](crate::LeaderGuard)) whose task renews nothing (the
+//! broker refuses to renew a session's lease) and follows the session
+//! instead: lost when it is lost, over when it is closed. Each kind is one
+//! method here, which takes the [`Client`]'s own builder of that kind
+//! ([`Client::semaphore`], [`Client::multilock`], ...) and holds it in the
+//! session ([`LeaseBuilder::in_session`] does the rest).
 
 use std::{
     future::{Future, IntoFuture},
@@ -23,7 +30,8 @@ use std::{
 };
 
 use lockbroker_api::{
-    CreateSessionRequest, Lock, Session as SessionInfo, SessionStatus, SESSION_DEFAULT_TTL_MS,
+    CreateSessionRequest, Election, Lock, RwLock, RwMode, Semaphore, Session as SessionInfo,
+    SessionStatus, SESSION_DEFAULT_TTL_MS,
 };
 use tokio::time::Instant;
 
@@ -32,7 +40,7 @@ use crate::{
     client::Client,
     error::{LostReason, Result},
     guard::{sealed::Sealed, Guard, Guarded, Renewable},
-    kinds::Kind,
+    multilock::MultiLock,
 };
 
 /// The TTL of [`Client::session`] when a caller has no better idea: the
@@ -154,7 +162,10 @@ impl IntoFuture for SessionBuilder {
 }
 
 /// An open session, kept alive in the background (a keepalive every third
-/// of its TTL), holding the leases taken with [`Session::lock`]; closed by
+/// of its TTL), holding the leases taken with [`Session::lock`],
+/// [`Session::semaphore`], [`Session::read_lock`], [`Session::write_lock`],
+/// [`Session::rwlock`], [`Session::multilock`] and [`Session::election`]
+/// (the same calls, with the same guards, as the [`Client`]'s); closed by
 /// [`Session::close`] or, in the background, when dropped, which releases
 /// every lease in it at once.
 ///
@@ -209,14 +220,64 @@ impl Session {
     /// `try_acquire()` tries once. The guard renews nothing (the session
     /// keeps it) and is lost with the session.
     pub fn lock(&self, key: impl Into<String>) -> SessionLeaseBuilder<Lock> {
-        self.lease((key.into(), ()))
+        self.hold(self.client.lock(key))
     }
 
-    /// A builder for a lease of kind `K` held in this session.
-    fn lease<K: Kind>(&self, target: <K as Guarded>::Target) -> SessionLeaseBuilder<K> {
+    /// A builder for one permit of the semaphore `key` of `permits` slots,
+    /// held in this session: `session.semaphore("pool", 5).acquire().await?`
+    /// (as [`Client::semaphore`]).
+    pub fn semaphore(
+        &self,
+        key: impl Into<String>,
+        permits: u32,
+    ) -> SessionLeaseBuilder<Semaphore> {
+        self.hold(self.client.semaphore(key, permits))
+    }
+
+    /// A builder for a read (shared) lease of the rwlock `key`, held in
+    /// this session (as [`Client::read_lock`]).
+    pub fn read_lock(&self, key: impl Into<String>) -> SessionLeaseBuilder<RwLock> {
+        self.hold(self.client.read_lock(key))
+    }
+
+    /// A builder for a write (exclusive) lease of the rwlock `key`, held in
+    /// this session (as [`Client::write_lock`]).
+    pub fn write_lock(&self, key: impl Into<String>) -> SessionLeaseBuilder<RwLock> {
+        self.hold(self.client.write_lock(key))
+    }
+
+    /// A builder for a lease of the rwlock `key` in `mode`, held in this
+    /// session (as [`Client::rwlock`]).
+    pub fn rwlock(&self, key: impl Into<String>, mode: RwMode) -> SessionLeaseBuilder<RwLock> {
+        self.hold(self.client.rwlock(key, mode))
+    }
+
+    /// A builder for the locks `keys`, taken all or none and held in this
+    /// session as one lease: `session.multilock(["a", "b"]).acquire().await?`
+    /// (as [`Client::multilock`]; the guard is a
+    /// [`MultiLockGuard`](crate::MultiLockGuard)).
+    pub fn multilock<I, K>(&self, keys: I) -> SessionLeaseBuilder<MultiLock>
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        self.hold(self.client.multilock(keys))
+    }
+
+    /// A builder for leading the election `name` from this session:
+    /// `session.election("scheduler").candidate("node-2").campaign().await?`
+    /// (as [`Client::election`]). The leadership lasts as long as the
+    /// session; releasing the guard resigns.
+    pub fn election(&self, name: impl Into<String>) -> SessionLeaseBuilder<Election> {
+        self.hold(self.client.election(name))
+    }
+
+    /// Holds what `builder` asks for in this session: no TTL of its own,
+    /// no renewals; its guard follows the session's end.
+    fn hold<K: Guarded>(&self, builder: LeaseBuilder<K>) -> SessionLeaseBuilder<K> {
         let end: SessionEnd = Box::pin(self.guard.ended());
         SessionLeaseBuilder {
-            inner: LeaseBuilder::new(&self.client, target).in_session(InSession {
+            inner: builder.in_session(InSession {
                 id: self.id.clone(),
                 end,
             }),
@@ -244,16 +305,19 @@ impl Session {
     }
 }
 
-/// Builds a lease held in a [`Session`]; from [`Session::lock`]. No TTL:
-/// the lease lives as long as the session.
+/// Builds a lease held in a [`Session`]; from [`Session::lock`],
+/// [`Session::semaphore`], [`Session::read_lock`], [`Session::write_lock`],
+/// [`Session::rwlock`], [`Session::multilock`] or [`Session::election`].
+/// The same options as the [`Client`]'s builder of the kind
+/// ([`LeaseBuilder`]) but the TTL: the lease lives as long as the session.
 #[must_use]
-pub struct SessionLeaseBuilder<K: Kind> {
+pub struct SessionLeaseBuilder<K: Guarded> {
     inner: LeaseBuilder<K>,
 }
 
-impl<K: Kind> SessionLeaseBuilder<K> {
-    /// Who holds it (default: a name unique to this lease, `host:pid:n`;
-    /// see [`LeaseBuilder::owner`]).
+impl<K: Guarded> SessionLeaseBuilder<K> {
+    /// Who holds it (an election's candidate; default: a name unique to
+    /// this lease, `host:pid:n`; see [`LeaseBuilder::owner`]).
     pub fn owner(self, owner: impl Into<String>) -> Self {
         SessionLeaseBuilder {
             inner: self.inner.owner(owner),
@@ -280,8 +344,9 @@ impl<K: Kind> SessionLeaseBuilder<K> {
     /// [`LeaseBuilder::acquire`]).
     ///
     /// # Errors
-    /// `lock_held` when the wait ran out; `session_not_found` when the
-    /// session has ended; every other error of [`Error`](crate::Error).
+    /// `lock_held` (semaphores: `semaphore_full`) when the wait ran out;
+    /// `session_not_found` when the session has ended; every other error
+    /// of [`Error`](crate::Error).
     pub async fn acquire(self) -> Result<Guard<K>> {
         self.inner.acquire().await
     }
@@ -289,8 +354,36 @@ impl<K: Kind> SessionLeaseBuilder<K> {
     /// Tries once, without waiting: `None` when the lease is taken.
     ///
     /// # Errors
-    /// As [`acquire`](Self::acquire), but `lock_held`.
+    /// As [`acquire`](Self::acquire), but `lock_held` (`semaphore_full`).
     pub async fn try_acquire(self) -> Result<Option<Guard<K>>> {
         self.inner.try_acquire().await
+    }
+}
+
+impl SessionLeaseBuilder<Election> {
+    /// The candidate's name: the same as [`owner`](Self::owner).
+    pub fn candidate(self, candidate: impl Into<String>) -> Self {
+        SessionLeaseBuilder {
+            inner: self.inner.candidate(candidate),
+        }
+    }
+
+    /// [`acquire`](Self::acquire): waits to lead, and guards the
+    /// leadership in the session (releasing it resigns).
+    ///
+    /// # Errors
+    /// `lock_held` when another candidate still leads after the wait;
+    /// `session_not_found` when the session has ended.
+    pub async fn campaign(self) -> Result<Guard<Election>> {
+        self.inner.campaign().await
+    }
+
+    /// [`try_acquire`](Self::try_acquire): `None` when another candidate
+    /// leads.
+    ///
+    /// # Errors
+    /// As [`campaign`](Self::campaign), but `lock_held`.
+    pub async fn try_campaign(self) -> Result<Option<Guard<Election>>> {
+        self.inner.try_campaign().await
     }
 }
