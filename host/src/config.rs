@@ -144,6 +144,14 @@ pub struct Config {
     /// How log lines are written: `text` (the default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// Where spans are exported: the base URL of an OTLP/HTTP receiver
+    /// (`http://collector:4318`; spans go to its `/v1/traces`). `None`:
+    /// no tracing at all (the default).
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    #[serde(default = "default_otlp_service_name")]
+    pub otlp_service_name: String,
     /// HTTPS: without it, plain HTTP (development only).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
@@ -330,6 +338,9 @@ fn default_history_retention_hours() -> u64 {
 fn default_header_read_timeout_ms() -> u64 {
     10_000
 }
+fn default_otlp_service_name() -> String {
+    "lockbroker".into()
+}
 fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
@@ -430,7 +441,9 @@ api_key = "dev-key"
     /// Applies `LOCKBROKER_LISTEN`, `LOCKBROKER_ADVERTISE_URL`,
     /// `LOCKBROKER_DATABASE_URL`, `LOCKBROKER_ADMIN_TOKEN`,
     /// `LOCKBROKER_POLICY_DIR`, `LOCKBROKER_CACHE_DIR`,
-    /// `LOCKBROKER_METRICS_TOKEN` and `LOCKBROKER_LOG_FORMAT`.
+    /// `LOCKBROKER_METRICS_TOKEN`, `LOCKBROKER_LOG_FORMAT`,
+    /// `LOCKBROKER_OTLP_ENDPOINT` (empty: none) and
+    /// `LOCKBROKER_OTLP_SERVICE_NAME`.
     ///
     /// # Errors
     /// `LOCKBROKER_LISTEN` is not a socket address, or
@@ -461,6 +474,12 @@ api_key = "dev-key"
         }
         if let Some(format) = var("LOCKBROKER_LOG_FORMAT") {
             self.log_format = format.parse()?;
+        }
+        if let Some(url) = var("LOCKBROKER_OTLP_ENDPOINT") {
+            self.otlp_endpoint = Some(url).filter(|u| !u.trim().is_empty());
+        }
+        if let Some(name) = var("LOCKBROKER_OTLP_SERVICE_NAME") {
+            self.otlp_service_name = name;
         }
         Ok(())
     }
@@ -501,6 +520,20 @@ api_key = "dev-key"
                     "advertise_url {url:?} must be http://host:port or https://host:port (no path)"
                 ));
             }
+        }
+        if let Some(url) = &self.otlp_endpoint {
+            if !otlp_endpoint_ok(url) {
+                // Not repeated: it may hold a password.
+                return invalid(
+                    "otlp_endpoint must be http://host:port or https://host:port, \
+                     optionally with a path (no user, query or fragment)"
+                        .into(),
+                );
+            }
+        }
+        let name = &self.otlp_service_name;
+        if name.is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
+            return invalid("otlp_service_name must be 1 to 255 characters".into());
         }
         if let Some(why) = policy_deadline_problem(self.policy_deadline_ms) {
             return invalid(format!("policy_deadline_ms {why}"));
@@ -707,6 +740,23 @@ fn interface_address(v6: bool) -> Option<IpAddr> {
     found
 }
 
+/// Whether `url` is a usable OTLP base URL: `http` or `https`, a host, an
+/// optional path, and nothing that could carry a secret (a user or
+/// password, a query) into a log line or an error.
+fn otlp_endpoint_ok(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    !authority.is_empty()
+        && !url.contains(['@', '?', '#'])
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+        && url.parse::<hyper::Uri>().is_ok()
+}
+
 /// What is wrong with a policy deadline, if anything.
 fn policy_deadline_problem(ms: u64) -> Option<&'static str> {
     (ms == 0 || ms > 10_000).then_some("must be 1 to 10000")
@@ -818,6 +868,52 @@ max_waiters = 10000
         .is_err());
         let err = with_env(&mut config, &[("LOCKBROKER_METRICS_TOKEN", "")]).unwrap_err();
         assert!(err.to_string().contains("must not be empty"), "{err}");
+    }
+
+    #[test]
+    fn the_otlp_endpoint_comes_from_the_file_or_the_environment_and_is_checked() {
+        let tenant = "[[tenant]]\nname = \"a\"\napi_key = \"k\"";
+        let config = Config::dev();
+        assert_eq!(config.otlp_endpoint, None, "no tracing by default");
+        assert_eq!(config.otlp_service_name, "lockbroker");
+        let mut config = Config::from_toml(&format!(
+            "otlp_endpoint = \"http://collector:4318\"\notlp_service_name = \"lb-eu\"\n{tenant}"
+        ))
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.otlp_endpoint.as_deref(),
+            Some("http://collector:4318")
+        );
+        assert_eq!(config.otlp_service_name, "lb-eu");
+        let vars = [
+            ("LOCKBROKER_OTLP_ENDPOINT", "https://otel.internal/base"),
+            ("LOCKBROKER_OTLP_SERVICE_NAME", "lb-us"),
+        ];
+        with_env(&mut config, &vars).unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.otlp_endpoint.as_deref(),
+            Some("https://otel.internal/base")
+        );
+        assert_eq!(config.otlp_service_name, "lb-us");
+        // An empty variable turns tracing off.
+        with_env(&mut config, &[("LOCKBROKER_OTLP_ENDPOINT", "")]).unwrap();
+        assert_eq!(config.otlp_endpoint, None);
+        for bad in [
+            "otlp_endpoint = \"collector:4318\"",
+            "otlp_endpoint = \"grpc://collector:4317\"",
+            "otlp_endpoint = \"http://\"",
+            "otlp_endpoint = \"http://user:pw@collector:4318\"",
+            "otlp_endpoint = \"http://collector:4318/?token=x\"",
+            "otlp_endpoint = \"http://coll ector:4318\"",
+            "otlp_service_name = \"\"",
+        ] {
+            let config = Config::from_toml(&format!("{bad}\n{tenant}")).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("otlp_"), "{bad}: {err}");
+            assert!(!err.contains("pw@"), "the password is not repeated: {err}");
+        }
     }
 
     fn secret_of(text: &str) -> Secret {

@@ -14,9 +14,8 @@
 //! builds what every request shares from a [`config`], and
 //! [`reconfigure`] replaces what can change live when the config file is
 //! reloaded; [`server`] binds the listener and runs it with the background
-//! tasks; [`metrics`] counts
-//! what happens and [`telemetry`] sets up the logs. Clients live in their
-//! own crates (`clients/`).
+//! tasks; [`metrics`] counts what happens and [`telemetry`] sets up the
+//! logs and traces. Clients live in their own crates (`clients/`).
 
 pub mod app;
 pub mod config;

@@ -95,6 +95,8 @@ pub fn needs_restart(running: &Config, new: &Config) -> Vec<String> {
         cache_dir,
         header_read_timeout_ms,
         log_format,
+        otlp_endpoint,
+        otlp_service_name,
     } ignoring {
         // Live, or compared below.
         admin_token,

@@ -10,7 +10,10 @@ use clap::{Parser, Subcommand};
 
 #[path = "lockbroker/policy_check.rs"]
 mod policy_check;
-use lockbroker::{telemetry::LogFormat, Config, Server};
+use lockbroker::{
+    telemetry::{LogFormat, Otlp},
+    Config, Server,
+};
 
 #[derive(Parser)]
 #[command(
@@ -93,7 +96,27 @@ const EXIT_WITHIN: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    lockbroker::telemetry::init(log_format(&cli));
+    let config = command_config(&cli);
+    // `--log-format`, else the config's (file, then environment), else text.
+    let format = cli
+        .log_format
+        .unwrap_or_else(|| config.as_ref().map(|c| c.log_format).unwrap_or_default());
+    // Only `serve` exports spans, when the config says where.
+    let serves = matches!(cli.command, None | Some(Command::Serve { .. }));
+    let otlp = config.as_ref().filter(|_| serves).and_then(|c| {
+        Some(Otlp {
+            endpoint: c.otlp_endpoint.as_deref()?,
+            service_name: &c.otlp_service_name,
+        })
+    });
+    // Kept to the end: dropping it sends the last spans.
+    let _telemetry = match lockbroker::telemetry::init(format, otlp) {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("{err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let command = cli.command.unwrap_or(Command::Serve { config: None });
     // Outside any async runtime: a WASI policy's host calls run their own.
     if let Command::Policy {
@@ -149,10 +172,11 @@ async fn run(command: Command) -> ExitCode {
     }
 }
 
-/// `--log-format`, else the config's (file, then environment), else text.
-/// A config that does not load is reported by the command itself, once
-/// logging is set up.
-fn log_format(cli: &Cli) -> LogFormat {
+/// The config `cli`'s command will read (the file, else the development
+/// defaults, with the environment), for its log format and tracing; none if
+/// it does not load, which the command itself reports once logging is set
+/// up.
+fn command_config(cli: &Cli) -> Option<Config> {
     let path = match &cli.command {
         None | Some(Command::Config { .. } | Command::HashKey) => None,
         Some(
@@ -163,11 +187,7 @@ fn log_format(cli: &Cli) -> LogFormat {
             },
         ) => config.as_deref(),
     };
-    cli.log_format.unwrap_or_else(|| {
-        Config::load(path)
-            .map(|config| config.log_format)
-            .unwrap_or_default()
-    })
+    Config::load(path).ok()
 }
 
 async fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {

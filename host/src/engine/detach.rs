@@ -16,6 +16,7 @@ use std::{
 };
 
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::Engine;
 
@@ -50,7 +51,8 @@ impl Engine {
     /// Waits for `turn` until `timeout`, the caller's departure (counted in
     /// `lockbroker_waiters_departed_total`) or the broker's shutdown,
     /// whichever comes first. What comes after is the waiter's: a turn may
-    /// race in while it leaves.
+    /// race in while it leaves. The wait is a span (`queue.wait`) when
+    /// tracing is on.
     pub(super) async fn wait_turn<T>(
         &self,
         turn: impl Future<Output = T>,
@@ -58,15 +60,27 @@ impl Engine {
         departure: &mut Departure,
     ) -> Waited<T> {
         let mut stop = self.shutdown.clone();
-        tokio::select! {
-            turn = turn => Waited::Turn(turn),
-            () = timeout => Waited::TimedOut,
-            () = departure.wait() => {
-                self.metrics.inc("lockbroker_waiters_departed_total", &[]);
-                Waited::Left
+        let span = tracing::info_span!("queue.wait", lockbroker.outcome = tracing::field::Empty);
+        let waited = async {
+            tokio::select! {
+                turn = turn => Waited::Turn(turn),
+                () = timeout => Waited::TimedOut,
+                () = departure.wait() => {
+                    self.metrics.inc("lockbroker_waiters_departed_total", &[]);
+                    Waited::Left
+                }
+                () = crate::shutdown::stopped(&mut stop) => Waited::Left,
             }
-            () = crate::shutdown::stopped(&mut stop) => Waited::Left,
         }
+        .instrument(span.clone())
+        .await;
+        let outcome = match &waited {
+            Waited::Turn(_) => "turn",
+            Waited::TimedOut => "timeout",
+            Waited::Left => "left",
+        };
+        span.record("lockbroker.outcome", outcome);
+        waited
     }
 }
 

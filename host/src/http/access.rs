@@ -3,15 +3,17 @@
 //! releases by tenant and result), written when the response is ready.
 //!
 //! The line names the request id, method, route, action, tenant, key,
-//! status, error code and latency. Never a header (API keys and tokens
-//! travel there), never a body; the key is the path segment as sent
-//! (percent-encoded, so it cannot break a line), cut at 256 bytes.
+//! status, error code and latency, and the trace id when there is one
+//! (`trace`: the request's, or with tracing off the caller's
+//! `traceparent`'s). Never a header (API keys and tokens travel there),
+//! never a body; the key is the path segment as sent (percent-encoded, so
+//! it cannot break a line), cut at 256 bytes.
 
 use std::time::Instant;
 
-use hyper::{header::HeaderName, Method, StatusCode};
+use hyper::{header::HeaderName, HeaderMap, Method, StatusCode};
 
-use super::{request_id::RequestId, ApiError, Response};
+use super::{request_id::RequestId, trace::Trace, ApiError, Response};
 use crate::metrics::Metrics;
 
 /// Longest key written to a log line.
@@ -45,20 +47,30 @@ pub struct Access {
     method: Option<Method>,
     started: Instant,
     pub seen: Seen,
+    trace: Trace,
 }
 
 impl Access {
-    pub fn begin(id: RequestId, method: Method) -> Access {
+    /// A request with `method` and `headers` begins: its id and its span.
+    pub fn begin(method: Method, headers: &HeaderMap) -> Access {
+        let id = RequestId::of(headers);
+        let trace = Trace::begin(&method, headers, &id);
         Access {
             id,
             method: Some(method),
             started: Instant::now(),
             seen: Seen::default(),
+            trace,
         }
     }
 
-    /// The response for `result`, with its `x-request-id`; logged and
-    /// counted under `route`.
+    /// The request's span (disabled with tracing off), to handle it in.
+    pub fn span(&self) -> tracing::Span {
+        self.trace.span().clone()
+    }
+
+    /// The response for `result`, with its `x-request-id` (and
+    /// `traceparent`, with tracing on); logged and counted under `route`.
     pub fn finish(
         self,
         metrics: &Metrics,
@@ -76,7 +88,12 @@ impl Access {
             HeaderName::from_static(super::request_id::HEADER),
             self.id.header_value(),
         );
-        self.record(metrics, route, response.status(), code);
+        let status = response.status();
+        let result = code.unwrap_or("ok");
+        let trace_id = self
+            .trace
+            .end(route, &self.seen, status, result, response.headers_mut());
+        self.record(metrics, route, status, code, trace_id.as_deref());
         response
     }
 
@@ -86,6 +103,7 @@ impl Access {
         route: &'static str,
         status: StatusCode,
         code: Option<&'static str>,
+        trace_id: Option<&str>,
     ) {
         let elapsed = self.started.elapsed();
         let status_text = status.as_str();
@@ -128,6 +146,7 @@ impl Access {
             status = status.as_u16(),
             result,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
+            trace_id,
             "request"
         );
     }
@@ -141,7 +160,8 @@ pub fn refused(metrics: &Metrics, status: StatusCode, id: RequestId) {
         method: None,
         started: Instant::now(),
         seen: Seen::default(),
+        trace: Trace::none(),
     };
     let code = ApiError::from_parse_status(status).map(|e| e.code.as_str());
-    access.record(metrics, "unparsed", status, code);
+    access.record(metrics, "unparsed", status, code, None);
 }

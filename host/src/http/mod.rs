@@ -22,7 +22,8 @@
 //!   `responses`: the error answers it shares between operations.
 //! - `limits`: the request head's size limits (414, 431), checked before
 //!   routing; `parse_errors`: JSON bodies for what hyper refuses itself.
-//! - `request_id` and `access`: each request's id, log line and metrics.
+//! - `request_id` and `access`: each request's id, log line and metrics;
+//!   `trace`: its span and W3C trace context.
 
 mod access;
 mod admin;
@@ -47,6 +48,7 @@ mod rwlocks;
 mod semaphores;
 mod sessions;
 mod sse;
+mod trace;
 mod waiting;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};

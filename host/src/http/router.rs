@@ -3,11 +3,11 @@
 //! between brokers have handlers of their own.
 
 use hyper::{body::Incoming, Method, Request};
+use tracing::Instrument;
 
 use super::{
     access::{Access, Seen},
     admin, events, internal, limits, multilock, ops,
-    request_id::RequestId,
     resource::{serve_kind, with_kind, ForKind, Resource},
     sessions, waiting, ApiError, Response,
 };
@@ -15,11 +15,12 @@ use crate::{app::App, ui};
 
 /// Answers one request. Never fails: errors become JSON error responses.
 /// Every answer carries the request's `x-request-id` and is logged and
-/// counted once (`access`).
+/// counted once (`access`); it is handled in the request's span (`trace`).
 pub async fn handle(app: &App, req: Request<Incoming>) -> Response {
-    let mut access = Access::begin(RequestId::of(req.headers()), req.method().clone());
+    let mut access = Access::begin(req.method().clone(), req.headers());
+    let span = access.span();
     let (route, result) = match limits::check(req.uri(), req.headers()) {
-        Ok(()) => route(app, req, &mut access.seen).await,
+        Ok(()) => route(app, req, &mut access.seen).instrument(span).await,
         Err(err) => ("unparsed", Err(err)),
     };
     access.finish(&app.metrics, route, result)

@@ -30,6 +30,7 @@ pub use shadow::Shadow;
 pub use versions::{LoadedBy, Version, Versions};
 
 use shadow::Call;
+use tracing::Instrument;
 
 use crate::metrics::Metrics;
 
@@ -419,7 +420,10 @@ impl TenantPolicy {
             &[("tenant", &self.tenant), ("export", "naming")],
         );
         let (tenant, key_owned) = (self.tenant.clone(), key.to_owned());
-        let answer = call(&loaded, move |p| p.storage_key(&tenant, &key_owned)).await;
+        let answer = call(&loaded, "naming", move |p| {
+            p.storage_key(&tenant, &key_owned)
+        })
+        .await;
         let answer = answer.and_then(checked_naming);
         if let (Some(shadow), Ok(named)) = (self.shadow(), &answer) {
             shadow.offer(Call::Naming {
@@ -453,7 +457,7 @@ impl TenantPolicy {
         let shadowed = self.shadow().map(|s| (s, waiters.clone()));
         let key = key.to_owned();
         let asked = key.clone();
-        let answer = call(&loaded, move |p| p.pick_next(&asked, &waiters)).await;
+        let answer = call(&loaded, "fairness", move |p| p.pick_next(&asked, &waiters)).await;
         match answer.and_then(|i| checked_index(i, len)) {
             Ok(index) => {
                 if let Some((shadow, waiters)) = shadowed {
@@ -481,7 +485,7 @@ impl TenantPolicy {
         );
         let fallback = builtin::next_delay(&contention);
         let shadowed = self.shadow().map(|s| (s, contention.clone()));
-        match call(&loaded, move |p| p.next_delay(&contention)).await {
+        match call(&loaded, "backoff", move |p| p.next_delay(&contention)).await {
             Ok(decision) => {
                 if let Some((shadow, contention)) = shadowed {
                     shadow.offer(Call::Backoff {
@@ -518,7 +522,7 @@ impl TenantPolicy {
             &[("tenant", &self.tenant), ("export", "timing")],
         );
         let key = storage_key.to_owned();
-        match call(&loaded, move |p| p.timing(&key))
+        match call(&loaded, "timing", move |p| p.timing(&key))
             .await
             .and_then(Timing::checked)
         {
@@ -595,11 +599,30 @@ fn version_of(loaded: &Loaded) -> Option<Arc<str>> {
     }
 }
 
+/// Runs one policy call of `export`, a span (`policy.call`) when tracing
+/// is on.
+async fn call<T: Send + 'static>(
+    loaded: &Loaded,
+    export: &'static str,
+    f: impl FnOnce(&dyn Policy) -> Result<T, PolicyFault> + Send + 'static,
+) -> Result<T, PolicyFault> {
+    let span = tracing::info_span!(
+        "policy.call",
+        lockbroker.policy.export = export,
+        lockbroker.policy.version = tracing::field::display(loaded.id()),
+        lockbroker.outcome = tracing::field::Empty,
+    );
+    let answer = run(loaded, f).instrument(span.clone()).await;
+    let outcome = if answer.is_ok() { "ok" } else { "fault" };
+    span.record("lockbroker.outcome", outcome);
+    answer
+}
+
 /// Runs one policy call. A call that may block (a WebAssembly guest that
 /// was slow lately, up to its deadline) runs where it cannot stall the
 /// reactor: in place on a multi-threaded runtime (its other tasks move to
 /// other workers), else on the blocking pool.
-async fn call<T: Send + 'static>(
+async fn run<T: Send + 'static>(
     loaded: &Loaded,
     f: impl FnOnce(&dyn Policy) -> Result<T, PolicyFault> + Send + 'static,
 ) -> Result<T, PolicyFault> {

@@ -203,6 +203,7 @@ impl Pool {
             events: Vec::new(),
             queued: String::new(),
             tx: Tx::None,
+            span: tracing::Span::none(),
         }
     }
 
@@ -363,6 +364,9 @@ pub struct Conn {
     /// it (a `COMMIT`) never runs.
     queued: String,
     tx: Tx,
+    /// The transaction's span (`db.transaction`, when tracing is on): from
+    /// `begin` to its commit or rollback, or to the drop that ends it.
+    span: tracing::Span,
 }
 
 /// Where the connection's transaction is.
@@ -451,6 +455,11 @@ impl Conn {
     /// # Errors
     /// On Galera, the `BEGIN`'s.
     pub async fn begin(&mut self) -> sqlx::Result<()> {
+        self.span = tracing::info_span!(
+            "db.transaction",
+            server.address = self.pool.name.as_str(),
+            lockbroker.outcome = tracing::field::Empty,
+        );
         self.events.clear();
         self.queued.clear();
         self.clean = false;
@@ -494,10 +503,13 @@ impl Conn {
             self.queued.clear();
             self.tx = Tx::None;
             self.clean = true;
+            self.end_span(true, "commit");
             return Ok(());
         }
         self.tx = Tx::None;
-        match self.statement("COMMIT").await {
+        let committed = self.statement("COMMIT").await;
+        self.end_span(committed.is_ok(), "commit");
+        match committed {
             Ok(()) => {
                 self.clean = true;
                 Ok(())
@@ -522,11 +534,22 @@ impl Conn {
         self.events.clear();
         self.queued.clear();
         let was = std::mem::replace(&mut self.tx, Tx::None);
-        if was != Tx::Unsent {
-            self.statement("ROLLBACK").await?;
-        }
+        let rolled_back = match was {
+            Tx::Unsent => Ok(()),
+            _ => self.statement("ROLLBACK").await,
+        };
+        self.end_span(rolled_back.is_ok(), "rollback");
+        rolled_back?;
         self.clean = true;
         Ok(())
+    }
+
+    /// Ends the transaction's span, saying how it ended: `outcome` if its
+    /// statement went through (`ok`), else `failed`.
+    fn end_span(&mut self, ok: bool, outcome: &'static str) {
+        let outcome = if ok { outcome } else { "failed" };
+        self.span.record("lockbroker.outcome", outcome);
+        self.span = tracing::Span::none();
     }
 
     /// Whether statements wait to go with the next one.
