@@ -26,6 +26,25 @@ pub struct ErrorDetail {
     /// header carries it in whole seconds, rounded up, at least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// With `deadlock` only: the cycle the wait would have closed, each
+    /// step a session (as an owner) waiting for a key the next step's
+    /// session holds; the last step's key is held by the first's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<Vec<CycleStep>>,
+}
+
+/// One step of a deadlock's cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CycleStep {
+    /// The session that waits (or would wait, for the first step).
+    pub session: String,
+    /// Its owner of that wait.
+    pub owner: String,
+    /// `lock`, `election`, `semaphore` or `rwlock`.
+    pub kind: String,
+    /// The key it waits for (its storage key).
+    pub storage_key: String,
 }
 
 impl ErrorBody {
@@ -36,6 +55,7 @@ impl ErrorBody {
                 code,
                 message: message.into(),
                 retry_after_ms: None,
+                cycle: None,
             },
         }
     }
@@ -95,6 +115,10 @@ pub enum ErrorCode {
     /// 404: the session named is unknown, closed or expired (its leases
     /// are gone); an acquire naming it was not granted.
     SessionNotFound,
+    /// 409: waiting would close a cycle of sessions waiting for each
+    /// other; nothing was granted or queued (`cycle` says who waits for
+    /// what). End a session of the cycle, or take the keys in one order.
+    Deadlock,
     /// 500: the tenant's naming policy trapped or ran out of its budget.
     PolicyError,
     /// 503: the database is unavailable or the broker is shutting down;
@@ -112,7 +136,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code a broker sends, in the order above ([`ErrorCode::Unknown`]
     /// is not one).
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::BadRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -133,6 +157,7 @@ impl ErrorCode {
         ErrorCode::QuotaExceeded,
         ErrorCode::RateLimited,
         ErrorCode::SessionNotFound,
+        ErrorCode::Deadlock,
         ErrorCode::PolicyError,
         ErrorCode::Unavailable,
     ];
@@ -150,7 +175,8 @@ impl ErrorCode {
             ErrorCode::LockHeld
             | ErrorCode::LeaseLost
             | ErrorCode::SemaphoreFull
-            | ErrorCode::PermitsMismatch => 409,
+            | ErrorCode::PermitsMismatch
+            | ErrorCode::Deadlock => 409,
             ErrorCode::TooLarge => 413,
             ErrorCode::UriTooLong => 414,
             ErrorCode::HeadersTooLarge => 431,
@@ -187,6 +213,7 @@ impl ErrorCode {
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::SessionNotFound => "session_not_found",
+            ErrorCode::Deadlock => "deadlock",
             ErrorCode::PolicyError => "policy_error",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Unknown => "unknown",
@@ -238,6 +265,7 @@ mod tests {
                 code: ErrorCode::LockHeld,
                 message: "held".into(),
                 retry_after_ms: Some(120),
+                cycle: None,
             },
         };
         assert_eq!(

@@ -34,7 +34,9 @@ pub struct LeaseTerms {
     /// answer's `expires_at` and `ttl_ms` are the session's. The owner
     /// defaults to the session id. Every kind (lock, semaphore, rwlock,
     /// multi-lock, election). An ended or unknown session: 404
-    /// `session_not_found`, nothing granted.
+    /// `session_not_found`, nothing granted. A wait in a session that
+    /// would close a cycle of sessions waiting for each other: 409
+    /// `deadlock` at once, with the cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
 }

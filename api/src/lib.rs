@@ -50,7 +50,7 @@ pub use election::{
     CampaignRequest, ElectionEvent, ElectionRenewRequest, ElectionStatus, LeaderEvent, Leadership,
     ResignRequest, ResignResponse,
 };
-pub use error::{ErrorBody, ErrorCode, ErrorDetail};
+pub use error::{CycleStep, ErrorBody, ErrorCode, ErrorDetail};
 pub use fencing::{ValidateRequest, Validity};
 pub use history::{
     EndReason, LockEvent, LockEventKind, LockHistory, ResourceKind, StreamEvent,

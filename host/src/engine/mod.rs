@@ -48,6 +48,7 @@
 mod batch;
 mod brokers;
 mod contention;
+mod deadlock;
 mod delay;
 mod detach;
 mod election;
@@ -99,6 +100,7 @@ use crate::{
 };
 
 pub use contention::{Contention, HotKey, MAX_WINDOW_S};
+pub use deadlock::CycleLink;
 pub use election::{Leadership, Observation};
 pub use events::{Event, Subscription};
 pub use force::Forced;
@@ -161,6 +163,10 @@ pub enum EngineError {
     /// The tenant has its `max_sessions` live sessions already.
     #[error("too many sessions for this tenant")]
     TooManySessions,
+    /// Waiting would close a cycle of sessions waiting for each other
+    /// (nothing granted, not queued): `cycle` says who waits for what.
+    #[error("waiting would close a cycle of sessions waiting for each other (a deadlock)")]
+    Deadlock { cycle: Vec<CycleLink> },
     /// The session named is unknown, ended or expired (nothing granted).
     #[error("no such session (it ended, expired, or never existed)")]
     SessionNotFound,

@@ -204,6 +204,11 @@ impl Engine {
         wish: Wish<'_>,
     ) -> Result<Queued, EngineError> {
         self.check_room(conn, lock).await?;
+        if let Some(cycle) = self.closes_cycle(conn, lock, wish).await? {
+            self.metrics
+                .inc("lockbroker_deadlocks_total", &[("tenant", &lock.tenant)]);
+            return Err(EngineError::Deadlock { cycle });
+        }
         let waiter = NewWaiter {
             owner: wish.owner,
             priority: wish.priority,

@@ -37,6 +37,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
     pub retry_after_ms: Option<u64>,
+    /// With `deadlock`: the cycle.
+    pub cycle: Option<Vec<lockbroker_api::CycleStep>>,
     /// For 405: the methods the path takes (the `Allow` header).
     pub allow: Option<&'static str>,
 }
@@ -47,6 +49,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_ms: None,
+            cycle: None,
             allow: None,
         }
     }
@@ -120,6 +123,7 @@ impl ApiError {
                 code: self.code,
                 message: self.message.clone(),
                 retry_after_ms: self.retry_after_ms,
+                cycle: self.cycle.clone(),
             },
         }
     }
@@ -190,6 +194,30 @@ impl From<EngineError> for ApiError {
                 ..ApiError::new(
                     ErrorCode::QuotaExceeded,
                     "the tenant has max_sessions live sessions already; nothing was opened",
+                )
+            },
+            EngineError::Deadlock { cycle } => ApiError {
+                cycle: Some(
+                    cycle
+                        .into_iter()
+                        .map(|link| lockbroker_api::CycleStep {
+                            session: link.session,
+                            owner: link.owner,
+                            kind: match link.kind {
+                                crate::store::Kind::Lock => "lock",
+                                crate::store::Kind::Election => "election",
+                                crate::store::Kind::Semaphore => "semaphore",
+                                crate::store::Kind::RwLock => "rwlock",
+                            }
+                            .to_owned(),
+                            storage_key: link.storage_key,
+                        })
+                        .collect(),
+                ),
+                ..ApiError::new(
+                    ErrorCode::Deadlock,
+                    "waiting would close a cycle of sessions waiting for each other (a deadlock): \
+                     nothing was granted or queued",
                 )
             },
             EngineError::SessionNotFound => ApiError::new(

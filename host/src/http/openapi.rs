@@ -367,7 +367,7 @@ fn operation<R: Resource>(
 
 /// The refusals of an acquire of the kind `R` for contention (409).
 fn busy<R: Resource>() -> Vec<ApiError> {
-    let refusals = match R::KIND {
+    let mut refusals = match R::KIND {
         crate::store::Kind::Semaphore => vec![
             EngineError::SemaphoreFull {
                 retry_after_ms: 120,
@@ -378,6 +378,19 @@ fn busy<R: Resource>() -> Vec<ApiError> {
             retry_after_ms: 120,
         }],
     };
+    // A wait in a session that would close a cycle of sessions.
+    let link = |session: &str, owner: &str, key: &str| crate::engine::CycleLink {
+        session: session.to_owned(),
+        owner: owner.to_owned(),
+        kind: R::KIND,
+        storage_key: key.to_owned(),
+    };
+    refusals.push(EngineError::Deadlock {
+        cycle: vec![
+            link("9f2c4e1a0b7d4c3e8f6a5b2d1c0e9f8a", "worker-1", "account-2"),
+            link("3b1d7e2f9a0c4b5d8e6f1a2b3c4d5e6f", "worker-2", "account-1"),
+        ],
+    });
     refusals.into_iter().map(ApiError::from).collect()
 }
 

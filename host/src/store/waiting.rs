@@ -170,3 +170,51 @@ pub async fn counts(
     params.extend(keys.iter().map(|k| (k.as_slice(),)));
     conn.fetch_all(&sql, params).await
 }
+
+/// Takes `tenant`'s wait guard (`session_wait_guards`) in the caller's
+/// transaction: a write, so that checks of the tenant's session waits run
+/// one at a time until the transaction ends, across brokers and Galera
+/// nodes alike.
+pub async fn take_guard(conn: &mut Conn, tenant: &str) -> sqlx::Result<()> {
+    conn.execute(
+        "INSERT INTO session_wait_guards (tenant, checks) VALUES (?, 1) \
+         ON DUPLICATE KEY UPDATE checks = checks + 1",
+        (tenant,),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A pending wait of a session: which key, as which owner, for what.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionWait {
+    pub session: Vec<u8>,
+    pub owner: Vec<u8>,
+    pub kind: u8,
+    pub lock_key: Vec<u8>,
+    pub mode: Option<u8>,
+}
+
+/// The eligible pending waits of `tenant`'s `sessions`.
+pub async fn waits_of(
+    conn: &mut Conn,
+    tenant: &str,
+    sessions: &[Vec<u8>],
+    stale: Staleness,
+) -> sqlx::Result<Vec<SessionWait>> {
+    if sessions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; sessions.len()].join(", ");
+    let eligible = ELIGIBLE
+        .replacen('?', &stale.grace_us.to_string(), 1)
+        .replacen('?', &stale.alive_us.to_string(), 1);
+    let sql = format!(
+        "SELECT w.session, w.owner, CAST(w.kind AS UNSIGNED) AS kind, w.lock_key, w.mode \
+         FROM waiters w FORCE INDEX (waiters_by_session) \
+         WHERE w.session IN ({marks}) AND w.tenant = ? AND w.granted_token IS NULL AND {eligible}"
+    );
+    let mut params: Vec<(&[u8],)> = sessions.iter().map(|s| (s.as_slice(),)).collect();
+    params.push((tenant.as_bytes(),));
+    conn.fetch_all(&sql, params).await
+}

@@ -1393,6 +1393,17 @@ export interface components {
              */
             lock_delay_ms?: number | null;
         };
+        /** @description One step of a deadlock's cycle. */
+        CycleStep: {
+            /** @description The session that waits (or would wait, for the first step). */
+            session: string;
+            /** @description Its owner of that wait. */
+            owner: string;
+            /** @description `lock`, `election`, `semaphore` or `rwlock`. */
+            kind: string;
+            /** @description The key it waits for (its storage key). */
+            storage_key: string;
+        };
         /**
          * @description One Server-Sent Event of `GET /v1/elections/{name}/observe`: its
          *     `event:` line is the tag and its `data:` line the content as one line of
@@ -1500,7 +1511,7 @@ export interface components {
          *     its HTTP status and message (the Rust types read it as `Unknown`).
          * @enum {string}
          */
-        ErrorCode: "bad_request" | "unauthenticated" | "forbidden" | "not_found" | "method_not_allowed" | "lock_held" | "lease_lost" | "semaphore_full" | "permits_mismatch" | "too_large" | "uri_too_long" | "headers_too_large" | "invalid_key" | "invalid_policy" | "invalid_config" | "too_many_waiters" | "too_many_streams" | "quota_exceeded" | "rate_limited" | "session_not_found" | "policy_error" | "unavailable";
+        ErrorCode: "bad_request" | "unauthenticated" | "forbidden" | "not_found" | "method_not_allowed" | "lock_held" | "lease_lost" | "semaphore_full" | "permits_mismatch" | "too_large" | "uri_too_long" | "headers_too_large" | "invalid_key" | "invalid_policy" | "invalid_config" | "too_many_waiters" | "too_many_streams" | "quota_exceeded" | "rate_limited" | "session_not_found" | "deadlock" | "policy_error" | "unavailable";
         /** @description The code, a message for people, and, for contention, when to retry. */
         ErrorDetail: {
             /** @description Stable, machine-readable reason. */
@@ -1514,6 +1525,12 @@ export interface components {
              *     header carries it in whole seconds, rounded up, at least 1).
              */
             retry_after_ms?: number | null;
+            /**
+             * @description With `deadlock` only: the cycle the wait would have closed, each
+             *     step a session (as an owner) waiting for a key the next step's
+             *     session holds; the last step's key is held by the first's.
+             */
+            cycle?: components["schemas"]["CycleStep"][] | null;
         };
         /**
          * @description `POST /v1/admin/tenants/{tenant}/locks/{key}/release`: the lease that
@@ -1741,7 +1758,9 @@ export interface components {
              *     answer's `expires_at` and `ttl_ms` are the session's. The owner
              *     defaults to the session id. Every kind (lock, semaphore, rwlock,
              *     multi-lock, election). An ended or unknown session: 404
-             *     `session_not_found`, nothing granted.
+             *     `session_not_found`, nothing granted. A wait in a session that
+             *     would close a cycle of sessions waiting for each other: 409
+             *     `deadlock` at once, with the cycle.
              */
             session?: string | null;
         };
@@ -3379,15 +3398,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "code": "lock_held",
-                     *         "message": "the lock is held by another owner",
-                     *         "retry_after_ms": 120
-                     *       }
-                     *     }
-                     */
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
@@ -4361,15 +4371,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "code": "lock_held",
-                     *         "message": "the lock is held by another owner",
-                     *         "retry_after_ms": 120
-                     *       }
-                     *     }
-                     */
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
@@ -4754,15 +4755,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "error": {
-                     *         "code": "lock_held",
-                     *         "message": "the lock is held by another owner",
-                     *         "retry_after_ms": 120
-                     *       }
-                     *     }
-                     */
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };

@@ -1,0 +1,150 @@
+//! Deadlocks between sessions (issue #33): a session's acquire that would
+//! wait, and whose wait would close a cycle of the wait-for graph (its key
+//! held by a session that waits, through other sessions, for a key this
+//! session holds), is refused at once (`409 deadlock`, with the cycle), as
+//! InnoDB refuses the transaction that closes a cycle. Nothing else in the
+//! cycle is disturbed.
+//!
+//! The graph's parties are sessions: a lease or a wait outside any session
+//! is outside the graph, and a session waiting for a key it holds itself
+//! (two tasks of one process sharing it) is not a cycle. The graph lives
+//! in the database (pending waiter rows name their session, lease rows
+//! theirs), so a cycle through several brokers is seen by any of them.
+//! A wait that could close one (its key is held in another session) is
+//! checked while its transaction holds the tenant's wait guard (a row
+//! written, see `store::waiting::take_guard`), and is enqueued in that same
+//! transaction: two waits that would close one cycle at the same moment,
+//! on two brokers, are checked one after the other, and the second one
+//! sees the first and is refused; exactly one.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{lease::Wish, Engine, EngineError, LockRef};
+use crate::store::{
+    pool::Conn,
+    sessions::kind_of,
+    waiting::{self, HolderRow},
+    Kind,
+};
+
+/// How far the walk goes (sessions in a cycle at most).
+const MAX_DEPTH: usize = 64;
+/// Sessions the walk looks at, at most.
+const MAX_VISITED: usize = 10_000;
+
+/// One step of a cycle: `session` (as `owner`) waits for `storage_key`,
+/// which the next step's session holds (the last step's key is held by
+/// the first step's session).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CycleLink {
+    pub session: String,
+    pub owner: String,
+    pub kind: Kind,
+    pub storage_key: String,
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+impl Engine {
+    /// The cycle `wish`'s wait for `lock` would close, if it would, checked
+    /// in the caller's transaction (which then holds the tenant's wait
+    /// guard until it ends, and enqueues the wait if it is not refused).
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub(super) async fn closes_cycle(
+        &self,
+        conn: &mut Conn,
+        lock: &LockRef,
+        wish: Wish<'_>,
+    ) -> Result<Option<Vec<CycleLink>>, EngineError> {
+        let Some(me) = wish.session else {
+            return Ok(None);
+        };
+        let tenant = lock.tenant.as_str();
+        let key = vec![lock.storage_key.as_bytes().to_vec()];
+        let others = |rows: Vec<HolderRow>| -> HashSet<Vec<u8>> {
+            rows.into_iter()
+                .filter_map(|h| h.session)
+                .filter(|s| s != me.as_bytes())
+                .collect()
+        };
+        // Held by no other session: no cycle can close here (no guard).
+        if others(waiting::holders(conn, tenant, lock.kind, &key).await?).is_empty() {
+            return Ok(None);
+        }
+        waiting::take_guard(conn, tenant).await?;
+        // Read again under the guard: what a wait checked before this one
+        // committed is seen now.
+        let holders = others(waiting::holders(conn, tenant, lock.kind, &key).await?);
+        let first = CycleLink {
+            session: me.to_owned(),
+            owner: wish.owner.to_owned(),
+            kind: lock.kind,
+            storage_key: lock.storage_key.clone(),
+        };
+        let mut frontier: HashMap<Vec<u8>, Vec<CycleLink>> = holders
+            .into_iter()
+            .map(|s| (s, vec![first.clone()]))
+            .collect();
+        let mut visited: HashSet<Vec<u8>> = frontier.keys().cloned().collect();
+        visited.insert(me.as_bytes().to_vec());
+        let stale = self.stale();
+        for _ in 0..MAX_DEPTH {
+            if frontier.is_empty() || visited.len() > MAX_VISITED {
+                break;
+            }
+            let sessions: Vec<Vec<u8>> = frontier.keys().cloned().collect();
+            let waits = waiting::waits_of(conn, tenant, &sessions, stale).await?;
+            let mut keys: HashMap<u8, HashSet<Vec<u8>>> = HashMap::new();
+            for w in &waits {
+                keys.entry(w.kind).or_default().insert(w.lock_key.clone());
+            }
+            let mut holders: HashMap<(u8, Vec<u8>), Vec<Vec<u8>>> = HashMap::new();
+            for (code, keys) in keys {
+                let Some(kind) = kind_of(code) else { continue };
+                let keys: Vec<Vec<u8>> = keys.into_iter().collect();
+                for h in waiting::holders(conn, tenant, kind, &keys).await? {
+                    if let Some(s) = h.session {
+                        holders.entry((code, h.lock_key)).or_default().push(s);
+                    }
+                }
+            }
+            let mut next: HashMap<Vec<u8>, Vec<CycleLink>> = HashMap::new();
+            for w in waits {
+                let Some(path) = frontier.get(&w.session) else {
+                    continue;
+                };
+                let Some(kind) = kind_of(w.kind) else {
+                    continue;
+                };
+                for holder in holders
+                    .get(&(w.kind, w.lock_key.clone()))
+                    .into_iter()
+                    .flatten()
+                {
+                    if *holder == w.session {
+                        continue; // a session waiting for itself: not a cycle
+                    }
+                    let mut path = path.clone();
+                    path.push(CycleLink {
+                        session: text(&w.session),
+                        owner: text(&w.owner),
+                        kind,
+                        storage_key: text(&w.lock_key),
+                    });
+                    if holder == me.as_bytes() {
+                        return Ok(Some(path));
+                    }
+                    if visited.insert(holder.clone()) {
+                        next.insert(holder.clone(), path);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        Ok(None)
+    }
+}
