@@ -3,7 +3,9 @@
 //! but each other; and, in a real browser (Debian's chromium driven by
 //! `tests/ui/console.mjs` through playwright-core), it lists a tenant's
 //! leases live, shows a key's page, lists the tenant's sessions (by name,
-//! live) and shows one with its leases and closes it, and lets the admin
+//! live) and shows one with its leases and closes it, draws contention
+//! (the overview's charts, checked in a screenshot, the hot keys, a key's
+//! queue and history, the wait-for graph with a cycle), and lets the admin
 //! see tenants, force-release a lock, and see a tenant's policy versions
 //! and shadow report, promote the shadow and roll back. `scripts/ui-deps`
 //! installs the browser and the node packages; without them this test
@@ -16,7 +18,8 @@ use std::{
 };
 
 use lockbroker_api::{
-    EndReason, ErrorCode, LockEventKind, LockStatus, Page, PolicyLoadedBy, PolicyVersions, Session,
+    Contention, EndReason, ErrorCode, LockEventKind, LockStatus, Page, PolicyLoadedBy,
+    PolicyVersions, Session, WaitsFor,
 };
 use lockbroker_tests::{dist, Broker, Client, Proxy, ADMIN, KEY};
 use serde_json::{json, Value};
@@ -110,7 +113,10 @@ async fn the_console_is_served_from_the_binary_and_loads_only_its_own_files() {
         }
     }
     seen.sort();
-    assert_eq!(seen, ["api.js", "app.js", "icon.svg", "style.css"]);
+    assert_eq!(
+        seen,
+        ["api.js", "app.js", "contention.js", "icon.svg", "style.css"]
+    );
 
     for (path, status) in [("/ui/nothing.js", 404), ("/ui/a/app.js", 404)] {
         assert_eq!(c.get(path).await.unwrap().status, status, "{path}");
@@ -236,6 +242,26 @@ async fn the_console_shows_a_tenants_leases_live_and_the_admin_force_releases() 
     let names: Vec<_> = open.items.iter().map(|s| s.name.as_deref()).collect();
     assert_eq!(names, [Some("adhoc-1"), Some("elsewhere")], "{open:?}");
     assert_eq!(open.items[0].id, adhoc);
+    // It made contention on hot-1 (rounds of a holder, a refused try and a
+    // handoff; then a holder, a refused try and three waiters, handed it
+    // in turn) and a cycle of two owners (broken since), and left nothing
+    // held or waiting.
+    let hot: Contention = c
+        .get("/v1/contention?prefix=hot-&window_s=300")
+        .await
+        .unwrap()
+        .ok();
+    let hot1 = &hot.keys[0];
+    assert_eq!(hot1.storage_key, "hot-1", "{hot:?}");
+    assert!(
+        hot1.handoffs >= 4 && hot1.refusals >= 2 && hot1.waiters == 0 && hot1.holders.is_empty(),
+        "{hot:?}"
+    );
+    let graph: WaitsFor = c.get("/v1/waits-for").await.unwrap().ok();
+    assert!(
+        graph.edges.is_empty() && graph.cycles.is_empty(),
+        "{graph:?}"
+    );
     // It promoted the shadow, then rolled back: the built-in policy is in
     // force again, the promoted version kept.
     let admin = broker.client_with(Some(ADMIN));

@@ -2,13 +2,18 @@
 // (started by tests/console.rs, which took job-1, job-2, other-1, a
 // semaphore, an rwlock and an election for tenant LB_KEY, and opened the
 // sessions nightly-batch, holding the locks batch-a and batch-b,
-// nightly-report and adhoc-1). Every step waits
-// on a condition (playwright's auto-waiting locators, waitForFunction),
-// never for a fixed time. Exits non-zero on the first failed check.
+// nightly-report and adhoc-1). It makes contention itself, through the
+// API, for the contention views: hot-1 held, tried, waited for and handed
+// off, and two owners that wait for each other's key (not sessions: the
+// broker refuses a wait that would close a cycle of sessions). Every step waits
+// on a condition (playwright's auto-waiting locators, waitForFunction, an
+// API answer asked again), never for a fixed time. Exits non-zero on the
+// first failed check.
 
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
+import { inflateSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 
 const base = process.env.LB_URL;
@@ -35,6 +40,87 @@ async function api(path, { method = 'GET', secret = key, body, wasm } = {}) {
   return json;
 }
 
+/// `POST path` with `body` (as LB_KEY), whatever it answers: its status
+/// and JSON. Waiting acquires are kept in `pending`, to be settled before
+/// the end (the script cannot end while one waits).
+const pending = [];
+const giveUp = new AbortController(); // A failed run leaves nothing waiting.
+function attempt(path, body) {
+  const answer = fetch(apiBase + path, {
+    method: 'POST',
+    signal: giveUp.signal,
+    headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  }).then(async (res) => [res.status, await res.json()]);
+  pending.push(answer);
+  return answer;
+}
+
+/// Asks `GET path` again until `check(answer)` holds (15 s at most).
+async function until(path, check, what) {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const answer = await api(path);
+    if (check(answer)) return answer;
+    assert.ok(Date.now() < deadline, `${what}: ${JSON.stringify(answer)}`);
+    await new Promise((resolve) => { setTimeout(resolve, 50); });
+  }
+}
+
+/// A PNG (as page.screenshot makes them: 8-bit RGB or RGBA, not
+/// interlaced) decoded: its width, height, bytes per pixel and pixels.
+function decodePng(png) {
+  assert.equal(png.toString('latin1', 1, 4), 'PNG', 'a PNG');
+  let [width, height, bpp] = [0, 0, 0];
+  const data = [];
+  for (let at = 8; at < png.length;) {
+    const length = png.readUInt32BE(at);
+    const type = png.toString('latin1', at + 4, at + 8);
+    const chunk = png.subarray(at + 8, at + 8 + length);
+    if (type === 'IHDR') {
+      [width, height] = [chunk.readUInt32BE(0), chunk.readUInt32BE(4)];
+      assert.ok(chunk[8] === 8 && [2, 6].includes(chunk[9]) && chunk[12] === 0, 'an 8-bit RGB(A) PNG, not interlaced');
+      bpp = chunk[9] === 6 ? 4 : 3;
+    } else if (type === 'IDAT') {
+      data.push(chunk);
+    }
+    at += 12 + length;
+  }
+  const raw = inflateSync(Buffer.concat(data));
+  const stride = width * bpp;
+  const pixels = Buffer.alloc(height * stride);
+  for (let y = 0; y < height; y += 1) {
+    const filter = raw[y * (stride + 1)];
+    for (let x = 0; x < stride; x += 1) {
+      const a = x >= bpp ? pixels[y * stride + x - bpp] : 0;
+      const b = y > 0 ? pixels[(y - 1) * stride + x] : 0;
+      const c = x >= bpp && y > 0 ? pixels[(y - 1) * stride + x - bpp] : 0;
+      const p = a + b - c;
+      const paeth = Math.abs(p - a) <= Math.abs(p - b) && Math.abs(p - a) <= Math.abs(p - c) ? a
+        : Math.abs(p - b) <= Math.abs(p - c) ? b : c;
+      const predicted = [0, a, b, (a + b) >> 1, paeth][filter];
+      pixels[y * stride + x] = (raw[y * (stride + 1) + 1 + x] + predicted) & 0xff;
+    }
+  }
+  return { width, height, bpp, pixels };
+}
+
+/// How many pixels of a screenshot are within `near` of `rgb`, and how
+/// many are not of its commonest colour (the background).
+function pixelsOf(png, rgb, near = 40) {
+  const { width, height, bpp, pixels } = decodePng(png);
+  let matching = 0;
+  const colours = new Map();
+  for (let i = 0; i < width * height * bpp; i += bpp) {
+    const [r, g, b] = pixels.subarray(i, i + 3);
+    if (Math.hypot(r - rgb[0], g - rgb[1], b - rgb[2]) <= near) matching += 1;
+    const colour = (r << 16) | (g << 8) | b;
+    colours.set(colour, (colours.get(colour) ?? 0) + 1);
+  }
+  const all = width * height;
+  return { matching, inked: all - Math.max(...colours.values()), all };
+}
+
 /// The status and error code of a `GET path` expected to fail.
 async function apiError(path) {
   const res = await fetch(apiBase + path, { headers: { Authorization: `Bearer ${key}` } });
@@ -56,6 +142,220 @@ function step(name) {
 /// With LB_SCREENSHOTS=DIR, a picture of the page at each step, to look at.
 async function shot(page, name) {
   if (process.env.LB_SCREENSHOTS) await page.screenshot({ path: `${process.env.LB_SCREENSHOTS}/${name}.png`, fullPage: true });
+}
+
+/// The console's colours (style.css, light): a chart's first line, a cycle.
+const ACCENT = [0x1f, 0x5f, 0x99];
+const DANGER = [0xa3, 0x23, 0x1c];
+const LEASE = { ttl_ms: 120_000 };
+
+/// One round of contention on hot-1 (free before and after): a holder, a
+/// try refused, a waiter handed the lease by the holder's release.
+async function contendOnce(n) {
+  const holder = await api('/v1/locks/hot-1/acquire', { method: 'POST', body: { owner: `holder-${n}`, ...LEASE } });
+  const [refused, why] = await attempt('/v1/locks/hot-1/acquire', { owner: `try-${n}`, ...LEASE, wait_ms: 0 });
+  assert.equal(refused, 409, JSON.stringify(why));
+  const waiter = attempt('/v1/locks/hot-1/acquire', { owner: `waiter-${n}`, ...LEASE, wait_ms: 60_000 });
+  await until('/v1/locks/hot-1/waiters', (q) => q.waiters.length === 1, 'the waiter queues');
+  await api('/v1/locks/hot-1/release', { method: 'POST', body: { owner: holder.owner, token: holder.token } });
+  const [status, lease] = await waiter;
+  assert.equal(status, 200, JSON.stringify(lease));
+  await api('/v1/locks/hot-1/release', { method: 'POST', body: { owner: lease.owner, token: lease.token } });
+}
+
+/// In the page: each chart of the overview named in `ids` has a line with
+/// a point above its zero (a value over 0), and the grants chart at least
+/// two points.
+function chartsHaveData(ids) {
+  const plotted = (figure) => {
+    const plot = figure.querySelector('rect.plot');
+    const zero = Number(plot.getAttribute('y')) + Number(plot.getAttribute('height'));
+    const points = [...figure.querySelectorAll('path.line')].map((path) => path.getAttribute('d').match(/[\d.]+,[\d.]+/g) ?? []);
+    return { points: points.flat().length, above: points.flat().some((p) => Number(p.split(',')[1]) < zero - 0.5) };
+  };
+  const figures = ids.map((id) => document.querySelector(`figure[data-chart="${id}"]`));
+  return figures.every((f) => f && plotted(f).above) && plotted(document.querySelector('figure[data-chart="grants"]')).points >= 2;
+}
+
+/// The contention views, with contention made through the API: the
+/// overview's charts, the hot keys, a key's queue and history, the
+/// wait-for graph with a cycle. Leaves nothing held or waiting.
+async function contention(page, { row, cell, fact, noHorizontalScroll }) {
+  step('the overview draws grants, handoffs, refusals, wait p99 and held leases as they happen');
+  await page.goto(`${base}/ui/#/overview`);
+  await page.getByRole('heading', { name: 'Overview' }).waitFor();
+  assert.equal(await page.getByRole('link', { name: 'Overview' }).getAttribute('aria-current'), 'page');
+  await page.locator('figure[data-chart]').nth(4).waitFor();
+  // Rounds of contention until the charts have drawn them (the overview
+  // asks every 2 s for the last ten seconds).
+  const rates = ['grants', 'handoffs', 'refusals', 'wait'];
+  for (let n = 0; !(await page.evaluate(chartsHaveData, rates)); n += 1) {
+    assert.ok(n < 100, 'the charts show the contention within 100 rounds');
+    await contendOnce(n);
+  }
+  // The broker counts held leases every 15 s (at its start, before
+  // tests/console.rs took any, then again).
+  await page.waitForFunction(chartsHaveData, ['held'], { timeout: 20_000 });
+  for (const [id, title] of [['grants', 'Grants per second'], ['handoffs', 'Handoffs per second'],
+    ['refusals', 'Refusals per second'], ['wait', 'Wait p99']]) {
+    const label = await page.locator(`figure[data-chart="${id}"] svg`).getAttribute('aria-label');
+    const [, highest] = label.match(/^.+ over the last 5 minutes: [\d.]+ now \(highest ([\d.]+)\)\.$/) ?? [];
+    assert.ok(label.startsWith(title) && Number(highest) > 0, `${id}: its text alternative says its values: ${label}`);
+  }
+  const held = await page.locator('figure[data-chart="held"] svg').getAttribute('aria-label');
+  const locks = Number(held.match(/lock (\d+) now/)?.[1]);
+  assert.ok(locks > 0, `the held chart counts the locks held: ${held}`);
+  await page.locator('figure[data-chart="held"] figcaption', { hasText: `lock ${locks}` }).waitFor();
+  // The picture: the grants chart's line is drawn above its zero line.
+  const plot = await page.locator('figure[data-chart="grants"] rect.plot').boundingBox();
+  const png = await page.screenshot({ clip: { x: plot.x, y: plot.y, width: plot.width, height: plot.height - 4 } });
+  const ink = pixelsOf(png, ACCENT);
+  assert.ok(ink.matching >= 20, `the grants line is drawn in the accent colour above zero: ${JSON.stringify(ink)}`);
+  const whole = pixelsOf(await page.locator('.charts').screenshot(), ACCENT);
+  assert.ok(whole.inked > whole.all / 50 && whole.matching > 100, `the charts are not blank: ${JSON.stringify(whole)}`);
+  await noHorizontalScroll('overview at 1280px');
+  await shot(page, 'overview');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('overview at 360px');
+  await shot(page, 'overview-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step('hot-1 is held and waited for in order; two owners wait for each other');
+  const holder = await api('/v1/locks/hot-1/acquire', { method: 'POST', body: { owner: 'hot-holder', ...LEASE } });
+  const [refused] = await attempt('/v1/locks/hot-1/acquire', { owner: 'hot-try', ...LEASE, wait_ms: 0 });
+  assert.equal(refused, 409);
+  const waiting = [];
+  for (const [i, owner] of ['waiter-a', 'waiter-b', 'waiter-c'].entries()) {
+    waiting.push(attempt('/v1/locks/hot-1/acquire', { owner, ...LEASE, wait_ms: 120_000, priority: 2 - i }));
+    await until('/v1/locks/hot-1/waiters', (q) => q.waiters.length === i + 1, `${owner} queues`);
+  }
+  const x = await api('/v1/locks/cyc-a/acquire', { method: 'POST', body: { owner: 'cycle-x', ...LEASE } });
+  const y = await api('/v1/locks/cyc-b/acquire', { method: 'POST', body: { owner: 'cycle-y', ...LEASE } });
+  const crossed = [attempt('/v1/locks/cyc-b/acquire', { owner: 'cycle-x', ...LEASE, wait_ms: 120_000 }),
+    attempt('/v1/locks/cyc-a/acquire', { owner: 'cycle-y', ...LEASE, wait_ms: 120_000 })];
+  await until('/v1/waits-for', (g) => g.cycles.length === 1 && g.edges.length === 5, 'the cycle and hot-1 in the graph');
+
+  step('the hot keys list hot-1 first, with its counts');
+  await page.getByRole('link', { name: 'Hot keys', exact: true }).click();
+  await page.getByRole('heading', { name: 'Hot keys' }).waitFor();
+  await page.getByLabel('Window').selectOption('300');
+  assert.match(page.url(), /#\/hot\?window=300$/);
+  const hot = (await api('/v1/contention?window_s=300&top=100')).keys;
+  assert.equal(hot[0].storage_key, 'hot-1', `hot-1 is the most contended: ${JSON.stringify(hot)}`);
+  assert.ok(hot[0].handoffs > 0 && hot[0].refusals > 0 && hot[0].waiters === 3, JSON.stringify(hot[0]));
+  await page.locator('tbody tr').first().locator('td[data-label="Key"]', { hasText: /^hot-1$/ }).waitFor();
+  for (const [label, field] of [['Grants', 'grants'], ['Handoffs', 'handoffs'], ['Refusals', 'refusals'], ['Waiting now', 'waiters']]) {
+    await cell('hot-1', label, String(hot[0][field]));
+  }
+  await cell('hot-1', 'Kind', 'lock');
+  await cell('hot-1', 'Held by', 'hot-holder');
+  await page.getByLabel('Key prefix').fill('cyc-');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await row('hot-1').waitFor({ state: 'detached' });
+  await row('cyc-a').waitFor();
+  assert.match(page.url(), /#\/hot\?prefix=cyc-&window=300$/);
+  await page.getByLabel('Key prefix').fill('');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await noHorizontalScroll('hot keys at 1280px');
+  await shot(page, 'hot-keys');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('hot keys at 360px');
+  await shot(page, 'hot-keys-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step("hot-1's page shows its queue in order and its history");
+  await page.getByRole('link', { name: 'hot-1', exact: true }).first().click();
+  await page.getByRole('heading', { name: 'Lock hot-1' }).waitFor();
+  const queue = await api('/v1/locks/hot-1/waiters');
+  assert.deepEqual(queue.waiters.map((w) => w.owner), ['waiter-a', 'waiter-b', 'waiter-c']);
+  const owners = () => page.locator('tbody td[data-label="Owner"]').allTextContents();
+  await page.waitForFunction(() => document.querySelectorAll('tbody td[data-label="Owner"]').length === 3);
+  assert.deepEqual(await owners(), ['waiter-a', 'waiter-b', 'waiter-c'], 'the queue in the order it is served');
+  for (const w of queue.waiters) {
+    await cell(w.owner, '#', String(w.position + 1));
+    await cell(w.owner, 'Priority', String(w.priority));
+    await cell(w.owner, 'Broker', w.broker);
+    await cell(w.owner, 'In memory', w.in_memory ? 'yes' : 'no');
+    await cell(w.owner, 'Session', '—');
+    assert.equal(await row(w.owner).locator('td[data-label="Waiting since"] time').getAttribute('datetime'), w.waiting_since);
+    await row(w.owner).locator('td[data-label="Gives up in"] time', { hasText: /^(1 min )?\d+ s$/ }).waitFor();
+  }
+  assert.equal(await fact('Holder').textContent(), 'hot-holder');
+  await page.locator('.timeline li', { hasText: /handed off waiter-\d+, token/ }).first().waitFor();
+  // The bars: a lease per round, and hot-holder's, held still.
+  await page.locator('.holds-chart g.hold.held title', { hasText: 'hot-holder' }).waitFor({ state: 'attached' });
+  assert.ok(await page.locator('.holds-chart g.hold.released').count() >= 2, "the rounds' leases are drawn");
+  await noHorizontalScroll('key page with its queue at 1280px');
+  await shot(page, 'key-queue');
+
+  step("a handoff shows on the key's page: the queue moves up");
+  await page.getByRole('status').filter({ hasText: /^Live/ }).waitFor();
+  await api('/v1/locks/hot-1/release', { method: 'POST', body: { owner: 'hot-holder', token: holder.token } });
+  const [handed, lease] = await waiting[0];
+  assert.equal(handed, 200, JSON.stringify(lease));
+  await page.locator('.timeline li', { hasText: `handed off waiter-a, token ${lease.token}` }).waitFor();
+  await fact('Holder').filter({ hasText: /^waiter-a$/ }).waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('tbody td[data-label="Owner"]').length === 2);
+  assert.deepEqual(await owners(), ['waiter-b', 'waiter-c']);
+  await cell('waiter-b', '#', '1');
+
+  step('the wait-for graph draws the cycle in red, and lists it');
+  await page.getByRole('link', { name: '← Locks' }).click();
+  await page.getByRole('link', { name: 'Who waits', exact: true }).click();
+  await page.getByRole('heading', { name: 'Who waits for whom' }).waitFor();
+  const graph = page.locator('figure.graph svg');
+  await graph.locator('g.edge').nth(3).waitFor();
+  assert.equal(await graph.locator('g.node').count(), 5, 'waiter-a, -b, -c, cycle-x and cycle-y');
+  assert.equal(await graph.locator('g.node.cycle').count(), 2);
+  for (const [waiter, holds] of [['cycle-x', 'cycle-y'], ['cycle-y', 'cycle-x']]) {
+    const arrow = graph.locator(`g.edge.cycle[data-waiter="${waiter}"][data-holder="${holds}"]`);
+    assert.equal(await arrow.count(), 1, `${waiter} waits for ${holds}, in the cycle`);
+    assert.equal(await arrow.locator('path').evaluate((p) => getComputedStyle(p).stroke), `rgb(${DANGER.join(', ')})`);
+    await graph.locator(`g.node.cycle[data-party="${waiter}"]`).waitFor();
+  }
+  for (const waiter of ['waiter-b', 'waiter-c']) {
+    assert.equal(await graph.locator(`g.edge:not(.cycle)[data-waiter="${waiter}"][data-holder="waiter-a"]`).count(), 1);
+    await graph.locator('g.edge text', { hasText: /^hot-1$/ }).first().waitFor();
+  }
+  assert.equal(await graph.locator('g.edge.cycle text', { hasText: /^cyc-[ab]$/ }).count(), 2, "the cycle's keys label it");
+  const cycles = page.locator('ol.cycles li');
+  assert.equal(await cycles.count(), 1);
+  const listed = await cycles.textContent();
+  assert.match(listed, /^Waiting for each other: cycle-[xy], cycle-[xy] \(keys cyc-[ab], cyc-[ab]\)$/);
+  await cell('waiter-b', 'In a cycle', 'no');
+  assert.equal(await page.locator('td[data-label="In a cycle"]', { hasText: 'yes' }).count(), 2);
+  const red = pixelsOf(await page.locator('figure.graph').screenshot(), DANGER);
+  assert.ok(red.matching >= 50, `the cycle is drawn in red: ${JSON.stringify(red)}`);
+  await noHorizontalScroll('graph at 1280px');
+  await shot(page, 'waits-for');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await noHorizontalScroll('graph at 360px');
+  await shot(page, 'waits-for-phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  step('the graph follows: a broken cycle is gone');
+  await api('/v1/locks/cyc-a/release', { method: 'POST', body: { owner: 'cycle-x', token: x.token } });
+  const [handedA, cycA] = await crossed[1];
+  assert.equal(handedA, 200, "cycle-y got cyc-a when cycle-x let it go");
+  await page.getByText('No cycles: nobody waits for anybody round.').waitFor();
+  assert.equal(await graph.locator('g.edge.cycle').count(), 0);
+  assert.equal(await graph.locator('g.edge[data-waiter="cycle-x"][data-holder="cycle-y"]').count(), 1);
+
+  // Nothing left held or waiting: hot-1 passes down its queue, cyc-b to
+  // cycle-x.
+  let last = lease;
+  for (const next of waiting.slice(1)) {
+    await api('/v1/locks/hot-1/release', { method: 'POST', body: { owner: last.owner, token: last.token } });
+    [, last] = await next;
+  }
+  await api('/v1/locks/hot-1/release', { method: 'POST', body: { owner: last.owner, token: last.token } });
+  await api('/v1/locks/cyc-a/release', { method: 'POST', body: { owner: 'cycle-y', token: cycA.token } });
+  await api('/v1/locks/cyc-b/release', { method: 'POST', body: { owner: 'cycle-y', token: y.token } });
+  const [handedB, cycB] = await crossed[0];
+  assert.equal(handedB, 200, 'cycle-x got cyc-b');
+  await api('/v1/locks/cyc-b/release', { method: 'POST', body: { owner: 'cycle-x', token: cycB.token } });
+  await Promise.all(pending);
+  await page.getByText('Nobody waits for anybody.').waitFor();
 }
 
 // Root cannot use chromium's sandbox; the page is our own, on loopback.
@@ -192,6 +492,13 @@ try {
   await cell('leader-1', 'Term', String(leader.term));
 
   await shot(page, 'elections');
+  await page.getByRole('link', { name: 'leader-1', exact: true }).click();
+  await page.getByRole('heading', { name: 'Election leader-1' }).waitFor();
+  await page.locator('.facts dd', { hasText: /^node-1$/ }).waitFor();
+  await page.getByRole('status').filter({ hasText: 'Elections make no events' }).waitFor();
+  await page.getByText('Nobody waits.').waitFor();
+  await page.getByRole('link', { name: '← Elections' }).click();
+  await cell('leader-1', 'Leader', 'node-1');
   step("a key's page shows its holder, a countdown and the history");
   await page.getByRole('link', { name: 'Locks', exact: true }).click();
   await page.getByRole('link', { name: 'job-1', exact: true }).click();
@@ -366,6 +673,7 @@ try {
   await noHorizontalScroll('session page at 360px');
   await shot(page, 'session-phone');
   await page.setViewportSize({ width: 1280, height: 800 });
+  await contention(page, { row, cell, fact, noHorizontalScroll });
   noProblems('in the tenant views');
 
   step('the admin sees every tenant and its policy');
@@ -485,5 +793,7 @@ try {
   process.exitCode = 1;
 } finally {
   stdin.close();
+  giveUp.abort();
+  await Promise.allSettled(pending);
   await browser.close();
 }

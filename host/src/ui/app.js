@@ -1,21 +1,22 @@
-// The console: a tenant's leases and sessions (live), one key's page, one
-// session's page (its leases, Close session), and the admin's tenants with
-// their policies and leases, and a tenant's policy page (versions with
+// The console: a tenant's leases and sessions (live), one key's page (its
+// queue and history), one session's page (its leases, Close session), the
+// contention views (contention.js), and the admin's tenants with their
+// policies and leases, and a tenant's policy page (versions with
 // rollback, the shadow report with promote). Views are
 // picked by the URL's hash; each view's fetches, stream and timers end
-// with its AbortController.
+// with its AbortController. The helpers other modules use are exported.
 
 import { call, follow, query, segment, session, skewMs } from './api.js';
+import { holdsChart, hotKeys, overview, queueTable, waitsFor } from './contention.js';
 
 const PAGE = 50;
-const view = document.getElementById('view');
+export const view = document.getElementById('view');
 const alert = document.getElementById('alert');
 const who = document.getElementById('who');
 let current = null;
 
-/// An element with attributes (`on...` are listeners) and children.
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
+/// `el` with attributes (`on...` are listeners) and children.
+function build(el, attrs, children) {
   for (const [name, value] of Object.entries(attrs)) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith('on')) el.addEventListener(name.slice(2), value);
@@ -24,6 +25,12 @@ function h(tag, attrs = {}, ...children) {
   el.append(...children.flat(Infinity).filter((c) => c !== null && c !== undefined));
   return el;
 }
+
+/// An element with attributes (`on...` are listeners) and children.
+export const h = (tag, attrs = {}, ...children) => build(document.createElement(tag), attrs, children);
+/// The same for an SVG element (charts and graphs).
+export const svg = (tag, attrs = {}, ...children) =>
+  build(document.createElementNS('http://www.w3.org/2000/svg', tag), attrs, children);
 
 /// Time left until `at` by the broker's clock, in words.
 function left(at) {
@@ -34,45 +41,46 @@ function left(at) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-const countdown = (at) => (at ? h('time', { datetime: at, 'data-expires': at, title: at }, left(at)) : '—');
+export const countdown = (at) => (at ? h('time', { datetime: at, 'data-expires': at, title: at }, left(at)) : '—');
 const keyOf = (item) => item.key ?? item.storage_key;
 const holder = (x) => (x ? `${x.owner} (token ${x.token})` : '—');
-const list = (lines) => (lines.length ? h('ul', { class: 'plain' }, lines.map((l) => h('li', {}, l))) : '—');
+export const list = (lines) => (lines.length ? h('ul', { class: 'plain' }, lines.map((l) => h('li', {}, l))) : '—');
 const keyCell = (item, href) => (href?.(item) ? h('a', { href: href(item) }, keyOf(item)) : keyOf(item));
 const when = (at) => new Date(at).toLocaleString();
-const stamp = (at) => h('time', { datetime: at }, when(at));
+export const stamp = (at) => h('time', { datetime: at }, when(at));
 /// A duration in milliseconds, as the API gave it: whole seconds in `s`.
 const span = (ms) => (ms % 1000 ? `${ms} ms` : `${ms / 1000} s`);
 const count = (n, what) => `${n} ${what}${n === 1 ? '' : 's'}`;
 const fact = (term, value) => [h('dt', {}, term), h('dd', {}, value)];
-const sessionHref = (id) => `#/session/${segment(id)}`;
+export const sessionHref = (id) => `#/session/${segment(id)}`;
 /// Why a session ended, from an event's `reason`.
 const endedBy = (reason) => (reason === 'session_expired' ? 'expired' : 'closed');
 
 /// What each tab lists: its columns (label, cell), the `kind` of its
-/// events and whether it has a key page (`event`). Sessions are matched by
-/// name (`byName`), follow every event of a session (`wants`, what the
-/// status line `says` of one) and are a tenant's only (`tenantOnly`: the
-/// admin has no such listing).
+/// events (`event`; elections make none), the kind as the API names it
+/// (`name`) and, for a key page, what one is called (`one`). Sessions are
+/// matched by name (`byName`), follow every event of a session (`wants`,
+/// what the status line `says` of one) and are a tenant's only
+/// (`tenantOnly`: the admin has no such listing).
 const KINDS = {
   locks: {
-    title: 'Locks', event: 'lock', one: 'Lock',
+    title: 'Locks', event: 'lock', name: 'lock', one: 'Lock',
     columns: [['Key', keyCell], ['Owner', (i) => i.owner], ['Token', (i) => i.token],
       ['Holds', (i) => i.hold_count], ['Expires in', (i) => countdown(i.expires_at)], ['Waiters', (i) => i.waiters]],
   },
   semaphores: {
-    title: 'Semaphores', event: 'semaphore', one: 'Semaphore',
+    title: 'Semaphores', event: 'semaphore', name: 'semaphore', one: 'Semaphore',
     columns: [['Key', keyCell], ['In use', (i) => `${i.holders.length} of ${i.permits}`],
       ['Holders', (i) => list(i.holders.map((x) => `${x.owner} (slot ${x.slot}, token ${x.token})`))],
       ['Waiters', (i) => i.waiters]],
   },
   rwlocks: {
-    title: 'RW locks', event: 'rwlock', one: 'RW lock',
+    title: 'RW locks', event: 'rwlock', name: 'rwlock', one: 'RW lock',
     columns: [['Key', keyCell], ['Writer', (i) => holder(i.writer)],
       ['Readers', (i) => list(i.readers.map(holder))], ['Waiters', (i) => i.waiters]],
   },
   elections: {
-    title: 'Elections', event: null,
+    title: 'Elections', event: null, name: 'election', one: 'Election',
     columns: [['Name', keyCell], ['Leader', (i) => i.leader ?? '—'], ['Term', (i) => i.term ?? '—'],
       ['Expires in', (i) => countdown(i.expires_at)]],
   },
@@ -89,14 +97,35 @@ const KINDS = {
 /// The tabs `base` lists (the admin's routes have no sessions).
 const kindsOf = (base) => Object.entries(KINDS).filter(([, s]) => base === '/v1' || !s.tenantOnly);
 
-/// Where a lease's key has its page (`kind` as sessions and events name
-/// it), if the console has one for that kind.
-function leasePage(lease) {
-  const kind = Object.keys(KINDS).find((k) => KINDS[k].event === lease.kind);
-  return kind ? `#/key/${kind}/${segment(lease.key)}` : null;
+/// A tenant's pages besides the listings: their hash and title; `prefix`
+/// says whether they take the key prefix along.
+const PAGES = [['overview', 'Overview', false], ['hot', 'Hot keys', true], ['waits-for', 'Who waits', true]];
+
+/// The tabs: the kinds `base` lists, then (a tenant's) the other pages;
+/// `here` is marked as the current one, `hash(k, prefix)` links a kind.
+function tabs(base, here, prefix, hash) {
+  const tab = (k, title, href) => h('li', {}, h('a', { href, 'aria-current': k === here ? 'page' : null }, title));
+  return h('ul', { class: 'tabs' }, kindsOf(base).map(([k, s]) => tab(k, s.title, hash(k, prefix))),
+    base === '/v1' ? PAGES.map(([k, title, keeps]) => tab(k, title, `#/${k}${keeps ? query({ prefix }) : ''}`)) : []);
 }
 
-function table(columns, items, href, empty = 'Nothing held.') {
+/// A tenant's view `k` with `prefix`.
+const tenantHash = (k, prefix) => `#/${k}${query({ prefix })}`;
+
+/// A tenant's tab bar, on the page `here`.
+export const tenantNav = (here, prefix = '') => h('nav', { 'aria-label': 'Views' }, tabs('/v1', here, prefix, tenantHash));
+
+/// The page of the key `key` of `kind` (as the API names kinds: `lock`…),
+/// if the console has one for that kind.
+export function keyHref(kind, key) {
+  const found = Object.keys(KINDS).find((k) => KINDS[k].name === kind && KINDS[k].one);
+  return found ? `#/key/${found}/${segment(key)}` : null;
+}
+
+/// Where a lease's key has its page (`kind` as sessions name it).
+const leasePage = (lease) => keyHref(lease.kind, lease.key);
+
+export function table(columns, items, href, empty = 'Nothing held.') {
   if (!items.length) return h('p', { class: 'empty' }, empty);
   return h('table', {},
     h('thead', {}, h('tr', {}, columns.map(([label]) => h('th', { scope: 'col' }, label)))),
@@ -104,7 +133,7 @@ function table(columns, items, href, empty = 'Nothing held.') {
       columns.map(([label, cell]) => h('td', { 'data-label': label }, cell(item, href)))))));
 }
 
-function showError(err) {
+export function showError(err) {
   if (err.name === 'AbortError') return; // A view that was left.
   if (err.status === 401) {
     session.clear();
@@ -127,6 +156,33 @@ const streamState = (status) => (state) => {
 function debounced(fn, ms = 150) {
   let timer;
   return () => { clearTimeout(timer); timer = setTimeout(fn, ms); };
+}
+
+/// A tick function (see `onTick`) that runs `load` every `seconds` ticks,
+/// never two at once.
+export function every(seconds, load) {
+  let ticks = 0;
+  let busy = false;
+  return async () => {
+    if (busy || ++ticks < seconds) return;
+    ticks = 0;
+    busy = true;
+    try {
+      await load();
+    } finally {
+      busy = false;
+    }
+  };
+}
+
+const shown = new WeakMap();
+/// Runs `render` unless `el` shows `data` already (a poll that brings
+/// nothing new leaves the page, and the keyboard focus, alone).
+export function changed(el, data, render) {
+  const text = JSON.stringify(data);
+  if (shown.get(el) === text) return;
+  shown.set(el, text);
+  render();
 }
 
 /// A listing with tabs, a prefix filter and paging. `base` is the API path
@@ -183,9 +239,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
     }, streamState(status));
   }
 
-  const tabs = () => h('ul', { class: 'tabs' }, kindsOf(base).map(([k, s]) =>
-    h('li', {}, h('a', { href: hash(k, prefix), 'aria-current': k === kind ? 'page' : null }, s.title))));
-  const nav = h('nav', { 'aria-label': 'Kinds' }, tabs());
+  const nav = h('nav', { 'aria-label': 'Views' }, tabs(base, kind, prefix, hash));
 
   view.replaceChildren(
     ...(up ? [h('p', {}, h('a', { href: up[0] }, up[1]), ...(aside ? [' · ', h('a', { href: aside[0] }, aside[1])] : []))] : []),
@@ -199,7 +253,7 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
         cursor = null;
         back.length = 0;
         history.replaceState(null, '', hash(kind, prefix));
-        nav.replaceChildren(tabs());
+        nav.replaceChildren(tabs(base, kind, prefix, hash));
         load();
         live();
       },
@@ -219,40 +273,62 @@ function listing({ signal, secret, kind, prefix, base, hash, heading, href, acti
   };
 }
 
-/// One key's page: who holds it, until when, its waiters and its history.
+/// What a key's page says of who holds it, by kind (`s`: its status).
+const HOLDING = {
+  locks: (s) => [fact('Holder', s.held ? s.owner : 'nobody (free)'), fact('Token', s.token ?? '—'),
+    fact('Holds', s.hold_count ?? '—'), fact('Expires in', countdown(s.expires_at)),
+    fact('Session', s.session ? h('a', { href: sessionHref(s.session) }, h('code', {}, s.session)) : '—')],
+  semaphores: (s) => [fact('Permits', s.permits ?? '—'), fact('Holders', list(s.holders.map((x) =>
+    h('span', {}, `${x.owner} (slot ${x.slot}, token ${x.token}), expires in `, countdown(x.expires_at)))))],
+  rwlocks: (s) => [fact('Writer', s.writer ? h('span', {}, `${holder(s.writer)}, expires in `, countdown(s.writer.expires_at)) : '—'),
+    fact('Readers', list(s.readers.map((x) => h('span', {}, `${holder(x)}, expires in `, countdown(x.expires_at)))))],
+  elections: (s) => [fact('Leader', s.leader ?? 'nobody'), fact('Term', s.term ?? '—'),
+    fact('Expires in', countdown(s.expires_at))],
+};
+
+/// Seconds between two asks of a key's queue (joining a queue makes no event).
+const QUEUE_EVERY = 3;
+
+/// One key's page: who holds it, until when, its queue and its history
+/// (elections keep none, and make no events: their page is asked again
+/// with the queue).
 function keyPage({ signal, secret, kind, key }) {
   const spec = KINDS[kind];
   const path = `/v1/${kind}/${segment(key)}`;
   const facts = h('dl', { class: 'facts' });
+  const queue = h('div', { class: 'results' });
+  const holds = h('div', { class: 'holds' });
   const timeline = h('ol', { class: 'timeline' });
-  const status = h('p', { class: 'status', role: 'status' }, 'Connecting…');
+  const status = h('p', { class: 'status', role: 'status' }, spec.event ? 'Connecting…'
+    : `${spec.title} make no events: asked again every ${QUEUE_EVERY} s.`);
   let storageKey = null;
   let loads = 0;
+
+  function history(events) {
+    timeline.replaceChildren(...(events.length ? events.map((e) => h('li', { class: e.event },
+      stamp(e.at), ' ', h('strong', {}, e.event.replace('_', ' ')),
+      ` ${e.owner}, token ${e.token}${e.reason ? ` (${e.reason.replace('_', ' ')})` : ''}`))
+      : [h('li', {}, 'No events recorded.')]));
+  }
 
   async function load() {
     const seq = ++loads;
     if (signal.aborted) return;
     try {
-      const [s, history] = await Promise.all([
+      const [s, waiting, past] = await Promise.all([
         call(path, { secret, signal }),
-        call(`${path}/history${query({ limit: 100 })}`, { secret, signal }),
+        call(`${path}/waiters${query({ limit: 100 })}`, { secret, signal }),
+        spec.event ? call(`${path}/history${query({ limit: 100 })}`, { secret, signal }) : null,
       ]);
       if (seq !== loads) return;
-      const rows = kind === 'locks'
-        ? [fact('Holder', s.held ? s.owner : 'nobody (free)'), fact('Token', s.token ?? '—'),
-          fact('Holds', s.hold_count ?? '—'), fact('Expires in', countdown(s.expires_at)),
-          fact('Session', s.session ? h('a', { href: sessionHref(s.session) }, h('code', {}, s.session)) : '—')]
-        : kind === 'semaphores'
-          ? [fact('Permits', s.permits ?? '—'), fact('Holders', list(s.holders.map((x) =>
-            h('span', {}, `${x.owner} (slot ${x.slot}, token ${x.token}), expires in `, countdown(x.expires_at)))))]
-          : [fact('Writer', s.writer ? h('span', {}, `${holder(s.writer)}, expires in `, countdown(s.writer.expires_at)) : '—'),
-            fact('Readers', list(s.readers.map((x) => h('span', {}, `${holder(x)}, expires in `, countdown(x.expires_at)))))];
-      facts.replaceChildren(...fact('Storage key', s.storage_key), ...rows.flat(), ...fact('Waiters', s.waiters));
-      timeline.replaceChildren(...(history.events.length ? history.events.map((e) => h('li', { class: e.event },
-        stamp(e.at), ' ', h('strong', {}, e.event.replace('_', ' ')),
-        ` ${e.owner}, token ${e.token}${e.reason ? ` (${e.reason.replace('_', ' ')})` : ''}`))
-        : [h('li', {}, 'No events recorded.')]));
-      if (storageKey === null) {
+      changed(facts, s, () => facts.replaceChildren(...fact('Storage key', s.storage_key), ...HOLDING[kind](s).flat(),
+        ...fact('Waiters', s.waiters ?? waiting.waiters.length)));
+      changed(queue, waiting, () => queue.replaceChildren(...queueTable(waiting, kind)));
+      if (past) {
+        holds.replaceChildren(holdsChart(past.events) ?? ''); // Its "now" moves on.
+        changed(timeline, past, () => history(past.events));
+      }
+      if (storageKey === null && spec.event) {
         storageKey = s.storage_key;
         follow(storageKey, secret, signal, (name, data) => {
           if (name === 'reset' || (data.kind === spec.event && data.storage_key === storageKey)) soon();
@@ -263,14 +339,17 @@ function keyPage({ signal, secret, kind, key }) {
     }
   }
   const soon = debounced(load);
+  const poll = every(QUEUE_EVERY, load);
 
   view.replaceChildren(
     h('p', {}, h('a', { href: `#/${kind}` }, `← ${spec.title}`)),
     h('h2', { tabindex: '-1' }, `${spec.one} `, h('code', {}, key)),
-    status, facts, h('h3', {}, 'History (newest first)'), timeline);
+    status, facts, h('h3', {}, 'Queue (served in this order)'), queue,
+    ...(spec.event ? [h('h3', {}, 'History (newest first)'), holds, timeline] : []));
   load();
   return () => {
     if ([...facts.querySelectorAll('[data-expires]')].some((t) => t.textContent === 'expired')) soon();
+    poll();
   };
 }
 
@@ -556,7 +635,8 @@ function route() {
     h('button', { type: 'button', onclick: () => { session.clear(); go('#/'); } }, 'Sign out')] : []));
   if (!me) return signIn();
   const [path, search] = location.hash.slice(1).split('?');
-  const prefix = new URLSearchParams(search).get('prefix') ?? '';
+  const params = new URLSearchParams(search);
+  const prefix = params.get('prefix') ?? '';
   const [first, second, ...rest] = path.split('/').filter(Boolean).map(decodeURIComponent);
   const ctx = { signal: current.signal, secret: me.secret, prefix };
   if (me.role === 'admin') {
@@ -574,14 +654,19 @@ function route() {
     }
   } else if (first === 'session' && second) {
     onTick = sessionPage({ ...ctx, id: second });
-  } else if (first === 'key' && KINDS[second]?.event && rest.length) {
+  } else if (first === 'key' && KINDS[second]?.one && rest.length) {
     onTick = keyPage({ ...ctx, kind: second, key: rest.join('/') });
+  } else if (first === 'overview') {
+    onTick = overview(ctx);
+  } else if (first === 'hot') {
+    onTick = hotKeys({ ...ctx, windowS: params.get('window') });
+  } else if (first === 'waits-for') {
+    onTick = waitsFor(ctx);
   } else {
     const kind = KINDS[first] ? first : 'locks';
     onTick = listing({
-      ...ctx, kind, base: '/v1', heading: KINDS[kind].title,
-      hash: (k, p) => `#/${k}${query({ prefix: p })}`,
-      href: KINDS[kind].event ? (i) => `#/key/${kind}/${segment(keyOf(i))}` : null,
+      ...ctx, kind, base: '/v1', heading: KINDS[kind].title, hash: tenantHash,
+      href: KINDS[kind].one ? (i) => `#/key/${kind}/${segment(keyOf(i))}` : null,
     });
   }
   view.querySelector('h2')?.focus();

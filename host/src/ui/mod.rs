@@ -17,6 +17,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
         include_bytes!("app.js"),
     ),
     (
+        "contention.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("contention.js"),
+    ),
+    (
         "api.js",
         "text/javascript; charset=utf-8",
         include_bytes!("api.js"),
