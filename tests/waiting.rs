@@ -292,11 +292,12 @@ async fn semaphore_rwlock_and_election_queues_say_what_each_waits_for() {
 }
 
 #[tokio::test]
-async fn sessions_waiting_for_each_other_round_are_a_cycle_across_brokers() {
+async fn the_graph_names_sessions_and_flags_owners_waiting_for_each_other_across_brokers() {
     let first = Broker::start().await;
     let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
     let (c1, c2) = (first.client(), second.client());
-    // Three sessions, each holding one key and waiting for the next's.
+    // Three sessions in a chain (a ring of sessions the broker refuses,
+    // tests/deadlocks.rs): s0 waits for s1's key, s1 for s2's.
     let mut sessions = Vec::new();
     for i in 0..3 {
         let s = c1.open_session(&json!({"ttl_ms": 30_000})).await;
@@ -311,16 +312,28 @@ async fn sessions_waiting_for_each_other_round_are_a_cycle_across_brokers() {
         sessions.push(s);
     }
     let mut waits = Vec::new();
-    for (i, s) in sessions.iter().enumerate() {
-        let c = if i % 2 == 0 { &c1 } else { &c2 };
-        let next = (i + 1) % 3;
+    for (i, c) in [(0, &c1), (1, &c2)] {
         waits.push(wait(
             c,
-            format!("/v1/locks/cy-{next}/acquire"),
-            json!({"session": s.id, "owner": format!("w{i}"), "wait_ms": 20_000}),
+            format!("/v1/locks/cy-{}/acquire", i + 1),
+            json!({"session": sessions[i].id, "owner": format!("w{i}"), "wait_ms": 20_000}),
         ));
     }
-    // A plain wait outside the cycle, and a key of another prefix.
+    // Two plain owners waiting for each other round, through both brokers
+    // (outside sessions: no deadlock check, they wait out their wait_ms).
+    let p0: Lease = c1.acquire("cy-p0", "p0", 30_000, 0).await.unwrap().ok();
+    let p1: Lease = c2.acquire("cy-p1", "p1", 30_000, 0).await.unwrap().ok();
+    waits.push(wait(
+        &c1,
+        "/v1/locks/cy-p1/acquire".into(),
+        json!({"owner": "p0", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    ));
+    waits.push(wait(
+        &c2,
+        "/v1/locks/cy-p0/acquire".into(),
+        json!({"owner": "p1", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    ));
+    // A plain wait outside any cycle.
     let x: Lease = c1.acquire("cy-x", "xholder", 30_000, 0).await.unwrap().ok();
     waits.push(wait(
         &c2,
@@ -329,26 +342,24 @@ async fn sessions_waiting_for_each_other_round_are_a_cycle_across_brokers() {
     ));
     eventually("everyone waits", WAIT, || async {
         let g: WaitsFor = c2.get("/v1/waits-for?prefix=cy-").await.unwrap().ok();
-        g.edges.len() == 4
+        g.edges.len() == 5
     })
     .await;
     let graph: WaitsFor = c1.get("/v1/waits-for?prefix=cy-").await.unwrap().ok();
     assert!(graph.complete);
     assert_eq!(graph.cycles.len(), 1, "{graph:?}");
-    let mut in_cycle: Vec<_> = graph.cycles[0]
-        .iter()
-        .map(|p| p.session.clone().unwrap())
-        .collect();
+    let mut in_cycle: Vec<_> = graph.cycles[0].iter().map(|p| p.owner.clone()).collect();
     in_cycle.sort();
-    let mut ids: Vec<_> = sessions.iter().map(|s| s.id.clone()).collect();
-    ids.sort();
-    assert_eq!(in_cycle, ids);
+    assert_eq!(in_cycle, ["p0", "p1"]);
     for e in &graph.edges {
-        let expected = e.storage_key != "cy-x";
-        assert_eq!(e.in_cycle, expected, "{e:?}");
-        if expected {
+        let cyclic = e.storage_key == "cy-p0" || e.storage_key == "cy-p1";
+        assert_eq!(e.in_cycle, cyclic, "{e:?}");
+        if ["cy-1", "cy-2"].contains(&e.storage_key.as_str()) {
             // Parties are the sessions, whatever owner holds or waits.
-            assert!(e.waiter.session.is_some() && e.holder.session.is_some());
+            assert!(
+                e.waiter.session.is_some() && e.holder.session.is_some(),
+                "{e:?}"
+            );
         }
     }
     // Another prefix sees nothing of it.
@@ -366,15 +377,21 @@ async fn sessions_waiting_for_each_other_round_are_a_cycle_across_brokers() {
     let other = first.client_with(Some(lockbroker_tests::OTHER_KEY));
     let theirs: WaitsFor = other.get("/v1/waits-for").await.unwrap().ok();
     assert!(theirs.edges.is_empty());
-    // Ending one session breaks the cycle: its waiter answers, the one
-    // waiting for its key is served.
-    assert_eq!(c1.close_session(&sessions[0].id).await.status, 200);
+    // One release breaks the cycle.
+    c1.release("cy-p0", "p0", p0.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
     eventually("the cycle is gone", WAIT, || async {
         let g: WaitsFor = c1.get("/v1/waits-for?prefix=cy-").await.unwrap().ok();
         g.cycles.is_empty()
     })
     .await;
-    for s in &sessions[1..] {
+    c2.release("cy-p1", "p1", p1.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    for s in &sessions {
         assert_eq!(c1.close_session(&s.id).await.status, 200);
     }
     c1.release("cy-x", "xholder", x.token)
@@ -514,4 +531,82 @@ async fn contention_adds_up_every_brokers_counts_most_contended_first() {
     assert_eq!(late.await.unwrap().status, 200);
     second.shutdown().await;
     first.stop().await;
+}
+
+#[tokio::test]
+async fn the_admin_sees_any_tenants_contention_queues_and_graph() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let held: Lease = c.acquire("adm", "h", 30_000, 0).await.unwrap().ok();
+    let waiter = wait(
+        &c,
+        "/v1/locks/adm/acquire".into(),
+        json!({"owner": "w", "ttl_ms": 30_000, "wait_ms": 20_000}),
+    );
+    eventually("w queues", WAIT, || async {
+        waiters(&c, "locks", "adm").await.waiters.len() == 1
+    })
+    .await;
+    let admin = broker.client_with(Some(lockbroker_tests::ADMIN));
+    let q: KeyWaiters = admin
+        .get("/v1/admin/tenants/default/locks/adm/waiters")
+        .await
+        .unwrap()
+        .ok();
+    assert_eq!(owners(&q), ["w"]);
+    let g: WaitsFor = admin
+        .get("/v1/admin/tenants/default/waits-for?prefix=adm")
+        .await
+        .unwrap()
+        .ok();
+    assert_eq!(g.edges.len(), 1);
+    assert_eq!(
+        (
+            g.edges[0].waiter.owner.as_str(),
+            g.edges[0].holder.owner.as_str()
+        ),
+        ("w", "h")
+    );
+    let hot: lockbroker_api::Contention = admin
+        .get("/v1/admin/tenants/default/contention?prefix=adm")
+        .await
+        .unwrap()
+        .ok();
+    assert_eq!(hot.keys[0].storage_key, "adm");
+    // Another tenant's view is its own; a tenant key is no admin token;
+    // an unknown tenant is 404.
+    let theirs: WaitsFor = admin
+        .get("/v1/admin/tenants/other/waits-for")
+        .await
+        .unwrap()
+        .ok();
+    assert!(theirs.edges.is_empty());
+    for path in [
+        "/v1/admin/tenants/default/contention",
+        "/v1/admin/tenants/default/waits-for",
+        "/v1/admin/tenants/default/locks/adm/waiters",
+    ] {
+        assert_eq!(c.get(path).await.unwrap().status, 403, "{path}");
+        let unknown = path.replace("/default/", "/nobody/");
+        assert_eq!(admin.get(&unknown).await.unwrap().status, 404, "{unknown}");
+    }
+    let bad = admin
+        .get("/v1/admin/tenants/default/contention?top=0")
+        .await
+        .unwrap();
+    assert_eq!(bad.code(), Some(ErrorCode::BadRequest));
+    assert_eq!(
+        admin
+            .post("/v1/admin/tenants/default/waits-for", &json!({}))
+            .await
+            .unwrap()
+            .status,
+        405
+    );
+    c.release("adm", "h", held.token)
+        .await
+        .unwrap()
+        .ok::<lockbroker_api::ReleaseResponse>();
+    assert_eq!(waiter.await.unwrap().status, 200);
+    broker.stop().await;
 }

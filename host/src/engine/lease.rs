@@ -188,12 +188,7 @@ impl Engine {
     /// (queueing included), by resource kind.
     pub(super) fn time_grant(&self, lock: &LockRef, started: tokio::time::Instant) {
         self.heat.saw(lock, heat::Seen::Granted(started.elapsed()));
-        let kind = match lock.kind {
-            Kind::Lock => "lock",
-            Kind::Semaphore => "semaphore",
-            Kind::Election => "election",
-            Kind::RwLock => "rwlock",
-        };
+        let kind = lock.kind.name();
         self.metrics.observe(
             "lockbroker_grant_latency_seconds",
             &[("tenant", &lock.tenant), ("kind", kind)],

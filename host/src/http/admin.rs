@@ -18,7 +18,7 @@ use super::{
     responses::{
         AdminErrors, BadRequest, InvalidKey, NoShadow, NotFound, PolicyError, TooLarge, Unavailable,
     },
-    ApiError, Response,
+    waiting, ApiError, Response,
 };
 use crate::{
     app::App,
@@ -72,6 +72,28 @@ pub async fn handle(
             Ok(ok(&force_close_session(app, name, id).await?))
         }
         (_, ["tenants", _, "sessions", _]) => Err(ApiError::method_not_allowed("DELETE")),
+        (&Method::GET, ["tenants", name, "contention"]) => {
+            Ok(ok(&admin_contention(app, name, req.uri().query()).await?))
+        }
+        (_, ["tenants", _, "contention"]) => Err(ApiError::method_not_allowed("GET")),
+        (&Method::GET, ["tenants", name, "waits-for"]) => {
+            Ok(ok(&admin_waits_for(app, name, req.uri().query()).await?))
+        }
+        (_, ["tenants", _, "waits-for"]) => Err(ApiError::method_not_allowed("GET")),
+        (method, ["tenants", name, kind, key, "waiters"]) => {
+            let query = req.uri().query();
+            let queue = TenantQueue {
+                app,
+                name,
+                key,
+                query,
+            };
+            match with_kind(kind, queue) {
+                Some(_) if method != Method::GET => Err(ApiError::method_not_allowed("GET")),
+                Some(shown) => shown.await,
+                None => Err(ApiError::not_found("no such admin path")),
+            }
+        }
         (method, ["tenants", name, kind]) => {
             let query = req.uri().query();
             let list = TenantsList { app, name, query };
@@ -106,6 +128,93 @@ impl<'a> ForKind for TenantsList<'a> {
             list::<R>(self.app, &tenant, self.query).await
         })
     }
+}
+
+/// A tenant's queue of one key, as the admin asks for it.
+struct TenantQueue<'a> {
+    app: &'a App,
+    name: &'a str,
+    key: &'a str,
+    query: Option<&'a str>,
+}
+
+impl<'a> ForKind for TenantQueue<'a> {
+    type Output = Pin<Box<dyn Future<Output = Result<Response, ApiError>> + Send + 'a>>;
+    fn call<R: Resource>(self) -> Self::Output {
+        Box::pin(async move {
+            let tenant = live_tenant(self.app, self.name)?;
+            let limit = waiting::limit(self.query)?;
+            let lock = name_lock(tenant.clone(), R::KIND, self.key).await?;
+            Ok(ok(
+                &waiting::queue(self.app.engine(&tenant), &lock, limit).await?
+            ))
+        })
+    }
+}
+
+/// Show a tenant's most contended keys (admin)
+///
+/// `GET /v1/contention` for any tenant.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/tenants/{tenant}/contention",
+    operation_id = "adminGetContention",
+    tag = "admin",
+    params(
+        ("tenant" = String, Path, description = "The tenant's name from the config.",
+            example = "team-a"),
+        ("prefix" = Option<String>, Query, description = "As `GET /v1/contention`."),
+        ("window_s" = Option<u64>, Query, description = "As `GET /v1/contention`."),
+        ("top" = Option<u32>, Query, description = "As `GET /v1/contention`."),
+    ),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The hottest keys.", body = lockbroker_api::Contention),
+        (status = 400, response = BadRequest),
+        AdminErrors,
+        (status = 404, response = NotFound),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn admin_contention(
+    app: &App,
+    name: &str,
+    query: Option<&str>,
+) -> Result<lockbroker_api::Contention, ApiError> {
+    let tenant = live_tenant(app, name)?;
+    waiting::hottest(app, &tenant, query).await
+}
+
+/// Show who waits for whom in a tenant (admin)
+///
+/// `GET /v1/waits-for` for any tenant.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/tenants/{tenant}/waits-for",
+    operation_id = "adminGetWaitsFor",
+    tag = "admin",
+    params(
+        ("tenant" = String, Path, description = "The tenant's name from the config.",
+            example = "team-a"),
+        ("prefix" = Option<String>, Query, description = "As `GET /v1/waits-for`."),
+        ("limit" = Option<u32>, Query, description = "As `GET /v1/waits-for`."),
+    ),
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The graph.", body = lockbroker_api::WaitsFor),
+        (status = 400, response = BadRequest),
+        AdminErrors,
+        (status = 404, response = NotFound),
+        (status = 503, response = Unavailable),
+    )
+)]
+async fn admin_waits_for(
+    app: &App,
+    name: &str,
+    query: Option<&str>,
+) -> Result<lockbroker_api::WaitsFor, ApiError> {
+    let tenant = live_tenant(app, name)?;
+    waiting::graph_of(app, &tenant, query).await
 }
 
 /// Replace a tenant's policy, or load a shadow candidate

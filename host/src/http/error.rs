@@ -203,13 +203,7 @@ impl From<EngineError> for ApiError {
                         .map(|link| lockbroker_api::CycleStep {
                             session: link.session,
                             owner: link.owner,
-                            kind: match link.kind {
-                                crate::store::Kind::Lock => "lock",
-                                crate::store::Kind::Election => "election",
-                                crate::store::Kind::Semaphore => "semaphore",
-                                crate::store::Kind::RwLock => "rwlock",
-                            }
-                            .to_owned(),
+                            kind: link.kind.name().to_owned(),
                             storage_key: link.storage_key,
                         })
                         .collect(),

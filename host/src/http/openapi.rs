@@ -88,6 +88,8 @@ commit."
         admin::promote_policy,
         admin::force_release,
         admin::force_close_session,
+        admin::admin_contention,
+        admin::admin_waits_for,
         admin::reload,
         admin::reload_status,
         ops::healthz,
@@ -278,9 +280,43 @@ fn kind<R: Resource>(
     let mut errors = ReadErrors::responses();
     errors.extend(responses::refs(&[&[(400, "BadRequest")]]));
     let answer = api::KeyWaiters::name();
-    let operation = operation::<R>(&prose.waiters, parameters, &answer, errors, "tenantKey");
+    let tenant_op = operation::<R>(&prose.waiters, parameters, &answer, errors, "tenantKey");
     let path = format!("{base}/waiters");
-    paths.add_path_operation(path, vec![HttpMethod::Get], operation.build());
+    paths.add_path_operation(path, vec![HttpMethod::Get], tenant_op.build());
+    // The admin's: the same for any tenant.
+    let admin = Prose {
+        id: format!(
+            "admin{}{}",
+            prose.waiters.id[..1].to_uppercase(),
+            &prose.waiters.id[1..]
+        ),
+        summary: format!("{} (admin)", prose.waiters.summary),
+        description: format!(
+            "`GET /v1/{}/{{{}}}/waiters` for any tenant.",
+            R::PATH,
+            R::PARAM
+        ),
+        ok: prose.waiters.ok.clone(),
+        conflict: None,
+    };
+    let mut parameters = TenantPath::into_params(|| Some(ParameterIn::Path));
+    parameters.extend(path_parameter(R::PARAM));
+    parameters.extend(WaitersQuery::into_params(|| Some(ParameterIn::Query)));
+    let mut errors = responses::refs(&[&[
+        (400, "BadRequest"),
+        (404, "NotFound"),
+        (405, "MethodNotAllowed"),
+        (422, "InvalidKey"),
+        (503, "Unavailable"),
+    ]]);
+    errors.extend(AdminErrors::responses());
+    let admin_op = operation::<R>(&admin, parameters, &answer, errors, "adminToken").tag("admin");
+    let path = format!(
+        "/v1/admin/tenants/{{tenant}}/{}/{{{}}}/waiters",
+        R::PATH,
+        R::PARAM
+    );
+    paths.add_path_operation(path, vec![HttpMethod::Get], admin_op.build());
     list::<R>(paths, components, &prose.list);
 }
 

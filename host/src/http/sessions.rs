@@ -26,7 +26,6 @@ use super::{
 use crate::{
     app::App,
     engine::{Scope, SessionInfo},
-    store::Kind,
 };
 
 /// Routes `/v1/sessions/{tail}`.
@@ -251,13 +250,7 @@ async fn status(
         leases: held
             .into_iter()
             .map(|lease| SessionLease {
-                kind: match lease.kind {
-                    Kind::Lock => "lock",
-                    Kind::Election => "election",
-                    Kind::Semaphore => "semaphore",
-                    Kind::RwLock => "rwlock",
-                }
-                .to_owned(),
+                kind: lease.kind.name().to_owned(),
                 key: lease.storage_key.clone(),
                 storage_key: lease.storage_key,
                 token: lease.token,

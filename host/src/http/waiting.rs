@@ -20,7 +20,7 @@ use super::{
 use crate::{
     app::App,
     engine::{self, Engine, LockRef, RwMode},
-    store::Kind,
+    tenant::Tenant,
 };
 
 /// The `limit` of a queue: 1 to [`WAITERS_MAX_LIMIT`], default
@@ -104,8 +104,21 @@ pub async fn waits_for(
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
     let (tenant, query) = tenant_get(app, &req, seen).await?;
+    Ok(ok(&graph_of(app, &tenant, query.as_deref()).await?))
+}
+
+/// `tenant`'s wait-for graph as `query` asks (`prefix`, `limit`): the
+/// tenant's own call and the admin's.
+///
+/// # Errors
+/// 400 for a bad query; 503.
+pub async fn graph_of(
+    app: &App,
+    tenant: &Tenant,
+    query: Option<&str>,
+) -> Result<WaitsFor, ApiError> {
     let (mut prefix, mut limit) = (String::new(), WAITERS_DEFAULT_LIMIT);
-    for (name, value) in query_pairs(query.as_deref()) {
+    for (name, value) in query_pairs(query) {
         match name {
             "prefix" => prefix = decode_prefix(value)?,
             "limit" => limit = limit_param(value, WAITERS_MAX_LIMIT)?,
@@ -113,17 +126,17 @@ pub async fn waits_for(
         }
     }
     let graph = app
-        .engine(&tenant)
+        .engine(tenant)
         .waits_for(&tenant.name, prefix, limit)
         .await?;
-    Ok(ok(&WaitsFor {
+    Ok(WaitsFor {
         edges: graph
             .edges
             .into_iter()
             .map(|e| WaitForEdge {
                 waiter: party(e.waiter),
                 holder: party(e.holder),
-                kind: kind_name(e.kind).to_owned(),
+                kind: e.kind.name().to_owned(),
                 storage_key: e.storage_key,
                 since: rfc3339(e.since),
                 in_cycle: e.in_cycle,
@@ -136,7 +149,7 @@ pub async fn waits_for(
             .collect(),
         truncated: graph.truncated,
         complete: graph.complete,
-    }))
+    })
 }
 
 /// Show the most contended keys
@@ -172,12 +185,25 @@ pub async fn contention(
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
     let (tenant, query) = tenant_get(app, &req, seen).await?;
+    Ok(ok(&hottest(app, &tenant, query.as_deref()).await?))
+}
+
+/// `tenant`'s most contended keys as `query` asks (`prefix`,
+/// `window_s`, `top`): the tenant's own call and the admin's.
+///
+/// # Errors
+/// 400 for a bad query; 503.
+pub async fn hottest(
+    app: &App,
+    tenant: &Tenant,
+    query: Option<&str>,
+) -> Result<Contention, ApiError> {
     let (mut prefix, mut window_s, mut top) = (
         String::new(),
         CONTENTION_DEFAULT_WINDOW_S,
         CONTENTION_DEFAULT_TOP,
     );
-    for (name, value) in query_pairs(query.as_deref()) {
+    for (name, value) in query_pairs(query) {
         match name {
             "prefix" => prefix = decode_prefix(value)?,
             "window_s" => {
@@ -191,17 +217,17 @@ pub async fn contention(
         }
     }
     let window_s = window_s.div_ceil(10) * 10;
-    let engine = app.engine(&tenant);
+    let engine = app.engine(tenant);
     let hot = engine
         .contention(&tenant.name, prefix, window_s, top as usize)
         .await?;
-    Ok(ok(&Contention {
+    Ok(Contention {
         window_s,
         keys: hot
             .keys
             .into_iter()
             .map(|k| HotKey {
-                kind: kind_name(k.kind).to_owned(),
+                kind: k.kind.name().to_owned(),
                 storage_key: k.storage_key,
                 grants: k.counts.grants,
                 handoffs: k.counts.handoffs,
@@ -219,7 +245,7 @@ pub async fn contention(
             semaphore: h.semaphores,
             rwlock: h.rwlocks,
         }),
-    }))
+    })
 }
 
 /// A `GET` of a tenant: its tenant (authenticated) and its query.
@@ -230,7 +256,7 @@ async fn tenant_get(
     app: &App,
     req: &Request<Incoming>,
     seen: &mut Seen,
-) -> Result<(std::sync::Arc<crate::tenant::Tenant>, Option<String>), ApiError> {
+) -> Result<(std::sync::Arc<Tenant>, Option<String>), ApiError> {
     if req.method() != Method::GET {
         return Err(ApiError::method_not_allowed("GET"));
     }
@@ -253,14 +279,4 @@ fn decode_prefix(value: &str) -> Result<String, ApiError> {
         .decode_utf8()
         .map_err(|_| ApiError::bad_request("prefix is not UTF-8"))?
         .into_owned())
-}
-
-/// A kind as the API names it.
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Lock => "lock",
-        Kind::Election => "election",
-        Kind::Semaphore => "semaphore",
-        Kind::RwLock => "rwlock",
-    }
 }

@@ -50,6 +50,19 @@ pub enum Kind {
     RwLock = 3,
 }
 
+impl Kind {
+    /// The kind as the API and the metrics name it (`lock`, `election`,
+    /// `semaphore`, `rwlock`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Election => "election",
+            Kind::Semaphore => "semaphore",
+            Kind::RwLock => "rwlock",
+        }
+    }
+}
+
 /// Which row: tenant, kind and storage key.
 #[derive(Debug, Clone, Copy)]
 pub struct RowKey<'a> {

@@ -145,6 +145,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant}/locks/{key}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for a lock (admin)
+         * @description `GET /v1/locks/{key}/waiters` for any tenant.
+         */
+        get: operations["adminGetLockWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/locks": {
         parameters: {
             query?: never;
@@ -418,6 +438,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant}/semaphores/{key}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for a semaphore (admin)
+         * @description `GET /v1/semaphores/{key}/waiters` for any tenant.
+         */
+        get: operations["adminGetSemaphoreWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/semaphores": {
         parameters: {
             query?: never;
@@ -598,6 +638,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant}/rwlocks/{key}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for a rwlock (admin)
+         * @description `GET /v1/rwlocks/{key}/waiters` for any tenant.
+         */
+        get: operations["adminGetRwLockWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/rwlocks": {
         parameters: {
             query?: never;
@@ -739,6 +799,26 @@ export interface paths {
          *     arrivals, departures and grants change it.
          */
         get: operations["getElectionWaiters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/elections/{name}/waiters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for an election's leadership (admin)
+         * @description `GET /v1/elections/{name}/waiters` for any tenant.
+         */
+        get: operations["adminGetElectionWaiters"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1183,6 +1263,46 @@ export interface paths {
          *     session_not_found`: its leases are gone.
          */
         delete: operations["forceCloseSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/contention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a tenant's most contended keys (admin)
+         * @description `GET /v1/contention` for any tenant.
+         */
+        get: operations["adminGetContention"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/waits-for": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show who waits for whom in a tenant (admin)
+         * @description `GET /v1/waits-for` for any tenant.
+         */
+        get: operations["adminGetWaitsFor"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -3661,6 +3781,56 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    adminGetLockWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+                /**
+                 * @description The client's key: one percent-encoded path segment (`a%2Fb` is the
+                 *     key `a/b`). It must decode to UTF-8 of at most 1024 bytes; the
+                 *     tenant's naming policy then maps it to a storage key of 1 to 512
+                 *     bytes or rejects it (422 `invalid_key`). The built-in policy keeps
+                 *     the key as is and rejects empty keys, keys over 255 bytes and keys
+                 *     with a control character (U+0000 to U+001F, U+007F to U+009F; the
+                 *     message names it and its byte offset).
+                 * @example job-1
+                 */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listLocks: {
         parameters: {
             query?: {
@@ -4244,6 +4414,56 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    adminGetSemaphoreWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+                /**
+                 * @description The client's key: one percent-encoded path segment (`a%2Fb` is the
+                 *     key `a/b`). It must decode to UTF-8 of at most 1024 bytes; the
+                 *     tenant's naming policy then maps it to a storage key of 1 to 512
+                 *     bytes or rejects it (422 `invalid_key`). The built-in policy keeps
+                 *     the key as is and rejects empty keys, keys over 255 bytes and keys
+                 *     with a control character (U+0000 to U+001F, U+007F to U+009F; the
+                 *     message names it and its byte offset).
+                 * @example job-1
+                 */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listSemaphores: {
         parameters: {
             query?: {
@@ -4634,6 +4854,56 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    adminGetRwLockWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+                /**
+                 * @description The client's key: one percent-encoded path segment (`a%2Fb` is the
+                 *     key `a/b`). It must decode to UTF-8 of at most 1024 bytes; the
+                 *     tenant's naming policy then maps it to a storage key of 1 to 512
+                 *     bytes or rejects it (422 `invalid_key`). The built-in policy keeps
+                 *     the key as is and rejects empty keys, keys over 255 bytes and keys
+                 *     with a control character (U+0000 to U+001F, U+007F to U+009F; the
+                 *     message names it and its byte offset).
+                 * @example job-1
+                 */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listRwLocks: {
         parameters: {
             query?: {
@@ -4958,6 +5228,53 @@ export interface operations {
             422: components["responses"]["InvalidKey"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["PolicyError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    adminGetElectionWaiters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description How many waiters at most, first served first: 1 to 1000 (default
+                 *     100).
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+                /**
+                 * @description The election's name: one percent-encoded path segment, mapped to a
+                 *     storage key by the tenant's naming policy like a lock key (422
+                 *     `invalid_key` when rejected; the built-in policy rejects empty
+                 *     names, names over 255 bytes and names with a control character).
+                 * @example scheduler
+                 */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyWaiters"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            422: components["responses"]["InvalidKey"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -5750,6 +6067,82 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            405: components["responses"]["MethodNotAllowed"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    adminGetContention: {
+        parameters: {
+            query?: {
+                /** @description As `GET /v1/contention`. */
+                prefix?: string;
+                /** @description As `GET /v1/contention`. */
+                window_s?: number;
+                /** @description As `GET /v1/contention`. */
+                top?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The hottest keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Contention"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    adminGetWaitsFor: {
+        parameters: {
+            query?: {
+                /** @description As `GET /v1/waits-for`. */
+                prefix?: string;
+                /** @description As `GET /v1/waits-for`. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The tenant's name from the config.
+                 * @example team-a
+                 */
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The graph. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WaitsFor"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             405: components["responses"]["MethodNotAllowed"];
             503: components["responses"]["Unavailable"];
         };
