@@ -154,6 +154,11 @@ async fn waiters_in_a_brokers_memory_are_shown_by_every_broker() {
         "/v1/locks/m/acquire".into(),
         json!({"owner": "w2", "ttl_ms": 30_000, "wait_ms": 20_000}),
     );
+    // One after the other: their order is the order they arrive in.
+    eventually("w2 waits", WAIT, || async {
+        waiters(&c2, "locks", "m").await.waiters.len() == 1
+    })
+    .await;
     let w3 = wait(
         &c1,
         "/v1/locks/m/acquire".into(),
