@@ -73,7 +73,7 @@ async fn the_typescript_client_typechecks_and_passes_every_conformance_scenario(
         suite.status.success() && failed.is_empty(),
         "the TypeScript suite failed (its output is above); failing: {failed:?}"
     );
-    for n in 1..=24 {
+    for n in 1..=25 {
         let id = format!("c{n:02}");
         let runs: Vec<(&String, &bool)> = results
             .iter()

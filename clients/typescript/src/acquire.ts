@@ -45,7 +45,8 @@ export interface Acquirer {
  * two acquires of one key in one session do not re-enter by accident and
  * a lost answer is found by its owner as anywhere else.
  *
- * @throws HeldError when it stayed held past the wait, and every error of
+ * @throws HeldError when it stayed held past the wait; DeadlockError (in
+ * a session) when the wait would close a cycle, at once; and every error of
  * the call; the signal's reason when aborted (after giving back a grant).
  */
 export async function acquire<G, T>(

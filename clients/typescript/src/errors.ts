@@ -9,6 +9,7 @@
  * ```text
  * LockbrokerError                    code, status, retryAfterMs
  * ├─ HeldError                       409 lock_held, semaphore_full: taken by others
+ * ├─ DeadlockError                   409 deadlock: the wait would close a cycle of sessions; `cycle`
  * ├─ LeaseLostError                  409 lease_lost, or a lease that could not be renewed in time
  * │  └─ SessionLostError             404 session_not_found: the session ended, and every lease in it
  * ├─ ThrottledError                  429 (too_many_waiters, quota_exceeded, too_many_streams)
@@ -20,7 +21,7 @@
  * └─ TlsError                        the TLS handshake failed (certificates)
  * ```
  */
-import type { ErrorCode } from "./types.js";
+import type { CycleStep, ErrorCode } from "./types.js";
 
 /** The codes of the broker, and the client's own for failures without an answer. */
 export type Code =
@@ -39,6 +40,8 @@ export interface ErrorDetails {
   status?: number | null;
   /** When to try again, in milliseconds (the broker's `retry_after_ms` or `Retry-After`). */
   retryAfterMs?: number | null;
+  /** With `deadlock`: the cycle the wait would have closed. */
+  cycle?: CycleStep[] | null;
   cause?: unknown;
 }
 
@@ -62,6 +65,28 @@ export class LockbrokerError extends Error {
 
 /** 409 `lock_held` / `semaphore_full`: others hold it; `retryAfterMs` is the tenant's backoff hint. */
 export class HeldError extends LockbrokerError {}
+
+/**
+ * 409 `deadlock`: a session's waiting acquire was refused at once because
+ * its wait would close a cycle of sessions waiting for each other. Nothing
+ * was granted or queued, and it is not retried: the same wait would be
+ * refused again until one of the cycle's sessions lets go (give back what
+ * this session holds, or close it, then try again).
+ */
+export class DeadlockError extends LockbrokerError {
+  /**
+   * The cycle, as the broker found it: each step a session, as an owner,
+   * waiting for a key (`storage_key`, of `kind`) that the next step's
+   * session holds; the last step's key is held by the first's. The first
+   * step is the refused wait itself.
+   */
+  readonly cycle: CycleStep[];
+
+  constructor(code: Code, message: string, details: ErrorDetails = {}) {
+    super(code, message, details);
+    this.cycle = details.cycle ?? [];
+  }
+}
 
 /**
  * The lease is gone: the broker answered `lease_lost` (it expired, was
@@ -109,6 +134,7 @@ export class TlsError extends LockbrokerError {}
 const BY_CODE: Partial<Record<string, new (code: Code, message: string, details: ErrorDetails) => LockbrokerError>> = {
   lock_held: HeldError,
   semaphore_full: HeldError,
+  deadlock: DeadlockError,
   lease_lost: LeaseLostError,
   session_not_found: SessionLostError,
   rate_limited: RateLimitedError,
@@ -121,19 +147,22 @@ const BY_CODE: Partial<Record<string, new (code: Code, message: string, details:
 /**
  * The error for a non-2xx answer: its JSON envelope when it is one (by code,
  * else by status), else what there is of the body. `retryAfterMs` is the
- * body's `retry_after_ms`, else the `Retry-After` header (whole seconds).
+ * body's `retry_after_ms`, else the `Retry-After` header (whole seconds);
+ * a `deadlock`'s `cycle` comes along as typed steps (its well-formed ones).
  */
 export function errorFromAnswer(status: number, body: string, retryAfterHeader: string | undefined): LockbrokerError {
   let code: string = `http_${status}`;
   let message = body.slice(0, 200);
   let retryAfterMs: number | null = null;
+  let cycle: CycleStep[] | null = null;
   try {
     const parsed: unknown = JSON.parse(body);
-    const error = (parsed as { error?: { code?: unknown; message?: unknown; retry_after_ms?: unknown } }).error;
+    const error = (parsed as { error?: { code?: unknown; message?: unknown; retry_after_ms?: unknown; cycle?: unknown } }).error;
     if (error && typeof error.code === "string") {
       code = error.code;
       message = typeof error.message === "string" ? error.message : "";
       if (typeof error.retry_after_ms === "number") retryAfterMs = error.retry_after_ms;
+      if (Array.isArray(error.cycle)) cycle = error.cycle.filter(isCycleStep).map(({ session, owner, kind, storage_key }) => ({ session, owner, kind, storage_key }));
     }
   } catch {
     // Not the API's envelope (a proxy's page): the status decides below.
@@ -143,5 +172,11 @@ export function errorFromAnswer(status: number, body: string, retryAfterHeader: 
   }
   const Class = BY_CODE[code] ?? (status === 503 ? UnavailableError : status === 429 ? ThrottledError : LockbrokerError);
   if (status === 503 && code === `http_${status}`) code = "unavailable";
-  return new Class(code, `${code} (${status}): ${message}`, { status, retryAfterMs });
+  return new Class(code, `${code} (${status}): ${message}`, { status, retryAfterMs, cycle });
+}
+
+function isCycleStep(step: unknown): step is CycleStep {
+  if (typeof step !== "object" || step === null) return false;
+  const s = step as Record<string, unknown>;
+  return typeof s.session === "string" && typeof s.owner === "string" && typeof s.kind === "string" && typeof s.storage_key === "string";
 }

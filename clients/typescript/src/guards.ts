@@ -57,7 +57,9 @@ export class Guards<O extends Omit<AcquireOptions, "ttlMs">> {
    * released (or, in a session, until the session closes).
    *
    * @throws HeldError when it is still held by another owner after the wait;
-   * SessionLostError (in a session) when the session has ended.
+   * SessionLostError (in a session) when the session has ended;
+   * DeadlockError (in a session) when the wait would close a cycle of
+   * sessions waiting for each other (refused at once, not retried).
    */
   lock(key: string, options: O = {} as O): Promise<LockLease> {
     return this.take(LOCK, key, options, options.waitMs ?? DEFAULT_WAIT_MS);

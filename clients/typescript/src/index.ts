@@ -45,6 +45,7 @@ export { SseStream, type SseOptions } from "./sse.js";
 export { DEFAULT_RETRY, type RetryPolicy } from "./retry.js";
 export {
   DeadlineExceededError,
+  DeadlockError,
   HeldError,
   LeaseLostError,
   LockbrokerError,

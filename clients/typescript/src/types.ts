@@ -11,6 +11,8 @@ type Schemas = components["schemas"];
 
 export type ErrorCode = Schemas["ErrorCode"];
 export type ErrorBody = Schemas["ErrorBody"];
+/** One step of a deadlock's cycle (`DeadlockError.cycle`). */
+export type CycleStep = Schemas["CycleStep"];
 
 export type LeaseTerms = Schemas["LeaseTerms"];
 

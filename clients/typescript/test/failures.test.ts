@@ -7,6 +7,7 @@ import { test } from "node:test";
 
 import {
   Client,
+  DeadlockError,
   HeldError,
   LockbrokerError,
   OutcomeUnknownError,
@@ -114,6 +115,20 @@ test("c10 400, 401, 404, 409 and 422 are returned as typed errors after exactly 
     c.close();
     await standIn.close();
   }
+  // A deadlock refusal of a waiting acquire is not retried either, whatever is left of its wait.
+  const cycle = [
+    { session: "s-b", owner: "b", kind: "lock", storage_key: "k1" },
+    { session: "s-a", owner: "a", kind: "lock", storage_key: "k2" },
+  ];
+  const refusing = await StandIn.start(() => ({ status: 409, body: { error: { code: "deadlock", message: "cycle", cycle } } }));
+  const waiting = new Client({ url: refusing.url, apiKey: "k" });
+  const deadlock = await waiting.lock(key("c10"), { waitMs: 10_000 }).catch((e: unknown) => e);
+  assert.ok(deadlock instanceof DeadlockError, `a DeadlockError, got ${String(deadlock)}`);
+  assert.deepEqual(deadlock.cycle, cycle);
+  assert.equal(refusing.count("/acquire"), 1, "deadlock: one request");
+  assert.equal(refusing.received.length, 1, "deadlock: nothing else either");
+  waiting.close();
+  await refusing.close();
   // And from the real broker: a wrong key, a key the naming policy refuses.
   const stranger = client({ apiKey: "not-a-key" });
   await assert.rejects(stranger.locks.status(key("c10")), { code: "unauthenticated", status: 401 });

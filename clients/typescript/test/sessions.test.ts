@@ -1,8 +1,17 @@
-// Conformance scenarios C22–C24 (clients/CONFORMANCE.md, "Sessions") against the real broker.
+// Conformance scenarios C22–C25 (clients/CONFORMANCE.md, "Sessions") against the real broker.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { type Client, type Lease, LeaseLostError, type Session, type SessionLease, SessionLostError } from "../src/index.js";
+import {
+  type Client,
+  type components,
+  DeadlockError,
+  type Lease,
+  LeaseLostError,
+  type Session,
+  type SessionLease,
+  SessionLostError,
+} from "../src/index.js";
 import { aborted, client, env, eventually, key } from "./helpers.js";
 import { Forwarder } from "./standins.js";
 
@@ -155,6 +164,66 @@ test("c23 an acquire in a session that ended at the broker is refused with sessi
   assert.equal(await session.close(), false, "the close learns it had ended, and does not throw");
   assert.equal(session.lost.aborted, true, "and counts it as lost");
   c.close();
+});
+
+type QueuedWaiter = components["schemas"]["QueuedWaiter"];
+
+/** `GET /v1/locks/{key}/waiters`, asked by the test itself (the client has no call for it). */
+async function waitersOf(k: string): Promise<QueuedWaiter[]> {
+  const e = env();
+  const answer = await fetch(new URL(`/v1/locks/${encodeURIComponent(k)}/waiters`, e.url), { headers: { authorization: `Bearer ${e.apiKey}` } });
+  assert.equal(answer.status, 200, `waiters of ${k}: ${await answer.clone().text()}`);
+  return ((await answer.json()) as { waiters: QueuedWaiter[] }).waiters;
+}
+
+test("c25 a session's wait that would close a cycle of sessions is refused at once with a typed DeadlockError carrying the cycle", async () => {
+  const c = client();
+  const [k1, k2] = [key("c25"), key("c25")];
+  const a = await c.session({ ttlMs: 10_000, name: "ts-c25-a" });
+  const b = await c.session({ ttlMs: 10_000, name: "ts-c25-b" });
+  try {
+    await a.lock(k1, { waitMs: 5000 });
+    await b.lock(k2, { waitMs: 5000 });
+    const [aOwner, bOwner] = ["ts-c25-a-waits", "ts-c25-b-waits"];
+    // A waits for k2 (B's) in the background...
+    const aWaits = a.lock(k2, { waitMs: 10_000, owner: aOwner });
+    aWaits.catch(() => undefined); // awaited below; not unhandled meanwhile
+    await eventually("A's wait for k2 is listed", async () => (await waitersOf(k2)).some((w) => w.session === a.id && w.owner === aOwner));
+
+    // ...so B's wait for k1 (A's) would close the cycle: refused at once, not retried.
+    const started = performance.now();
+    const err = await b.lock(k1, { waitMs: 10_000, owner: bOwner }).catch((e: unknown) => e);
+    const took = performance.now() - started;
+    assert.ok(err instanceof DeadlockError, `a DeadlockError, got ${String(err)}`);
+    assert.ok(took < 2000, `refused at once, not after waiting or retrying: ${Math.round(took)} ms`);
+    assert.equal(err.status, 409);
+    assert.equal(err.code, "deadlock");
+    const [s1, s2] = [(await c.locks.status(k1)).storage_key, (await c.locks.status(k2)).storage_key];
+    assert.deepEqual(
+      err.cycle,
+      [
+        { session: b.id, owner: bOwner, kind: "lock", storage_key: s1 },
+        { session: a.id, owner: aOwner, kind: "lock", storage_key: s2 },
+      ],
+      "B waiting for k1, then A waiting for k2",
+    );
+    assert.equal((await c.locks.status(k1)).session, a.id, "nothing granted to B");
+    assert.ok(!(await waitersOf(k1)).some((w) => w.session === b.id), "nor queued");
+
+    // A's acquire still waits; closing B's session grants it k2.
+    assert.ok((await waitersOf(k2)).some((w) => w.session === a.id && w.owner === aOwner), "A still waits");
+    assert.equal(await b.close(), true);
+    const granted = await aWaits;
+    assert.equal(granted.owner, aOwner);
+    const status = await c.locks.status(k2);
+    assert.equal(status.held, true);
+    assert.equal(status.session, a.id, "k2 is A's now");
+    assert.equal(status.token, granted.token);
+  } finally {
+    await b.close().catch(() => undefined);
+    await a.close().catch(() => undefined);
+    c.close();
+  }
 });
 
 /** The keys of one lease of each kind (C24): a semaphore, two rwlocks, a multi-lock's two keys, an election. */

@@ -5,6 +5,7 @@ import { test } from "node:test";
 
 import {
   Client,
+  DeadlockError,
   HeldError,
   LeaseLostError,
   LockbrokerError,
@@ -48,6 +49,18 @@ test("answers become typed errors by code, else by status", () => {
   assert.equal(held.retryAfterMs, 120);
   assert.ok(errorFromAnswer(409, '{"error":{"code":"semaphore_full","message":"m"}}', undefined) instanceof HeldError);
   assert.ok(errorFromAnswer(409, '{"error":{"code":"lease_lost","message":"m"}}', undefined) instanceof LeaseLostError);
+  const cycle = [
+    { session: "s-b", owner: "b", kind: "lock", storage_key: "k1" },
+    { session: "s-a", owner: "a", kind: "semaphore", storage_key: "k2" },
+  ];
+  const deadlock = errorFromAnswer(409, JSON.stringify({ error: { code: "deadlock", message: "m", cycle } }), undefined);
+  assert.ok(deadlock instanceof DeadlockError && !(deadlock instanceof HeldError), "a deadlock is its own refusal");
+  assert.equal(deadlock.code, "deadlock");
+  assert.equal(deadlock.status, 409);
+  assert.deepEqual(deadlock.cycle, cycle);
+  const bare = errorFromAnswer(409, '{"error":{"code":"deadlock","message":"m","cycle":null}}', undefined);
+  assert.ok(bare instanceof DeadlockError);
+  assert.deepEqual(bare.cycle, [], "no cycle sent: an empty one");
   const ended = errorFromAnswer(404, '{"error":{"code":"session_not_found","message":"m"}}', undefined);
   assert.ok(ended instanceof SessionLostError && ended instanceof LeaseLostError, "an ended session is a loss of its leases");
   const limited = errorFromAnswer(429, '{"error":{"code":"rate_limited","message":"m"}}', "2");
