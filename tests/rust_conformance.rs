@@ -1,4 +1,4 @@
-//! The client conformance scenarios (`clients/CONFORMANCE.md`, C01–C24)
+//! The client conformance scenarios (`clients/CONFORMANCE.md`, C01–C25)
 //! for `lockbroker-client`, in-process: each test starts the run's two
 //! brokers (plain HTTP and mutual TLS, one database) with
 //! [`Conformance`] and reads what a suite is given from
@@ -1674,6 +1674,118 @@ async fn c24_every_kind_is_held_in_a_session_and_freed_by_its_close() {
         released.unwrap();
     }
     assert!(kinds.free(&c).await);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn c25_a_wait_that_would_close_a_cycle_of_sessions_is_refused_as_a_deadlock() {
+    let env = Env::start().await;
+    let c = env.client();
+    // B's calls pass a forwarder that counts them: its refused acquire is
+    // sent once.
+    let counter = StandIn::start(env.plain_addr(), |_| Act::Forward).await;
+    let cb = retrying(&env, counter.url(), 4, Duration::from_millis(10), PROMPTLY);
+    let (k1, k2) = (unique("c25-k1"), unique("c25-k2"));
+    let (owner_a, owner_b) = (unique("c25-a"), unique("c25-b"));
+    let ttl = Duration::from_secs(10);
+    let a = c.session(ttl).await.unwrap();
+    let b = cb.session(ttl).await.unwrap();
+    let (id_a, id_b) = (a.id().to_owned(), b.id().to_owned());
+    let held_a = a.lock(&k1).acquire().await.unwrap();
+    let held_b = b.lock(&k2).acquire().await.unwrap();
+    let (stored_k1, stored_k2) = (
+        held_a.grant().unwrap().storage_key,
+        held_b.grant().unwrap().storage_key,
+    );
+
+    // A waits for k2, which B holds.
+    let waiting_a = tokio::spawn(
+        a.lock(&k2)
+            .owner(&owner_a)
+            .wait(Duration::from_secs(10))
+            .acquire(),
+    );
+    eventually("A's acquire waits for k2", PROMPTLY, || async {
+        c.locks()
+            .waiters(&k2)
+            .await
+            .unwrap()
+            .waiters
+            .iter()
+            .any(|w| w.session.as_deref() == Some(id_a.as_str()))
+    })
+    .await;
+
+    // B's wait for k1, which A holds, would close the cycle: refused at
+    // once, after one request.
+    let before = counter.requests_to("/acquire").len();
+    let started = Instant::now();
+    let err = b
+        .lock(&k1)
+        .owner(&owner_b)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect_err("a deadlock");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    assert_eq!(
+        counter.requests_to("/acquire").len(),
+        before + 1,
+        "not retried: {:?}",
+        counter.requests()
+    );
+    let Error::Deadlock { cycle, refusal } = &err else {
+        panic!("not a deadlock: {err:?}");
+    };
+    assert_eq!((refusal.status, refusal.code), (409, ErrorCode::Deadlock));
+    assert_eq!(err.code(), Some(ErrorCode::Deadlock));
+    assert_eq!(err.deadlock_cycle(), Some(cycle.as_slice()));
+    let steps: Vec<_> = cycle
+        .iter()
+        .map(|step| {
+            (
+                step.session.as_str(),
+                step.owner.as_str(),
+                step.kind.as_str(),
+                step.storage_key.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (id_b.as_str(), owner_b.as_str(), "lock", stored_k1.as_str()),
+            (id_a.as_str(), owner_a.as_str(), "lock", stored_k2.as_str()),
+        ],
+        "{err}"
+    );
+    // Nothing was granted or queued for B; A's acquire still waits.
+    let k1_status = c.locks().status(&k1).await.unwrap();
+    assert_eq!(k1_status.session.as_deref(), Some(id_a.as_str()));
+    assert!(c.locks().waiters(&k1).await.unwrap().waiters.is_empty());
+    assert!(!waiting_a.is_finished(), "A still waits");
+    assert!(c
+        .locks()
+        .waiters(&k2)
+        .await
+        .unwrap()
+        .waiters
+        .iter()
+        .any(|w| w.session.as_deref() == Some(id_a.as_str())));
+
+    // Closing B's session frees k2: A's wait is granted it.
+    b.close().await.unwrap();
+    let got = tokio::time::timeout(PROMPTLY, waiting_a)
+        .await
+        .expect("A is granted k2 in time")
+        .unwrap()
+        .unwrap();
+    assert_held_in(&c, &k2, &id_a, got.token()).await;
+    drop(held_b);
+    got.release().await.unwrap();
+    held_a.release().await.unwrap();
+    a.close().await.unwrap();
     env.stop().await;
 }
 

@@ -534,7 +534,7 @@ pub(crate) fn decode<T: DeserializeOwned>(status: u16, bytes: &[u8]) -> Result<T
 /// `retry_after` is the answer's `Retry-After`.
 fn refusal(status: u16, bytes: &[u8], retry_after: Option<Duration>) -> Error {
     match error_body(bytes) {
-        Some(body) => Error::Api(ApiError::from_body(status, body, retry_after)),
+        Some(body) => ApiError::into_error(status, body, retry_after),
         None if status == 503 => Error::Api(ApiError {
             status,
             code: ErrorCode::Unavailable,

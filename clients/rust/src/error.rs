@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use lockbroker_api::{ErrorBody, ErrorCode};
+use lockbroker_api::{CycleStep, ErrorBody, ErrorCode};
 
 /// A refusal by the broker: its error envelope, with the HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +38,21 @@ impl ApiError {
                 .retry_after_ms
                 .map(Duration::from_millis)
                 .or(header),
+        }
+    }
+
+    /// The refusal in `body` as the client's error: [`Error::Deadlock`]
+    /// with its cycle for `deadlock`, else [`Error::Api`].
+    pub(crate) fn into_error(status: u16, mut body: ErrorBody, header: Option<Duration>) -> Error {
+        let cycle = body.error.cycle.take();
+        let refusal = ApiError::from_body(status, body, header);
+        if refusal.code == ErrorCode::Deadlock {
+            Error::Deadlock {
+                cycle: cycle.unwrap_or_default(),
+                refusal,
+            }
+        } else {
+            Error::Api(refusal)
         }
     }
 
@@ -125,13 +140,54 @@ pub enum Error {
     /// A guard's lease is gone (it was lost before `release`).
     #[error("the lease was lost: {0}")]
     LeaseLost(LostReason),
+    /// `409 deadlock`: a session's acquire that would wait was refused at
+    /// once, because waiting would close a cycle of sessions waiting for
+    /// each other. Nothing was granted or queued, and it is not retried
+    /// (it would be refused again while the cycle stands): end one of the
+    /// sessions, or take keys in one order. [`Error::code`] is
+    /// [`ErrorCode::Deadlock`] and [`Error::api`] the refusal, as for any
+    /// other.
+    #[error("the broker refused a wait that would deadlock: {}", Cycle(cycle))]
+    Deadlock {
+        /// The cycle the wait would have closed, from the refused
+        /// acquire's own session: each step a session (as an owner)
+        /// waiting for a key the next step's session holds; the last
+        /// step's key is held by the first step's session.
+        cycle: Vec<CycleStep>,
+        /// The refusal itself: status 409, code `deadlock`, the broker's
+        /// message.
+        refusal: ApiError,
+    },
+}
+
+/// A deadlock's cycle for people: `session s1 (owner o1) waits for lock
+/// k2 -> session s2 (...) waits for lock k1`.
+struct Cycle<'a>(&'a [CycleStep]);
+
+impl std::fmt::Display for Cycle<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(no cycle given)");
+        }
+        for (i, step) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" -> ")?;
+            }
+            write!(
+                f,
+                "session {} (owner {}) waits for {} {}",
+                step.session, step.owner, step.kind, step.storage_key
+            )?;
+        }
+        Ok(())
+    }
 }
 
 impl Error {
     /// The broker's error code, when the broker answered with one.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            Error::Api(api) => Some(api.code),
+            Error::Api(api) | Error::Deadlock { refusal: api, .. } => Some(api.code),
             _ => None,
         }
     }
@@ -139,7 +195,7 @@ impl Error {
     /// The broker's refusal, when it refused.
     pub fn api(&self) -> Option<&ApiError> {
         match self {
-            Error::Api(api) => Some(api),
+            Error::Api(api) | Error::Deadlock { refusal: api, .. } => Some(api),
             _ => None,
         }
     }
@@ -148,6 +204,14 @@ impl Error {
     /// [`ApiError::retry_after`]): a 429's, a `lock_held`'s, a 503's.
     pub fn retry_after(&self) -> Option<Duration> {
         self.api()?.retry_after
+    }
+
+    /// The cycle of a [`Error::Deadlock`] refusal.
+    pub fn deadlock_cycle(&self) -> Option<&[CycleStep]> {
+        match self {
+            Error::Deadlock { cycle, .. } => Some(cycle),
+            _ => None,
+        }
     }
 
     /// True for a 429 `rate_limited` or `quota_exceeded` (see
@@ -172,3 +236,57 @@ impl Error {
 
 /// A client call's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: &str) -> ErrorBody {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_deadlock_refusal_carries_its_cycle() {
+        let err = ApiError::into_error(
+            409,
+            body(
+                r#"{"error": {"code": "deadlock", "message": "cycle", "cycle": [
+                    {"session": "sb", "owner": "ob", "kind": "lock", "storage_key": "k1"},
+                    {"session": "sa", "owner": "oa", "kind": "lock", "storage_key": "k2"}]}}"#,
+            ),
+            None,
+        );
+        let Error::Deadlock { cycle, refusal } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!((refusal.status, refusal.code), (409, ErrorCode::Deadlock));
+        assert_eq!(cycle.len(), 2);
+        assert_eq!(
+            (cycle[0].session.as_str(), cycle[0].owner.as_str()),
+            ("sb", "ob")
+        );
+        assert_eq!(
+            (cycle[1].kind.as_str(), cycle[1].storage_key.as_str()),
+            ("lock", "k2")
+        );
+        assert_eq!(err.code(), Some(ErrorCode::Deadlock));
+        assert_eq!(err.deadlock_cycle().map(<[_]>::len), Some(2));
+        assert!(!err.is_throttled() && !err.is_unreachable());
+        assert!(
+            err.to_string()
+                .contains("session sb (owner ob) waits for lock k1 -> session sa"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn other_refusals_stay_api_errors() {
+        let err = ApiError::into_error(
+            409,
+            body(r#"{"error": {"code": "lock_held", "message": "held"}}"#),
+            None,
+        );
+        assert!(matches!(&err, Error::Api(api) if api.code == ErrorCode::LockHeld));
+        assert_eq!(err.deadlock_cycle(), None);
+    }
+}

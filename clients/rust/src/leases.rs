@@ -8,8 +8,9 @@
 use std::{marker::PhantomData, time::Duration};
 
 use lockbroker_api::{
-    CampaignRequest, Election, Leadership, LeaseKind, LeaseRequest, Lock, LockHistory, Page,
-    ResignRequest, ResignResponse, RwLock, Semaphore, ValidateRequest, Validity, LIST_MAX_LIMIT,
+    CampaignRequest, Election, KeyWaiters, Leadership, LeaseKind, LeaseRequest, Lock, LockHistory,
+    Page, ResignRequest, ResignResponse, RwLock, Semaphore, ValidateRequest, Validity,
+    LIST_MAX_LIMIT,
 };
 
 use crate::{
@@ -123,6 +124,16 @@ impl<K: LeaseKind> Leases<'_, K> {
     /// Every error of [`Error`](crate::Error).
     pub async fn status(&self, key: &str) -> Result<K::Status> {
         self.client.get(&Self::path(key, "")).await
+    }
+
+    /// `GET /v1/{kind}/{key}/waiters`: who waits for the key, in the order
+    /// they will be served (a preview: arrivals, departures and a fairness
+    /// policy's choices change it), each with the session it waits in.
+    ///
+    /// # Errors
+    /// Every error of [`Error`](crate::Error).
+    pub async fn waiters(&self, key: &str) -> Result<KeyWaiters> {
+        self.client.get(&Self::path(key, "/waiters")).await
     }
 
     /// `GET /v1/{kind}?prefix=&limit=&cursor=`: one page of the tenant's

@@ -196,7 +196,9 @@ pub use sessions::Sessions;
 
 pub use futures_core::Stream;
 pub use lockbroker_api as api;
-pub use lockbroker_api::{Election, ElectionEvent, ErrorCode, LeaseKind, Lock, RwLock, Semaphore};
+pub use lockbroker_api::{
+    CycleStep, Election, ElectionEvent, ErrorCode, LeaseKind, Lock, RwLock, Semaphore,
+};
 /// The TLS library, for [`ClientBuilder::tls_config`].
 pub use rustls;
 
