@@ -70,7 +70,7 @@ func (c *Client) acquire(ctx context.Context, a acquisition, opts []AcquireOptio
 		case errors.Is(e, ErrHeld) && capped && ctx.Err() == nil && (until.IsZero() || time.Now().Before(until)):
 			continue // a wait longer than one request may ask for: ask again
 		}
-		return nil, nil, err
+		return nil, nil, typed(err) // a deadlock as a *DeadlockError, never asked again
 	}
 }
 

@@ -1,6 +1,7 @@
 package lockbroker
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ const (
 	CodeQuotaExceeded    Code = "quota_exceeded"
 	CodeRateLimited      Code = "rate_limited"
 	CodeSessionNotFound  Code = "session_not_found"
+	CodeDeadlock         Code = "deadlock"
 	CodePolicyError      Code = "policy_error"
 	CodeUnavailable      Code = "unavailable"
 )
@@ -85,6 +87,9 @@ type Error struct {
 	RetryAfter time.Duration
 	// Err is the underlying cause (a network error, ctx.Err()), if any.
 	Err error
+
+	// cycle: with CodeDeadlock, the broker's cycle (see DeadlockError).
+	cycle []CycleStep
 
 	// sent: the request may have reached the broker (the transport wrote
 	// it), so a failure without an answer leaves its outcome open.
@@ -177,7 +182,7 @@ var (
 	// ErrNotFound: 404 (nothing to force-release, an unknown tenant).
 	ErrNotFound error = errorKind("not found")
 	// ErrConflict: any 409 (lock_held, lease_lost, semaphore_full,
-	// permits_mismatch).
+	// permits_mismatch, deadlock).
 	ErrConflict error = errorKind("conflict")
 	// ErrPermitsMismatch: the semaphore exists with another number of permits.
 	ErrPermitsMismatch error = errorKind("permits mismatch")
@@ -187,6 +192,12 @@ var (
 	// expired) or never existed: its leases are gone, and an acquire in it
 	// granted nothing.
 	ErrSessionNotFound error = errorKind("session not found")
+	// ErrDeadlock: 409 deadlock, a session's waiting acquire refused at
+	// once because its wait would close a cycle of sessions waiting for each
+	// other. Nothing was granted or queued. The error is a *DeadlockError
+	// (errors.As) with the cycle. Never retried: end one of the sessions, or
+	// take keys in one order.
+	ErrDeadlock error = errorKind("deadlock")
 	// ErrPolicy: 500 policy_error, the tenant's policy failed (fail closed).
 	ErrPolicy error = errorKind("policy error")
 	// ErrConfig: the client was set up wrongly (see CodeConfig).
@@ -232,6 +243,8 @@ func kindsOf(e *Error) []errorKind {
 		add(ErrPolicy)
 	case CodeSessionNotFound:
 		add(ErrSessionNotFound)
+	case CodeDeadlock:
+		add(ErrDeadlock)
 	}
 	switch e.Status {
 	case 400:
@@ -252,4 +265,65 @@ func kindsOf(e *Error) []errorKind {
 		add(ErrUnavailable)
 	}
 	return kinds
+}
+
+// CycleStep is one step of a deadlock's cycle: Session, as Owner, waits (or,
+// for the first step, would wait) for StorageKey of Kind, which the next
+// step's session holds; the last step's key is held by the first's.
+type CycleStep struct {
+	// Session is the session that waits.
+	Session string `json:"session"`
+	// Owner is its owner of that wait.
+	Owner string `json:"owner"`
+	// Kind is "lock", "election", "semaphore" or "rwlock".
+	Kind string `json:"kind"`
+	// StorageKey is the key it waits for (its storage key).
+	StorageKey string `json:"storage_key"`
+}
+
+// DeadlockError is the broker's 409 deadlock: a waiting acquire in a
+// session refused at once, because waiting would close a cycle of sessions
+// waiting for each other. Nothing was granted or queued, nothing else in the
+// cycle was disturbed, and it is not retried. It matches ErrDeadlock and
+// ErrConflict (errors.Is), and unwraps to its *Error (Status, Code,
+// Message).
+type DeadlockError struct {
+	// Cycle is the cycle the wait would have closed, starting with this
+	// acquire's session and owner.
+	Cycle []CycleStep
+	// Message is the broker's explanation, for people.
+	Message string
+
+	err *Error
+}
+
+func (d *DeadlockError) Error() string {
+	var b strings.Builder
+	b.WriteString(d.err.Error())
+	if len(d.Cycle) > 0 {
+		b.WriteString(" (cycle:")
+		for _, s := range d.Cycle {
+			fmt.Fprintf(&b, " session %s waits for %s %q;", s.Session, s.Kind, s.StorageKey)
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Unwrap gives the broker's *Error: errors.Is(err, ErrDeadlock) and
+// errors.As(err, &*Error) both work.
+func (d *DeadlockError) Unwrap() error { return d.err }
+
+// typed is err as the type its code calls for: a deadlock as a
+// *DeadlockError, anything else as it is.
+func typed(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeDeadlock {
+		var d *DeadlockError
+		if errors.As(err, &d) {
+			return err
+		}
+		return &DeadlockError{Cycle: e.cycle, Message: e.Message, err: e}
+	}
+	return err
 }

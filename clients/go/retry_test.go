@@ -109,3 +109,31 @@ func TestKeysAreOnePathSegment(t *testing.T) {
 		t.Fatalf("path: %s", got)
 	}
 }
+
+func TestDeadlockAnswerIsTypedAndNotRetried(t *testing.T) {
+	e := answerError(409, []byte(`{"error": {"code": "deadlock", "message": "a cycle", "cycle": [
+		{"session": "sb", "owner": "ob", "kind": "lock", "storage_key": "k1"},
+		{"session": "sa", "owner": "oa", "kind": "semaphore", "storage_key": "k2"}]}}`), "")
+	if retryable(e, call{}) || retryable(e, call{idempotent: true}) {
+		t.Fatal("a deadlock is never retried")
+	}
+	err := typed(e)
+	var dl *DeadlockError
+	if !errors.As(err, &dl) || dl.Message != "a cycle" {
+		t.Fatalf("a *DeadlockError: %T %v", err, err)
+	}
+	want := []CycleStep{{"sb", "ob", "lock", "k1"}, {"sa", "oa", "semaphore", "k2"}}
+	if len(dl.Cycle) != 2 || dl.Cycle[0] != want[0] || dl.Cycle[1] != want[1] {
+		t.Fatalf("the cycle: %+v", dl.Cycle)
+	}
+	if !errors.Is(err, ErrDeadlock) || !errors.Is(err, ErrConflict) || errors.Is(err, ErrHeld) {
+		t.Fatalf("matches ErrDeadlock and ErrConflict, not ErrHeld: %v", err)
+	}
+	var base *Error
+	if !errors.As(err, &base) || base.Status != 409 || base.Code != CodeDeadlock {
+		t.Fatalf("unwraps to its *Error: %+v", base)
+	}
+	if typed(typed(e)) == nil || typed(&Error{Status: 409, Code: CodeLockHeld}).(*Error).Code != CodeLockHeld {
+		t.Fatal("other errors stay as they are")
+	}
+}

@@ -235,15 +235,17 @@ func (b *closeCancels) Close() error {
 func answerError(status int, data []byte, retryAfter string) *Error {
 	var envelope struct {
 		Error struct {
-			Code         string `json:"code"`
-			Message      string `json:"message"`
-			RetryAfterMs *int64 `json:"retry_after_ms"`
+			Code         string      `json:"code"`
+			Message      string      `json:"message"`
+			RetryAfterMs *int64      `json:"retry_after_ms"`
+			Cycle        []CycleStep `json:"cycle"`
 		} `json:"error"`
 	}
 	e := &Error{Status: status}
 	if json.Unmarshal(data, &envelope) == nil && envelope.Error.Code != "" {
 		e.Code = Code(envelope.Error.Code)
 		e.Message = envelope.Error.Message
+		e.cycle = envelope.Error.Cycle
 		if ms := envelope.Error.RetryAfterMs; ms != nil && *ms > 0 {
 			e.RetryAfter = time.Duration(*ms) * time.Millisecond
 		}
