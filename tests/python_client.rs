@@ -29,7 +29,7 @@ const INSTALL_WITHIN: Duration = Duration::from_secs(120);
 const CONFORMANCE_MODULES: [&str; 2] = ["test_conformance_sync", "test_conformance_async"];
 
 /// The scenarios of `clients/CONFORMANCE.md`: C01 to C23.
-const SCENARIOS: std::ops::RangeInclusive<u32> = 1..=24;
+const SCENARIOS: std::ops::RangeInclusive<u32> = 1..=25;
 
 fn client_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,4 +1,4 @@
-"""What the conformance suites (``clients/CONFORMANCE.md``, C01–C24) of the sync and the async
+"""What the conformance suites (``clients/CONFORMANCE.md``, C01–C25) of the sync and the async
 client share: the brokers and tenants the harness hands over, the stand-ins the scenarios allow
 (in ``helpers``), interrupting the main thread, and what a scenario expects once its client has
 done its part (``check_*``: one definition of each expectation, whichever client is tested).
@@ -9,10 +9,13 @@ the variables read here; missing, the tests fail (``helpers.env``).
 
 import asyncio
 import contextlib
+import json
 import signal
 import threading
 import time
 import unittest
+import urllib.parse
+import urllib.request
 from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Tuple, Type, TypeVar, Union
 
 import lockbroker
@@ -256,6 +259,60 @@ def check_session_lost(case: unittest.TestCase, session: Any, leases: List[Any],
 def check_new_holder_kept(case: unittest.TestCase, status: Any, new: Any) -> None:
     """C23: closing the lost session and releasing its lease left the new holder's lease alone."""
     case.assertEqual((status.held, status.owner, status.token, status.session), (True, new.owner, new.token, None))
+
+
+class Cycle:
+    """C25: the keys and owners of two sessions that would wait for each other: A holds ``k1``
+    and waits for ``k2``, B holds ``k2`` and asks for ``k1``."""
+
+    TTL = 10.0
+    WAIT = 10.0
+    #: B's refusal comes at once: well within its wait.
+    REFUSED_WITHIN = 2.0
+
+    def __init__(self) -> None:
+        self.k1, self.k2 = unique("c25"), unique("c25")
+        self.a_owner, self.b_owner = unique("c25-a-waits"), unique("c25-b-asks")
+
+
+def waiting_sessions(k: str) -> List[Optional[str]]:
+    """C25: the sessions of the waiters ``GET /v1/locks/{k}/waiters`` lists (a plain request: the
+    client has no call for it)."""
+    request = urllib.request.Request(
+        f"{url().rstrip('/')}/v1/locks/{urllib.parse.quote(k, safe='')}/waiters",
+        headers={"Authorization": f"Bearer {key()}", "Accept": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return [w.get("session") for w in json.loads(answer.read())["waiters"]]
+
+
+def check_deadlock(
+    case: unittest.TestCase, cycle: Cycle, caught: Any, refused_after: float, sent: int, a: Any, b: Any, statuses: List[Any]
+) -> None:
+    """C25: B's acquire of ``k1`` was refused at once (``refused_after`` seconds), sent once
+    (``sent``), with ``DeadlockError`` and its cycle: B waiting for ``k1`` (held by A), then A
+    waiting for ``k2`` (held by B). ``statuses``: those of ``k1`` and ``k2`` then."""
+    case.assertIsInstance(caught, lockbroker.DeadlockError)
+    case.assertIsInstance(caught, lockbroker.Busy, "a refusal of a busy key, as LockHeld is")
+    case.assertEqual((caught.status, caught.code), (409, "deadlock"))
+    case.assertLess(refused_after, Cycle.REFUSED_WITHIN, "refused at once, not after its wait")
+    case.assertEqual(sent, 1, "not retried")
+    k1, k2 = statuses
+    case.assertEqual(
+        caught.cycle,
+        [
+            lockbroker.CycleStep(session=b.id, owner=cycle.b_owner, kind="lock", storage_key=k1.storage_key),
+            lockbroker.CycleStep(session=a.id, owner=cycle.a_owner, kind="lock", storage_key=k2.storage_key),
+        ],
+    )
+    case.assertEqual((k1.session, k2.session), (a.id, b.id), "nothing granted: each key stays with its holder")
+
+
+def check_cycle_broken(case: unittest.TestCase, cycle: Cycle, a: Any, granted: Any, status: Any) -> None:
+    """C25: once B's session was closed, A's waiting acquire was granted ``k2``, in A's session."""
+    case.assertEqual((granted.key, granted.owner), (cycle.k2, cycle.a_owner))
+    case.assertIs(granted.session, a)
+    case.assertEqual((status.held, status.owner, status.token, status.session), (True, cycle.a_owner, granted.token, a.id))
 
 
 class EveryKind:

@@ -1,4 +1,4 @@
-"""The conformance scenarios of clients/CONFORMANCE.md (C01–C24), for the async client
+"""The conformance scenarios of clients/CONFORMANCE.md (C01–C25), for the async client
 (``lockbroker.AsyncClient``), against the conformance brokers. One test per scenario, named
 after its id, as in ``test_conformance_sync.py``.
 
@@ -465,6 +465,37 @@ class Sessions(AsyncCase):
         expect.check_every_kind_freed(self, [await status() for status in kinds.statuses(c)])
         with self.assertRaises(lockbroker.SessionNotFound):
             await c.sessions.status(session.id)
+
+    async def test_c25_a_wait_that_would_close_a_cycle_is_refused_with_it(self):
+        c, cycle = async_client(), expect.Cycle()
+        fake = forwarder()  # counts B's acquires: the refusal is not retried
+        self.addCleanup(fake.close)
+
+        async def waits(session_id):  # whether the session waits for k2 (a blocking request: in a thread)
+            return session_id in await asyncio.to_thread(expect.waiting_sessions, cycle.k2)
+
+        async with c.session(ttl=cycle.TTL) as a, lockbroker.AsyncClient(fake.url, key()).session(ttl=cycle.TTL) as b:
+            await a.lock(cycle.k1, wait=cycle.WAIT)
+            await b.lock(cycle.k2, wait=cycle.WAIT)
+
+            async def a_waits_for_k2():
+                return await a.lock(cycle.k2, wait=cycle.WAIT, owner=cycle.a_owner)
+
+            waiting = asyncio.ensure_future(a_waits_for_k2())
+            self.addCleanup(waiting.cancel)
+            await eventually_async("A's acquire of k2 waits", 10, lambda: waits(a.id))
+            started = time.monotonic()
+            with self.assertRaises(lockbroker.DeadlockError) as caught:
+                await b.lock(cycle.k1, wait=cycle.WAIT, owner=cycle.b_owner)
+            refused_after = time.monotonic() - started
+            sent = fake.count("POST", f"/v1/locks/{cycle.k1}/acquire")
+            statuses = [await c.locks.status(k) for k in (cycle.k1, cycle.k2)]
+            expect.check_deadlock(self, cycle, caught.exception, refused_after, sent, a, b, statuses)
+            self.assertFalse(waiting.done(), "A's acquire still waits")
+            self.assertTrue(await waits(a.id), "A's acquire still waits")
+            await b.close()
+            granted = await asyncio.wait_for(waiting, cycle.WAIT)
+            expect.check_cycle_broken(self, cycle, a, granted, await c.locks.status(cycle.k2))
 
 
 if __name__ == "__main__":

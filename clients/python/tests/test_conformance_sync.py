@@ -1,4 +1,4 @@
-"""The conformance scenarios of clients/CONFORMANCE.md (C01–C24), for the sync client
+"""The conformance scenarios of clients/CONFORMANCE.md (C01–C25), for the sync client
 (``lockbroker.Client``), against the conformance brokers. One test per scenario, named after
 its id; ``test_conformance_async.py`` has the same for the async client."""
 
@@ -436,6 +436,40 @@ class Sessions(unittest.TestCase):
         expect.check_every_kind_freed(self, [status() for status in kinds.statuses(c)])
         with self.assertRaises(lockbroker.SessionNotFound):
             c.sessions.status(session.id)
+
+    def test_c25_a_wait_that_would_close_a_cycle_is_refused_with_it(self):
+        c, cycle = client(), expect.Cycle()
+        fake = forwarder()  # counts B's acquires: the refusal is not retried
+        self.addCleanup(fake.close)
+        with c.session(ttl=cycle.TTL) as a, lockbroker.Client(fake.url, key()).session(ttl=cycle.TTL) as b:
+            a.lock(cycle.k1, wait=cycle.WAIT)
+            b.lock(cycle.k2, wait=cycle.WAIT)
+            granted = []
+
+            def a_waits_for_k2():
+                try:
+                    granted.append(a.lock(cycle.k2, wait=cycle.WAIT, owner=cycle.a_owner))
+                except BaseException as err:  # noqa: B902  (the test checks what it got)
+                    granted.append(err)
+
+            waiting = threading.Thread(target=a_waits_for_k2, daemon=True)
+            waiting.start()
+            eventually("A's acquire of k2 waits", 10, lambda: a.id in expect.waiting_sessions(cycle.k2))
+            started = time.monotonic()
+            with self.assertRaises(lockbroker.DeadlockError) as caught:
+                b.lock(cycle.k1, wait=cycle.WAIT, owner=cycle.b_owner)
+            refused_after = time.monotonic() - started
+            sent = fake.count("POST", f"/v1/locks/{cycle.k1}/acquire")
+            statuses = [c.locks.status(k) for k in (cycle.k1, cycle.k2)]
+            expect.check_deadlock(self, cycle, caught.exception, refused_after, sent, a, b, statuses)
+            self.assertTrue(waiting.is_alive(), "A's acquire still waits")
+            self.assertIn(a.id, expect.waiting_sessions(cycle.k2), "A's acquire still waits")
+            b.close()
+            waiting.join(cycle.WAIT)
+            self.assertEqual(len(granted), 1, "A's acquire ended once B's session was closed")
+            if isinstance(granted[0], BaseException):
+                raise granted[0]
+            expect.check_cycle_broken(self, cycle, a, granted[0], c.locks.status(cycle.k2))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ reader, time parsing, the retry and lease-clock rules, options, and the async
 client's HTTP reading, without a broker (the shared plans: ``test_plans.py``)."""
 
 import asyncio
+import json
 import threading
 import time
 import unittest
@@ -182,6 +183,21 @@ class ErrorMapping(unittest.TestCase):
         e = error_for(429, "too_many_streams", "16 open")
         self.assertIsInstance(e, lockbroker.TooManyStreams)
         self.assertIsInstance(e, lockbroker.TooManyWaiters)
+
+    def test_a_deadlock_carries_its_cycle_and_is_not_retried(self):
+        from lockbroker.retry import retryable_answer
+        from lockbroker.wire import error_from
+
+        step = {"session": "s-b", "owner": "b", "kind": "lock", "storage_key": "k1", "newer": 1}
+        raw = b'{"error": {"code": "deadlock", "message": "cycle", "cycle": [%s, 7]}}' % json.dumps(step).encode()
+        e = error_from(409, raw, None)
+        self.assertIsInstance(e, lockbroker.DeadlockError)
+        self.assertIsInstance(e, lockbroker.Busy)
+        self.assertNotIsInstance(e, lockbroker.LockHeld)
+        self.assertEqual((e.status, e.code, e.message), (409, "deadlock", "cycle"))
+        self.assertEqual(e.cycle, [lockbroker.CycleStep("s-b", "b", "lock", "k1")], "unknown fields and non-objects skipped")
+        self.assertFalse(retryable_answer(e))
+        self.assertEqual(error_for(409, "deadlock", "no cycle sent").cycle, [])
 
     def test_an_unknown_code_and_status_is_the_base_class(self):
         e = error_for(418, "teapot", "short and stout")

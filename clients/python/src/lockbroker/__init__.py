@@ -74,6 +74,7 @@ from .errors import (
     BadRequest,
     Busy,
     DeadlineExceeded,
+    DeadlockError,
     Forbidden,
     InvalidKey,
     LeaseLost,
@@ -99,6 +100,7 @@ from .errors import (
 from .handles import Held, Leader, Lease, MultiLease, Permit, RwLease
 from .kinds import Elections, Kind, Locks, RwLocks, Semaphores
 from .models import (
+    CycleStep,
     Event,
     ForceReleased,
     Grant,
@@ -133,8 +135,10 @@ __all__ = [
     "AsyncClient",
     "BadRequest",
     "Busy",
+    "CycleStep",
     "Client",
     "DeadlineExceeded",
+    "DeadlockError",
     "Elections",
     "Event",
     "EventStream",

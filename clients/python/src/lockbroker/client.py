@@ -141,6 +141,7 @@ class Client(GuardNames, ClientBase):
             BadRequest: no keys, more than 64, or two naming one lock.
             OutcomeUnknown: the connection broke after the acquire was sent.
             SessionNotFound: ``session`` has ended (nothing was granted).
+            DeadlockError: waiting would close a cycle of sessions (refused at once, nothing granted).
         """
         return self._http.call(specs.acquire_multi(keys, owner, ttl, wait, session))
 

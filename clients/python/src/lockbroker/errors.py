@@ -8,7 +8,9 @@ Unknown codes still raise :class:`LockbrokerError`, so a newer broker never
 breaks an older client.
 """
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, List, Optional, Type
+
+from .models import CycleStep
 
 
 class LockbrokerError(Exception):
@@ -77,6 +79,32 @@ class LockHeld(Busy):
 
 class SemaphoreFull(Busy):
     """409 ``semaphore_full``: every permit of the semaphore is taken."""
+
+
+class DeadlockError(Busy):
+    """409 ``deadlock``: a session's waiting acquire was refused at once, because its wait would
+    close a cycle of sessions waiting for each other.
+
+    Nothing was granted or queued, and it is never retried: the same wait is
+    refused again until one session of the cycle lets go (release what this
+    session holds, or close it, then try again; or take keys in one order).
+
+    Attributes:
+        cycle: the cycle, as :class:`~lockbroker.models.CycleStep` values: each a session, as
+            an owner, waiting for a key that the next step's session holds; the last step's
+            key is held by the first's. The first step is the refused wait itself.
+    """
+
+    def __init__(
+        self,
+        status: Optional[int],
+        code: str,
+        message: str,
+        retry_after_ms: Optional[int] = None,
+        cycle: Optional[List[CycleStep]] = None,
+    ) -> None:
+        super().__init__(status, code, message, retry_after_ms)
+        self.cycle: List[CycleStep] = list(cycle or [])
 
 
 class PermitsMismatch(LockbrokerError):
@@ -167,6 +195,7 @@ _BY_CODE: Dict[str, Type[LockbrokerError]] = {
     "session_not_found": SessionNotFound,
     "lock_held": LockHeld,
     "semaphore_full": SemaphoreFull,
+    "deadlock": DeadlockError,
     "permits_mismatch": PermitsMismatch,
     "lease_lost": LeaseLost,
     "too_many_waiters": TooManyWaiters,
@@ -190,8 +219,20 @@ _BY_STATUS: Dict[int, Type[LockbrokerError]] = {
 
 
 def error_for(
-    status: int, code: str, message: str, retry_after_ms: Optional[int] = None
+    status: int,
+    code: str,
+    message: str,
+    retry_after_ms: Optional[int] = None,
+    detail: Optional[Dict[str, Any]] = None,
 ) -> LockbrokerError:
-    """The exception for one error answer: by code, else by status, else the base class."""
+    """The exception for one error answer: by code, else by status, else the base class.
+
+    ``detail``: the answer's whole ``error`` object, for what a code adds (a ``deadlock``'s
+    ``cycle``, read as :class:`CycleStep` values; steps that are not objects are skipped).
+    """
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or LockbrokerError
+    if cls is DeadlockError:
+        steps = (detail or {}).get("cycle")
+        cycle = [CycleStep.from_json(step) for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
+        return DeadlockError(status, code, message, retry_after_ms, cycle)
     return cls(status, code, message, retry_after_ms)

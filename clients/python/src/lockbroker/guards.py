@@ -98,6 +98,7 @@ class SessionGuardNames:
         Raises:
             LockHeld: still held by another owner after ``wait``.
             SessionNotFound: the session has ended (nothing was granted).
+            DeadlockError: waiting would close a cycle of sessions (refused at once, nothing granted).
         """
         return self.hold(self.client.locks, key, wait, owner, priority)
 

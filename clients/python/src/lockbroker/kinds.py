@@ -62,6 +62,7 @@ class Kind(KindBase, Generic[G, S, L]):
             OutcomeUnknown: the connection broke after the acquire was sent; it
                 may have been granted (look at :meth:`status` for ``owner``).
             SessionNotFound: ``session`` has ended (nothing was granted).
+            DeadlockError: waiting would close a cycle of sessions (refused at once, nothing granted).
             BadRequest, InvalidKey, Unauthenticated, Unavailable, ...: see ``errors``.
         """
         return self._http.call(self._acquisition(key, owner, ttl, wait, priority, fields, session))

@@ -369,6 +369,19 @@ class SessionStatus(SessionInfo):
 
 
 @dataclasses.dataclass(frozen=True)
+class CycleStep(Model):
+    """One step of the cycle a ``DeadlockError`` carries: ``session``, as ``owner``, waits (or, for
+    the first step, would wait) for ``storage_key`` of ``kind`` (``"lock"``, ``"election"``,
+    ``"semaphore"`` or ``"rwlock"``), which the next step's session holds; the last step's key is
+    held by the first step's session."""
+
+    session: str
+    owner: str
+    kind: str
+    storage_key: str
+
+
+@dataclasses.dataclass(frozen=True)
 class SessionKeepalive(Model):
     """A keepalive's answer: the session's new expiry (database clock)."""
 

@@ -92,6 +92,7 @@ class Session(SessionGuardNames, SessionBase):
         Raises:
             Busy: still taken by others after ``wait``.
             SessionNotFound: the session has ended (nothing was granted).
+            DeadlockError: waiting would close a cycle of sessions (refused at once, nothing granted).
             TypeError, ValueError: fields the kind does not take (nothing sent).
         """
         return self.client._http.run(self._holding(kind, key, wait, owner, priority, fields))
@@ -109,6 +110,7 @@ class Session(SessionGuardNames, SessionBase):
         Raises:
             LockHeld: some key stayed busy after ``wait`` (none is held).
             SessionNotFound: the session has ended.
+            DeadlockError: waiting would close a cycle of sessions (refused at once, nothing granted).
         """
         return self.client._http.run(self._multilocking(keys, wait, owner))
 

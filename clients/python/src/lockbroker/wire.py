@@ -102,8 +102,10 @@ def error_from(status: int, raw: bytes, retry_after: Optional[str]) -> Lockbroke
     """The exception of an error answer, from its JSON body (or what there is of one) and its
     ``Retry-After`` header, which stands in for a missing ``retry_after_ms``."""
     code, message, retry_after_ms = f"http_{status}", raw[:200].decode("utf-8", "replace"), None
+    detail: Optional[Dict[str, Any]] = None
     try:
         error = json.loads(raw)["error"]
+        detail = error if isinstance(error, dict) else None
         code = str(error.get("code", code))
         message = str(error.get("message", ""))
         if error.get("retry_after_ms") is not None:
@@ -114,7 +116,7 @@ def error_from(status: int, raw: bytes, retry_after: Optional[str]) -> Lockbroke
         retry_after_ms = retry_after_header_ms(retry_after)
     if status == 503 and code == f"http_{status}":
         return Unavailable(status, "unavailable", message, retry_after_ms)
-    return error_for(status, code, message, retry_after_ms)
+    return error_for(status, code, message, retry_after_ms, detail)
 
 
 def retry_after_header_ms(value: str) -> Optional[int]:
