@@ -114,6 +114,8 @@ public final class Acquire<L extends Lease> {
      * {@link CancelledException} and leaves no lease behind.
      *
      * @throws LockHeldException it stayed taken for the whole wait
+     * @throws DeadlockException held in a session, the wait would close a cycle of sessions waiting for each
+     *     other (refused at once, not retried)
      * @throws CancelledException the thread was interrupted
      * @throws LockbrokerException any other failure
      */

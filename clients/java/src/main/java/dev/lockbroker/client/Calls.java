@@ -6,6 +6,8 @@ import java.lang.System.Logger.Level;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -387,6 +389,7 @@ final class Calls {
         String code = status == 503 ? "unavailable" : "http_" + status;
         String message = clip(text);
         Duration retryAfter = null;
+        List<CycleStep> cycle = List.of();
         try {
             Fields error = Fields.of(Json.parse(text)).optObject("error");
             if (error != null) {
@@ -398,6 +401,7 @@ final class Calls {
                 if (ms != null) {
                     retryAfter = Duration.ofMillis(ms);
                 }
+                cycle = cycle(error);
             }
         } catch (Json.JsonException | UnexpectedResponseException notTheEnvelope) {
             // Not the API's JSON (a proxy's page): go by the status.
@@ -405,7 +409,20 @@ final class Calls {
         if (retryAfter == null && retryAfterHeader != null && retryAfterHeader.trim().matches("\\d{1,9}")) {
             retryAfter = Duration.ofSeconds(Long.parseLong(retryAfterHeader.trim()));
         }
-        return LockbrokerException.fromAnswer(status, code, message, retryAfter);
+        return LockbrokerException.fromAnswer(status, code, message, retryAfter, cycle);
+    }
+
+    /** A {@code deadlock}'s cycle; empty when absent or not readable (the code still says deadlock). */
+    private static List<CycleStep> cycle(Fields error) {
+        try {
+            List<CycleStep> steps = new ArrayList<>();
+            for (Fields step : error.objects("cycle")) {
+                steps.add(CycleStep.from(step));
+            }
+            return steps;
+        } catch (UnexpectedResponseException unreadable) {
+            return List.of();
+        }
     }
 
     private static String clip(String text) {

@@ -3,7 +3,7 @@ package dev.lockbroker.client;
 import java.time.Duration;
 
 /**
- * A {@code 409} other than {@code lock_held} and {@code lease_lost}: for
+ * A {@code 409} other than {@code lock_held}, {@code deadlock} and {@code lease_lost}: for
  * example {@code permits_mismatch} (a semaphore asked with another size than
  * it has).
  */

@@ -1,12 +1,13 @@
 package dev.lockbroker.client;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.Optional;
 
 /**
  * Every failure of a client call. Unchecked, like the JDK's own
  * {@code UncheckedIOException}: a caller catches the subclass it can act
- * on ({@link LockHeldException}, {@link LeaseLostException},
+ * on ({@link LockHeldException}, {@link DeadlockException}, {@link LeaseLostException},
  * {@link RateLimitedException}, {@link UnavailableException},
  * {@link ConnectionException}, ...) and lets the rest propagate.
  *
@@ -75,12 +76,20 @@ public class LockbrokerException extends RuntimeException {
      * its status.
      */
     static LockbrokerException fromAnswer(int status, String code, String message, Duration retryAfter) {
+        return fromAnswer(status, code, message, retryAfter, List.of());
+    }
+
+    /** {@link #fromAnswer(int, String, String, Duration)}, with a {@code deadlock}'s cycle. */
+    static LockbrokerException fromAnswer(int status, String code, String message, Duration retryAfter,
+            List<CycleStep> cycle) {
         switch (code) {
             case "lock_held":
             case "semaphore_full":
                 return new LockHeldException(status, code, message, retryAfter);
             case "lease_lost":
                 return new LeaseLostException(status, code, message, null);
+            case "deadlock":
+                return new DeadlockException(status, code, message, retryAfter, cycle);
             default:
                 break;
         }

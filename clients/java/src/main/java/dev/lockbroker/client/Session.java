@@ -157,6 +157,7 @@ public final class Session implements AutoCloseable {
      * ({@link CancelledException}) and leaves no lease behind.
      *
      * @throws NotFoundException {@code session_not_found}: the session has ended
+     * @throws DeadlockException the wait would close a cycle of sessions waiting for each other
      */
     public Lease lock(String key) {
         return locking(key).acquire();
@@ -166,6 +167,7 @@ public final class Session implements AutoCloseable {
      * Waits up to {@code wait} for the lock {@code key} and holds it in this session.
      *
      * @throws LockHeldException it stayed held for the whole wait
+     * @throws DeadlockException the wait would close a cycle of sessions waiting for each other
      */
     public Lease lock(String key, Duration wait) {
         return locking(key).waitUpTo(wait).acquire();

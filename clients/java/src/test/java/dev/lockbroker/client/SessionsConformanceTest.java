@@ -12,16 +12,24 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.List;
 import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.Test;
 
-/** Sessions: CONFORMANCE.md C22, C23 and C24, against the plain broker. */
+/** Sessions: CONFORMANCE.md C22 to C25, against the plain broker. */
 class SessionsConformanceTest {
     /**
      * C22: two locks in a session of 3 s, held 10 s by the session's
@@ -273,6 +281,93 @@ class SessionsConformanceTest {
         assertEquals(leadership.candidate(), led.leader(), "the campaign leads");
         assertEquals(leadership.term(), led.term(), "in the same term");
         assertTrue(campaign.isLeader());
+    }
+
+    /**
+     * C25: session A holds {@code k1}, session B holds {@code k2}; A's
+     * waiting acquire of {@code k2} waits in the background, and B's
+     * waiting acquire of {@code k1} is refused at once with
+     * {@link DeadlockException} (not retried) naming the cycle: B waiting
+     * for {@code k1}, then A waiting for {@code k2}. A's acquire still
+     * waits, and closing B grants it {@code k2}.
+     */
+    @Test
+    void c25DeadlockIsRefusedWithItsCycle() throws Exception {
+        AtomicInteger retries = new AtomicInteger();
+        LockbrokerClient client = LockbrokerClient.builder(TestEnv.url()).apiKey(TestEnv.apiKey())
+                .retryListener((method, path, retry, failure, delay) -> retries.incrementAndGet()).build();
+        String k1 = key("c25-k1");
+        String k2 = key("c25-k2");
+        String ownerA = "java-c25-a-" + UUID.randomUUID();
+        String ownerB = "java-c25-b-" + UUID.randomUUID();
+        Duration ttl = Duration.ofSeconds(10);
+        Duration wait = Duration.ofSeconds(10);
+        ExecutorService background = Executors.newSingleThreadExecutor();
+        Session a = client.session(ttl);
+        Session b = client.session(ttl);
+        try {
+            Lease heldByA = a.lock(k1);
+            Lease heldByB = b.lock(k2);
+            assertEquals(a.id(), client.status(k1).session());
+            assertEquals(b.id(), client.status(k2).session());
+            Future<Lease> aWaits = background.submit(() -> a.locking(k2).owner(ownerA).waitUpTo(wait).acquire());
+            eventually(Duration.ofSeconds(5), "A's acquire of k2 is listed by GET /v1/locks/k2/waiters",
+                    () -> waiters(k2).stream().anyMatch(w -> ownerA.equals(w.optString("owner"))
+                            && a.id().equals(w.optString("session"))));
+
+            long started = System.nanoTime();
+            DeadlockException refused = assertThrows(DeadlockException.class,
+                    () -> b.locking(k1).owner(ownerB).waitUpTo(wait).acquire());
+            long took = millisSince(started);
+            assertTrue(took < 2_000, "refused at once, not after the wait: " + took + " ms");
+            assertInstanceOf(LockbrokerException.class, refused);
+            assertEquals(409, refused.status());
+            assertEquals("deadlock", refused.code());
+            assertEquals(0, retries.get(), "not retried");
+            assertEquals(List.of(
+                    new CycleStep(b.id(), ownerB, "lock", client.status(k1).storageKey()),
+                    new CycleStep(a.id(), ownerA, "lock", client.status(k2).storageKey())), refused.cycle(),
+                    "B waiting for k1, then A waiting for k2");
+            assertTrue(client.status(k1).held() && a.id().equals(client.status(k1).session()),
+                    "k1 stays A's: nothing was queued for B");
+            assertFalse(b.isLost(), "B's session lives on");
+            assertEquals(List.of(heldByB), b.leases());
+
+            assertFalse(aWaits.isDone(), "A's acquire still waits");
+            b.close();
+            Lease granted = aWaits.get(5, TimeUnit.SECONDS);
+            assertEquals(k2, granted.key());
+            assertEquals(ownerA, granted.owner());
+            LockStatus status = client.status(k2);
+            assertTrue(status.held());
+            assertEquals(a.id(), status.session(), "closing B's session granted k2 to A's");
+            assertEquals(granted.token(), status.token());
+            assertTrue(granted.token() > heldByB.token(), "a later grant");
+            assertFalse(heldByA.isLost());
+        } finally {
+            background.shutdownNow();
+            b.close();
+            a.close();
+        }
+    }
+
+    /** {@code GET /v1/locks/{key}/waiters}' waiters (this client has no call for it). */
+    private static List<Fields> waiters(String key) {
+        try {
+            HttpResponse<String> answer = HttpClient.newHttpClient().send(
+                    HttpRequest.newBuilder(URI.create(TestEnv.url() + "/v1/locks/" + Transport.segment(key) + "/waiters"))
+                            .header("Authorization", "Bearer " + TestEnv.apiKey()).GET().build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, answer.statusCode(), answer.body());
+            return Fields.of(Json.parse(answer.body())).objects("waiters");
+        } catch (Json.JsonException e) {
+            throw new AssertionError("the waiters are not JSON", e);
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new CancelledException("interrupted", e);
+        }
     }
 
     /**

@@ -125,6 +125,15 @@ class UnitTest {
         LockbrokerException proxy = Calls.refusal(429, "nope".getBytes(StandardCharsets.UTF_8), "2");
         assertInstanceOf(RateLimitedException.class, proxy);
         assertEquals(Duration.ofSeconds(2), proxy.retryAfter().orElseThrow());
+        // A deadlock carries its cycle, typed.
+        assertRefusal(409, "{\"error\":{\"code\":\"deadlock\",\"message\":\"m\",\"cycle\":["
+                + "{\"session\":\"s1\",\"owner\":\"o1\",\"kind\":\"lock\",\"storage_key\":\"k1\"},"
+                + "{\"session\":\"s2\",\"owner\":\"o2\",\"kind\":\"semaphore\",\"storage_key\":\"k2\"}]}}",
+                DeadlockException.class, "deadlock", null);
+        DeadlockException deadlock = (DeadlockException) Calls.refusal(409, ("{\"error\":{\"code\":\"deadlock\","
+                + "\"message\":\"m\",\"cycle\":[{\"session\":\"s1\",\"owner\":\"o1\",\"kind\":\"lock\","
+                + "\"storage_key\":\"k1\"}]}}").getBytes(StandardCharsets.UTF_8), null);
+        assertEquals(List.of(new CycleStep("s1", "o1", "lock", "k1")), deadlock.cycle());
         // A code this client does not know still gets its status's class.
         assertRefusal(404, "{\"error\":{\"code\":\"gone_fishing\",\"message\":\"m\"}}", NotFoundException.class,
                 "gone_fishing", null);
