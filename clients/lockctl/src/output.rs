@@ -105,14 +105,14 @@ pub fn exit_code(err: &Error) -> u8 {
         }
         Error::Url(_) | Error::TlsFile { .. } => EXIT_USAGE,
         Error::LeaseLost(_) => EXIT_LEASE_LOST,
-        Error::Api(_) | Error::Unexpected { .. } => EXIT_REFUSED,
+        Error::Api(_) | Error::Deadlock { .. } | Error::Unexpected { .. } => EXIT_REFUSED,
     }
 }
 
 /// The code lockctl prints for failures that are not the broker's.
 fn own_code(err: &Error) -> &'static str {
     match err {
-        Error::Api(api) => api.code.as_str(),
+        Error::Api(api) | Error::Deadlock { refusal: api, .. } => api.code.as_str(),
         Error::Connect(_) | Error::Timeout(_) => "unreachable",
         Error::OutcomeUnknown(_) => "outcome_unknown",
         Error::Tls(_) => "tls",
