@@ -3,12 +3,18 @@
 //! for each other is refused at once (`409 deadlock`, with the cycle), on
 //! one broker and across two, when the closing acquires arrive at the same
 //! moment too (exactly one refused per cycle), every other waiter is still
-//! served, and random waits that close no cycle are never refused.
+//! served, and random waits that close no cycle are never refused. Each
+//! refusal is a `deadlock` event (streams) and is listed by
+//! `GET /v1/waits-for`; a tenant's policy (`plugins/fixtures/deadlocks`:
+//! `plain-*` keys off, `trap-*` traps) leaves keys to their timeouts.
 
 use std::time::Duration;
 
-use lockbroker_api::{ErrorBody, ErrorCode, Session};
-use lockbroker_tests::{config, eventually, Broker, Client, Reply};
+use lockbroker::config::TenantConfig;
+use lockbroker_api::{CycleStep, ErrorBody, ErrorCode, Session, WaitsFor};
+use lockbroker_tests::{
+    config, eventually, fresh_db_name, Broker, Client, PolicyDir, Reply, SseStream, KEY,
+};
 use serde_json::json;
 
 /// How long a test waits for a condition.
@@ -27,8 +33,19 @@ async fn hold(c: &Client, s: &Session, key: &str, owner: &str) {
 
 /// Starts `s`'s waiting acquire of `key` (as `owner`) in a task.
 fn wait_for(c: &Client, s: &Session, key: &str, owner: &str) -> tokio::task::JoinHandle<Reply> {
+    wait_ms(c, s, key, owner, 30_000)
+}
+
+/// [`wait_for`] with a budget of `ms`.
+fn wait_ms(
+    c: &Client,
+    s: &Session,
+    key: &str,
+    owner: &str,
+    ms: u64,
+) -> tokio::task::JoinHandle<Reply> {
     let (c, path) = (c.clone(), format!("/v1/locks/{key}/acquire"));
-    let body = json!({"session": s.id, "owner": owner, "wait_ms": 30_000});
+    let body = json!({"session": s.id, "owner": owner, "wait_ms": ms});
     tokio::spawn(async move { c.post(&path, &body).await.unwrap() })
 }
 
@@ -300,4 +317,173 @@ async fn random_waits_in_one_key_order_are_never_refused() {
     assert!(total >= 1000, "{total}");
     second.shutdown().await;
     first.stop().await;
+}
+
+/// The steps of a cycle as (session, owner, key, kind).
+fn steps(cycle: &[CycleStep]) -> Vec<(String, String, String, String)> {
+    cycle
+        .iter()
+        .map(|c| {
+            let c = c.clone();
+            (c.session, c.owner, c.storage_key, c.kind)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refusal_is_an_event_and_listed_by_the_wait_for_graph() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let mut stream = SseStream::open(broker.url(), "/v1/events?prefix=ev-", KEY, &[]).await;
+    assert_eq!(stream.status, 200);
+    let s = ring(&c, "ev-", 2).await;
+    let first = wait_for(&c, &s[0], "ev-1", "w0");
+    eventually("the first waits", WAIT, || async {
+        waiters(&c, "ev-1").await == 1
+    })
+    .await;
+    let closing = wait_for(&c, &s[1], "ev-0", "w1").await.unwrap();
+    let refused = deadlock(&closing).expect("a deadlock").error.cycle.unwrap();
+    // The stream: the two grants, then the refusal with its cycle.
+    let event = loop {
+        let event = stream.next(WAIT).await;
+        if event.event == "deadlock" {
+            break event;
+        }
+        assert_eq!(event.event, "granted", "{event:?}");
+    };
+    let data = event.json();
+    assert_eq!(
+        (
+            &data["kind"],
+            &data["storage_key"],
+            &data["owner"],
+            &data["session"],
+            &data["token"]
+        ),
+        (
+            &json!("lock"),
+            &json!("ev-0"),
+            &json!("w1"),
+            &json!(s[1].id),
+            &json!(0)
+        ),
+        "{event:?}"
+    );
+    let cycle: Vec<CycleStep> = serde_json::from_value(data["cycle"].clone()).unwrap();
+    assert_eq!(steps(&cycle), steps(&refused));
+    // The wait-for graph lists it (a refused cycle never shows as edges),
+    // for its prefix only.
+    let graph: WaitsFor = c.get("/v1/waits-for?prefix=ev-").await.unwrap().ok();
+    assert_eq!(graph.refused.len(), 1, "{graph:?}");
+    assert_eq!(steps(&graph.refused[0].cycle), steps(&refused));
+    assert!(graph.edges.iter().all(|e| !e.in_cycle), "{graph:?}");
+    let other: WaitsFor = c.get("/v1/waits-for?prefix=other-").await.unwrap().ok();
+    assert!(other.refused.is_empty(), "{other:?}");
+    // Not a change of the key's leases: not in its history.
+    let history: lockbroker_api::LockHistory = c.get("/v1/locks/ev-0/history").await.unwrap().ok();
+    assert!(
+        history
+            .events
+            .iter()
+            .all(|e| e.event != lockbroker_api::LockEventKind::Deadlock),
+        "{history:?}"
+    );
+    assert_eq!(c.close_session(&s[1].id).await.status, 200);
+    assert_eq!(first.await.unwrap().status, 200);
+    broker.stop().await;
+}
+
+/// A broker whose tenant `dl` (key `dl-key`) runs
+/// `plugins/fixtures/deadlocks` (`plain-*` keys unchecked, `trap-*` keys
+/// trap), with a client of it.
+async fn broker_on_deadlocks_policy() -> (PolicyDir, Broker, Client) {
+    let dir = PolicyDir::new("lb-deadlocks");
+    dir.install("fixtures/deadlocks.wasm", "policy.wasm");
+    let db = fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.policy_dir = dir.0.clone();
+    cfg.tenants.push(TenantConfig {
+        policy: Some("policy.wasm".to_owned()),
+        // Not a test of the deadline: a loaded machine can deschedule a
+        // call past the 5 ms default.
+        policy_deadline_ms: Some(200),
+        ..TenantConfig::new("dl", "dl-key")
+    });
+    cfg.validate().unwrap();
+    let broker = Broker::start_with(db, cfg).await;
+    let c = broker.client_with(Some("dl-key"));
+    (dir, broker, c)
+}
+
+#[tokio::test]
+async fn a_policy_leaves_keys_it_turns_off_to_their_timeouts() {
+    let (_dir, broker, c) = broker_on_deadlocks_policy().await;
+    // Off for `plain-*`: the closing wait waits out its budget, and is
+    // answered as any wait that ran out (not a deadlock).
+    let s = ring(&c, "plain-", 2).await;
+    let first = wait_for(&c, &s[0], "plain-1", "w0");
+    eventually("the first waits", WAIT, || async {
+        waiters(&c, "plain-1").await == 1
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let closing = wait_ms(&c, &s[1], "plain-0", "w1", 700).await.unwrap();
+    assert_eq!(closing.code(), Some(ErrorCode::LockHeld), "{closing:?}");
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    assert_eq!(c.close_session(&s[1].id).await.status, 200);
+    assert_eq!(first.await.unwrap().status, 200);
+    // On for other keys, and for keys whose call traps (the fallback).
+    for prefix in ["checked-", "trap-"] {
+        let s = ring(&c, prefix, 2).await;
+        let first = wait_for(&c, &s[0], &format!("{prefix}1"), "w0");
+        eventually("the first waits", WAIT, || async {
+            waiters(&c, &format!("{prefix}1")).await == 1
+        })
+        .await;
+        let closing = wait_for(&c, &s[1], &format!("{prefix}0"), "w1")
+            .await
+            .unwrap();
+        assert!(deadlock(&closing).is_some(), "{prefix}: {closing:?}");
+        assert_eq!(c.close_session(&s[1].id).await.status, 200);
+        assert_eq!(first.await.unwrap().status, 200);
+    }
+    // A cycle through an unchecked wait is refused when a checked wait
+    // closes it: s1 waits for plain-x (unchecked) first, then s0's wait
+    // for `mixed` closes the cycle.
+    let s0 = c.open_session(&json!({"ttl_ms": 60_000})).await;
+    let s1 = c.open_session(&json!({"ttl_ms": 60_000})).await;
+    hold(&c, &s0, "plain-x", "h0").await;
+    hold(&c, &s1, "mixed", "h1").await;
+    let unchecked = wait_for(&c, &s1, "plain-x", "w1");
+    eventually("s1 waits", WAIT, || async {
+        waiters(&c, "plain-x").await == 1
+    })
+    .await;
+    let closing = wait_for(&c, &s0, "mixed", "w0").await.unwrap();
+    let cycle = deadlock(&closing).expect("a deadlock").error.cycle.unwrap();
+    assert_eq!(
+        steps(&cycle),
+        [
+            (s0.id.clone(), "w0".into(), "mixed".into(), "lock".into()),
+            (s1.id.clone(), "w1".into(), "plain-x".into(), "lock".into()),
+        ]
+    );
+    assert_eq!(c.close_session(&s0.id).await.status, 200);
+    assert_eq!(unchecked.await.unwrap().status, 200);
+    // Asked on every session wait for a key another session held (eight:
+    // two per ring and the two waits of the last cycle); both `trap-`
+    // calls fell back (counted). (At least: a wait retried after a
+    // database conflict is asked again.)
+    let labels = "{tenant=\"dl\",export=\"deadlocks\"}";
+    let metrics = broker.client_with(None);
+    let calls = metrics
+        .counter(&format!("lockbroker_policy_calls_total{labels}"))
+        .await;
+    assert!(calls >= 8, "{calls}");
+    let fallbacks = metrics
+        .counter(&format!("lockbroker_policy_fallbacks_total{labels}"))
+        .await;
+    assert!(fallbacks >= 2, "{fallbacks}");
+    broker.stop().await;
 }

@@ -27,6 +27,12 @@ pub enum LockEventKind {
     /// `storage_key` and `session` the session's id, `reason` why). Each of
     /// its leases has its own `released` or `expired` event first.
     SessionEnded,
+    /// A session's wait was refused (`409 deadlock`) because it would have
+    /// closed a cycle of sessions waiting for each other (event streams
+    /// only, not a key's history: no lease changed). `storage_key`,
+    /// `owner` and `session` are the refused wait's, `token` is 0 and
+    /// `cycle` the cycle as the error carried it.
+    Deadlock,
 }
 
 /// Why a lease ended without its holder's release: its session ended.
@@ -92,6 +98,8 @@ pub enum ResourceKind {
     Rwlock,
     /// A session (its `session_ended` event).
     Session,
+    /// An election (only its `deadlock` events: its terms are not events).
+    Election,
 }
 
 /// The data of one event of `GET /v1/events` (its SSE `event:` line is
@@ -123,4 +131,10 @@ pub struct StreamEvent {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub reason: Option<EndReason>,
+    /// For `deadlock`: the cycle the refused wait would have closed (its
+    /// first step is that wait), as the `409 deadlock` error carried it;
+    /// null for every other event.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    #[serde(default)]
+    pub cycle: Option<Vec<crate::CycleStep>>,
 }

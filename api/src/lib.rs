@@ -78,7 +78,8 @@ pub use session::{
     SESSION_MIN_TTL_MS,
 };
 pub use waiting::{
-    Contention, HeldByKind, HotKey, KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor,
-    CONTENTION_DEFAULT_TOP, CONTENTION_DEFAULT_WINDOW_S, CONTENTION_MAX_TOP,
-    CONTENTION_MAX_WINDOW_S, WAITERS_DEFAULT_LIMIT, WAITERS_MAX_LIMIT,
+    Contention, HeldByKind, HotKey, KeyWaiters, QueuedWaiter, RefusedWait, WaitForEdge, WaitParty,
+    WaitsFor, CONTENTION_DEFAULT_TOP, CONTENTION_DEFAULT_WINDOW_S, CONTENTION_MAX_TOP,
+    CONTENTION_MAX_WINDOW_S, REFUSED_MAX, REFUSED_WINDOW_S, WAITERS_DEFAULT_LIMIT,
+    WAITERS_MAX_LIMIT,
 };

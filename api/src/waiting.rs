@@ -164,4 +164,27 @@ pub struct WaitsFor {
     pub truncated: bool,
     /// Every broker that may keep waiters in memory answered.
     pub complete: bool,
+    /// The waits refused as deadlocks (`409 deadlock`) in the last
+    /// [`REFUSED_WINDOW_S`] seconds whose key starts with `prefix`, newest
+    /// first, at most [`REFUSED_MAX`]: the cycles that did not form.
+    #[serde(default)]
+    pub refused: Vec<RefusedWait>,
+}
+
+/// How far back `GET /v1/waits-for` lists refused waits, in seconds.
+pub const REFUSED_WINDOW_S: u32 = 600;
+/// How many refused waits `GET /v1/waits-for` lists at most.
+pub const REFUSED_MAX: u32 = 10;
+
+/// A session's wait refused because it would have closed a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefusedWait {
+    /// When, by the database clock (RFC 3339, UTC, microseconds).
+    pub at: String,
+    /// The cycle it would have closed, as the error carried it: the first
+    /// step is the refused wait (its session, owner and key); each step's
+    /// key is held by the next step's session, the last step's by the
+    /// first's.
+    pub cycle: Vec<crate::CycleStep>,
 }

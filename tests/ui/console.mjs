@@ -356,6 +356,31 @@ async function contention(page, { row, cell, fact, noHorizontalScroll }) {
   await api('/v1/locks/cyc-b/release', { method: 'POST', body: { owner: 'cycle-x', token: cycB.token } });
   await Promise.all(pending);
   await page.getByText('Nobody waits for anybody.').waitFor();
+
+  step('a wait refused as a deadlock between two sessions is drawn, its refused wait dashed');
+  const [one, two] = [await api('/v1/sessions', { method: 'POST', body: { ttl_ms: 60_000 } }),
+    await api('/v1/sessions', { method: 'POST', body: { ttl_ms: 60_000 } })];
+  await api('/v1/locks/dl-a/acquire', { method: 'POST', body: { owner: 'dl-one', session: one.id } });
+  await api('/v1/locks/dl-b/acquire', { method: 'POST', body: { owner: 'dl-two', session: two.id } });
+  const oneWaits = attempt('/v1/locks/dl-b/acquire', { owner: 'dl-one', session: one.id, wait_ms: 120_000 });
+  await until('/v1/locks/dl-b/waiters', (q) => q.waiters.length === 1, 'dl-one waits for dl-b');
+  const [status, body] = await attempt('/v1/locks/dl-a/acquire', { owner: 'dl-two', session: two.id, wait_ms: 120_000 });
+  assert.deepEqual([status, body.error.code], [409, 'deadlock'], 'the wait closing the cycle is refused');
+  const refusedFigure = page.locator('ol.refused li').first();
+  await refusedFigure.waitFor({ timeout: 20_000 });
+  const words = await refusedFigure.locator('p').textContent();
+  assert.match(words, /dl-two.* was refused a wait for lock dl-a \(409 deadlock\): it would have closed this cycle of 2 sessions/);
+  const dashed = refusedFigure.locator('g.edge.refused.cycle[data-waiter="' + two.id + '"][data-holder="' + one.id + '"] path');
+  assert.equal(await dashed.count(), 1, 'the refused wait is drawn from dl-two to dl-one');
+  assert.notEqual(await dashed.evaluate((p) => getComputedStyle(p).strokeDasharray), 'none', 'dashed');
+  assert.equal(await refusedFigure.locator('g.edge.cycle:not(.refused)[data-waiter="' + one.id + '"] text').textContent(), 'dl-b');
+  const drawn = pixelsOf(await refusedFigure.locator('figure.graph').screenshot(), DANGER);
+  assert.ok(drawn.matching >= 30, `the refused cycle is drawn in red: ${JSON.stringify(drawn)}`);
+  await shot(page, 'waits-for-refused');
+  await api(`/v1/sessions/${two.id}`, { method: 'DELETE' });
+  const [granted] = await oneWaits;
+  assert.equal(granted, 200, 'dl-one got dl-b when the other session closed');
+  await api(`/v1/sessions/${one.id}`, { method: 'DELETE' });
 }
 
 // Root cannot use chromium's sandbox; the page is our own, on loopback.

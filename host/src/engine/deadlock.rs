@@ -16,11 +16,23 @@
 //! transaction: two waits that would close one cycle at the same moment,
 //! on two brokers, are checked one after the other, and the second one
 //! sees the first and is refused; exactly one.
+//!
+//! A tenant's policy may turn the check off key by key (its `deadlocks`
+//! export, `wit/deadlocks.wit`): a wait for such a key is never refused
+//! (it waits out its `wait_ms`), though it still counts as an edge of a
+//! cycle that a checked wait closes.
+//!
+//! Each refusal is recorded as a `deadlock` event (with its cycle) in a
+//! transaction of its own, after the refusing one rolled back: event
+//! streams and `GET /v1/waits-for` (its `refused`) show it.
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use super::{lease::Wish, Engine, EngineError, LockRef};
 use crate::store::{
+    history::{self, EventKind, NewEvent},
     pool::Conn,
     sessions::kind_of,
     waiting::{self, HolderRow},
@@ -43,11 +55,89 @@ pub struct CycleLink {
     pub storage_key: String,
 }
 
+/// A [`CycleLink`] as a `deadlock` event stores it (JSON).
+#[derive(Serialize, Deserialize)]
+struct StoredLink {
+    session: String,
+    owner: String,
+    kind: String,
+    storage_key: String,
+}
+
+impl CycleLink {
+    /// `cycle` as a `deadlock` event's row stores it.
+    pub(super) fn encode(cycle: &[CycleLink]) -> String {
+        let links: Vec<StoredLink> = cycle
+            .iter()
+            .map(|l| StoredLink {
+                session: l.session.clone(),
+                owner: l.owner.clone(),
+                kind: l.kind.name().to_owned(),
+                storage_key: l.storage_key.clone(),
+            })
+            .collect();
+        serde_json::to_string(&links).unwrap_or_default()
+    }
+
+    /// A stored cycle; `None` if it does not read as one.
+    pub(super) fn decode(stored: &[u8]) -> Option<Vec<CycleLink>> {
+        let links: Vec<StoredLink> = serde_json::from_slice(stored).ok()?;
+        links
+            .into_iter()
+            .map(|l| {
+                Some(CycleLink {
+                    kind: Kind::of_name(&l.kind)?,
+                    session: l.session,
+                    owner: l.owner,
+                    storage_key: l.storage_key,
+                })
+            })
+            .collect()
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 impl Engine {
+    /// Records the refusal of `cycle`'s first wait (on `lock`) as a
+    /// `deadlock` event, in a transaction of its own and off the answer's
+    /// path (the refusing transaction rolls back whatever else it did).
+    /// Best effort: a refusal whose event cannot be written is still
+    /// refused, counted and logged.
+    pub(super) fn record_refusal(&self, lock: &LockRef, cycle: &[CycleLink]) {
+        let Some(first) = cycle.first() else { return };
+        let event = NewEvent {
+            tenant: lock.tenant.clone(),
+            kind: Some(lock.kind),
+            lock_key: lock.storage_key.clone(),
+            event: EventKind::Deadlock,
+            owner: first.owner.clone(),
+            token: 0,
+            at: None,
+            policy: None,
+            session: Some(first.session.clone()),
+            reason: None,
+            cycle: Some(CycleLink::encode(cycle)),
+        };
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let budget = engine.budget();
+            let written = engine
+                .retry(budget, || async {
+                    let mut tx = engine.begin(budget).await?;
+                    history::append(&mut tx, std::slice::from_ref(&event)).await?;
+                    tx.commit().await?;
+                    Ok(())
+                })
+                .await;
+            if let Err(err) = written {
+                tracing::warn!(tenant = %event.tenant, error = %err, "a deadlock refusal's event was not recorded");
+            }
+        });
+    }
+
     /// The cycle `wish`'s wait for `lock` would close, if it would, checked
     /// in the caller's transaction (which then holds the tenant's wait
     /// guard until it ends, and enqueues the wait if it is not refused).
@@ -74,6 +164,12 @@ impl Engine {
         // Held by no other session: no cycle can close here (no guard).
         if others(waiting::holders(conn, tenant, lock.kind, &key).await?).is_empty() {
             return Ok(None);
+        }
+        // The tenant's policy may leave this key's waits to their timeouts.
+        if let Some(detect) = lock.pacing.detects_deadlocks(&lock.storage_key) {
+            if !detect.await {
+                return Ok(None);
+            }
         }
         waiting::take_guard(conn, tenant).await?;
         // Read again under the guard: what a wait checked before this one

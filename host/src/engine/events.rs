@@ -30,9 +30,11 @@ use tokio::{
 
 use super::{Engine, EngineError};
 use crate::store::{
-    history::{self, EndCause, EventKind, FeedRow, SESSION_KIND},
+    history::{self, EndCause, EventKind, FeedRow, DEADLOCK_KIND, SESSION_KIND},
     Kind,
 };
+
+use super::deadlock::CycleLink;
 
 /// How often the feed looks for new events while streams are open.
 const POLL: Duration = Duration::from_millis(100);
@@ -65,11 +67,14 @@ pub struct Event {
     pub session: Option<String>,
     /// Why a session's end released it (or why the session ended).
     pub reason: Option<EndCause>,
+    /// A `deadlock` event's cycle: its first step is the refused wait.
+    pub cycle: Option<Vec<CycleLink>>,
 }
 
 impl Event {
-    fn of(row: FeedRow) -> Option<Event> {
+    pub(super) fn of(row: FeedRow) -> Option<Event> {
         let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        let cycle = row.cycle.as_deref().and_then(CycleLink::decode);
         Some(Event {
             id: row.id,
             tenant: text(row.tenant),
@@ -78,6 +83,8 @@ impl Event {
                 2 => Some(Kind::Semaphore),
                 3 => Some(Kind::RwLock),
                 SESSION_KIND => None,
+                // The refused wait's key's kind.
+                DEADLOCK_KIND => Some(cycle.as_ref()?.first()?.kind),
                 _ => return None,
             },
             storage_key: text(row.lock_key),
@@ -87,6 +94,7 @@ impl Event {
             at: row.at,
             session: row.session.map(text),
             reason: row.reason.and_then(EndCause::from_code),
+            cycle,
         })
     }
 }

@@ -75,6 +75,7 @@ pub(super) fn event(
         },
         session: None,
         reason: None,
+        cycle: None,
     })
 }
 
@@ -92,6 +93,7 @@ pub(super) fn session_ended(tenant: &str, id: &str, cause: EndCause) -> NewEvent
         policy: None,
         session: Some(id.to_owned()),
         reason: Some(cause),
+        cycle: None,
     }
 }
 

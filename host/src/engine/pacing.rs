@@ -36,6 +36,14 @@ pub trait Pacing: Send + Sync + 'static {
     fn version(&self) -> Option<Arc<str>> {
         None
     }
+    /// Whether a session's wait for the key stored as `storage_key` is
+    /// refused when it would close a cycle (issue #33; the policy's
+    /// `deadlocks` may turn it off key by key). `None`: yes, with nothing
+    /// to box or await (no `deadlocks` export).
+    fn detects_deadlocks<'a>(&'a self, storage_key: &'a str) -> Option<Pending<'a, bool>> {
+        let _ = storage_key;
+        None
+    }
 }
 
 /// A tenant paces by its policy in force (with the policy's fallbacks).
@@ -63,6 +71,13 @@ impl Pacing for Tenant {
 
     fn version(&self) -> Option<Arc<str>> {
         self.policy.version_id()
+    }
+
+    fn detects_deadlocks<'a>(&'a self, storage_key: &'a str) -> Option<Pending<'a, bool>> {
+        if !self.policy.has_deadlocks() {
+            return None;
+        }
+        Some(Box::pin(self.policy.detects_deadlocks(storage_key)))
     }
 }
 

@@ -207,6 +207,7 @@ impl Engine {
         if let Some(cycle) = self.closes_cycle(conn, lock, wish).await? {
             self.metrics
                 .inc("lockbroker_deadlocks_total", &[("tenant", &lock.tenant)]);
+            self.record_refusal(lock, &cycle);
             return Err(EngineError::Deadlock { cycle });
         }
         let waiter = NewWaiter {

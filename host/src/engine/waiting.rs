@@ -13,16 +13,22 @@
 //! memory, then those in memory, then the rest; with a fairness policy,
 //! the policy is asked as a handoff would ask it, once per place, on what
 //! is left (a preview: a waiter that arrives or leaves changes it).
+//!
+//! The graph also lists the waits refused lately as deadlocks (their
+//! `deadlock` events): a refused cycle never shows as edges.
 
 use std::collections::{HashMap, HashSet};
 
 use chrono::NaiveDateTime;
 
+use lockbroker_api::{REFUSED_MAX, REFUSED_WINDOW_S};
+
+use super::{deadlock::CycleLink, LockRef, Op};
 use super::{detach::finish, held_here::MemoryWaiter, rwlock::RwMode, Engine, EngineError};
-use super::{LockRef, Op};
 use crate::{
     policy::Waiter,
     store::{
+        history,
         sessions::kind_of,
         waiting::{self, HolderRow, QueuedRow},
         Kind,
@@ -113,6 +119,16 @@ pub struct WaitGraph {
     pub truncated: bool,
     /// Every broker that may keep waiters in memory answered.
     pub complete: bool,
+    /// The waits refused as deadlocks lately, newest first.
+    pub refused: Vec<Refusal>,
+}
+
+/// A session's wait refused because it would have closed `cycle` (its
+/// first step), at `at` by the database clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub at: NaiveDateTime,
+    pub cycle: Vec<CycleLink>,
 }
 
 /// `ms` since the Unix epoch as a UTC time.
@@ -255,16 +271,32 @@ impl Engine {
     ) -> Result<WaitGraph, EngineError> {
         let budget = self.budget();
         let stale = self.stale();
-        let rows = self
+        let (rows, refusals) = self
             .retry(budget, || async {
                 let mut conn = self.conn(budget).await?;
                 let rows =
                     waiting::of_tenant(&mut conn, tenant, prefix.as_bytes(), stale, limit + 1)
                         .await?;
+                let refusals = history::refusals(
+                    &mut conn,
+                    tenant,
+                    prefix.as_bytes(),
+                    REFUSED_WINDOW_S,
+                    REFUSED_MAX,
+                )
+                .await?;
                 conn.done();
-                Ok(rows)
+                Ok((rows, refusals))
             })
             .await?;
+        let refused = refusals
+            .into_iter()
+            .filter_map(|row| {
+                let at = row.at;
+                let cycle = row.cycle.as_deref().and_then(CycleLink::decode)?;
+                Some(Refusal { at, cycle })
+            })
+            .collect();
         let (memory, complete) = self.waiting_everywhere(tenant, prefix).await;
         // Every waiter: (kind, key, party, since, mode).
         let mut waits: Vec<(Kind, String, Party, NaiveDateTime, Option<RwMode>)> = rows
@@ -314,6 +346,7 @@ impl Engine {
             cycles,
             truncated,
             complete,
+            refused,
         })
     }
 

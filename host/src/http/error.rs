@@ -197,17 +197,7 @@ impl From<EngineError> for ApiError {
                 )
             },
             EngineError::Deadlock { cycle } => ApiError {
-                cycle: Some(
-                    cycle
-                        .into_iter()
-                        .map(|link| lockbroker_api::CycleStep {
-                            session: link.session,
-                            owner: link.owner,
-                            kind: link.kind.name().to_owned(),
-                            storage_key: link.storage_key,
-                        })
-                        .collect(),
-                ),
+                cycle: Some(cycle_steps(cycle)),
                 ..ApiError::new(
                     ErrorCode::Deadlock,
                     "waiting would close a cycle of sessions waiting for each other (a deadlock): \
@@ -282,4 +272,18 @@ impl From<PromoteError> for ApiError {
             PromoteError::Load(err) => err.into(),
         }
     }
+}
+
+/// A deadlock's cycle as the API shows it (the error, the `deadlock`
+/// event, `GET /v1/waits-for`'s `refused`).
+pub fn cycle_steps(cycle: Vec<crate::engine::CycleLink>) -> Vec<lockbroker_api::CycleStep> {
+    cycle
+        .into_iter()
+        .map(|link| lockbroker_api::CycleStep {
+            session: link.session,
+            owner: link.owner,
+            kind: link.kind.name().to_owned(),
+            storage_key: link.storage_key,
+        })
+        .collect()
 }

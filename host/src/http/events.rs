@@ -52,7 +52,9 @@ impl Filter {
 /// Server-Sent Events: every grant, release, expiry, handoff and
 /// force-release of the tenant's locks, semaphores and rwlocks whose
 /// storage key starts with `prefix` (bytes, matched literally), made
-/// through any broker, within a second. Each event's `id:` increases; a
+/// through any broker, within a second; also every session's end
+/// (`session_ended`) and every session wait refused as a deadlock
+/// (`deadlock`, with its `cycle`). Each event's `id:` increases; a
 /// client that reconnects with `Last-Event-ID` (or `after=`) receives what
 /// it missed as long as the history keeps it (`history_retention_hours`),
 /// after an `event: reset` when the history no longer reaches back to that
@@ -235,7 +237,8 @@ async fn send(
         kind: match event.kind {
             Some(Kind::Semaphore) => ResourceKind::Semaphore,
             Some(Kind::RwLock) => ResourceKind::Rwlock,
-            Some(_) => ResourceKind::Lock,
+            Some(Kind::Election) => ResourceKind::Election,
+            Some(Kind::Lock) => ResourceKind::Lock,
             None => ResourceKind::Session,
         },
         storage_key: event.storage_key.clone(),
@@ -247,6 +250,7 @@ async fn send(
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
         session: event.session.clone(),
         reason: event.reason.map(history::reason),
+        cycle: event.cycle.clone().map(super::error::cycle_steps),
     };
     let name = event.event.name();
     tx.send(sse::frame(name, Some(event.id), &data))

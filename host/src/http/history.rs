@@ -75,5 +75,6 @@ pub fn kind(kind: EventKind) -> LockEventKind {
         EventKind::HandedOff => LockEventKind::HandedOff,
         EventKind::ForceReleased => LockEventKind::ForceReleased,
         EventKind::SessionEnded => LockEventKind::SessionEnded,
+        EventKind::Deadlock => LockEventKind::Deadlock,
     }
 }

@@ -4,14 +4,15 @@
 
 use hyper::{body::Incoming, Method, Request};
 use lockbroker_api::{
-    Contention, HeldByKind, HotKey, KeyWaiters, QueuedWaiter, WaitForEdge, WaitParty, WaitsFor,
-    CONTENTION_DEFAULT_TOP, CONTENTION_DEFAULT_WINDOW_S, CONTENTION_MAX_TOP,
+    Contention, HeldByKind, HotKey, KeyWaiters, QueuedWaiter, RefusedWait, WaitForEdge, WaitParty,
+    WaitsFor, CONTENTION_DEFAULT_TOP, CONTENTION_DEFAULT_WINDOW_S, CONTENTION_MAX_TOP,
     CONTENTION_MAX_WINDOW_S, WAITERS_DEFAULT_LIMIT, WAITERS_MAX_LIMIT,
 };
 use percent_encoding::percent_decode_str;
 
 use super::{
     access::Seen,
+    error::cycle_steps,
     ok,
     request::{authenticate, limit_param, query_pairs, unknown_param},
     resource::rfc3339,
@@ -149,6 +150,17 @@ pub async fn graph_of(
             .collect(),
         truncated: graph.truncated,
         complete: graph.complete,
+        refused: graph
+            .refused
+            .into_iter()
+            .map(|r| RefusedWait {
+                at: r
+                    .at
+                    .and_utc()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                cycle: cycle_steps(r.cycle),
+            })
+            .collect(),
     })
 }
 

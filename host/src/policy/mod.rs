@@ -179,6 +179,18 @@ pub trait Policy: Send + Sync + 'static {
         let _ = storage_key;
         Ok(Timing::default())
     }
+    /// True when the policy turns deadlock detection off for some keys (a
+    /// component exporting `deadlocks`): only then is
+    /// [`Policy::detects_deadlocks`] asked.
+    fn has_deadlocks(&self) -> bool {
+        false
+    }
+    /// Whether a session's wait for the key stored as `storage_key` is
+    /// refused when it would close a cycle (the built-in: always).
+    fn detects_deadlocks(&self, storage_key: &str) -> Result<bool, PolicyFault> {
+        let _ = storage_key;
+        Ok(true)
+    }
 }
 
 /// Why a key has no storage key.
@@ -542,6 +554,35 @@ impl TenantPolicy {
         }
     }
 
+    /// Whether the policy in force exports `deadlocks` (asked only on a
+    /// session's wait for a key another session holds: no flag kept).
+    pub fn has_deadlocks(&self) -> bool {
+        self.current().policy.has_deadlocks()
+    }
+
+    /// Whether a session's wait for the key stored as `storage_key` is
+    /// refused when it would close a cycle: `true` unless the policy's
+    /// `deadlocks` says otherwise; a failure counts as `true` (a fallback,
+    /// counted), as does a policy that does not export it (not asked).
+    pub async fn detects_deadlocks(&self, storage_key: &str) -> bool {
+        let loaded = self.current();
+        if !loaded.policy.has_deadlocks() {
+            return true;
+        }
+        self.metrics.inc(
+            "lockbroker_policy_calls_total",
+            &[("tenant", &self.tenant), ("export", "deadlocks")],
+        );
+        let key = storage_key.to_owned();
+        match call(&loaded, "deadlocks", move |p| p.detects_deadlocks(&key)).await {
+            Ok(detect) => detect,
+            Err(fault) => {
+                self.fault(&loaded, "deadlocks", &fault);
+                true
+            }
+        }
+    }
+
     fn fault(&self, loaded: &Loaded, export: &'static str, fault: &PolicyFault) {
         let sha = loaded.sha256.as_deref().unwrap_or("builtin");
         tracing::warn!(tenant = %self.tenant, policy_sha256 = sha, export, %fault, "policy call failed");
@@ -550,7 +591,8 @@ impl TenantPolicy {
             &[("tenant", &self.tenant), ("export", export)],
         );
         // Naming fails closed; fairness and backoff fall back to the
-        // built-in, timing to the tenant's configured delays.
+        // built-in, timing to the tenant's configured delays, deadlocks to
+        // the check (on).
         if export != "naming" {
             self.metrics.inc(
                 "lockbroker_policy_fallbacks_total",

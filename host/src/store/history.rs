@@ -25,10 +25,19 @@ pub enum EventKind {
     /// A session ended (its leases' own events say what became of them);
     /// stored with [`SESSION_KIND`] and the session's id as its key.
     SessionEnded = 6,
+    /// A session's wait was refused because it would have closed a cycle
+    /// (issue #33); stored with [`DEADLOCK_KIND`], the key waited for as
+    /// its key and the cycle (JSON, its first step the refused wait, which
+    /// names the key's kind) in `cycle`.
+    Deadlock = 7,
 }
 
 /// The `kind` of a `session_ended` event's row: a session, not a key.
 pub const SESSION_KIND: u8 = 4;
+/// The `kind` of a `deadlock` event's row: not a change of the key's
+/// leases, so not in its history (which reads its own kind), and a
+/// tenant's refusals are one index range (`lock_events_by_key`).
+pub const DEADLOCK_KIND: u8 = 5;
 
 /// Why a session's end released a lease (`lock_events.reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +77,7 @@ impl EventKind {
             4 => EventKind::HandedOff,
             5 => EventKind::ForceReleased,
             6 => EventKind::SessionEnded,
+            7 => EventKind::Deadlock,
             _ => return None,
         })
     }
@@ -81,6 +91,7 @@ impl EventKind {
             EventKind::HandedOff => "handed_off",
             EventKind::ForceReleased => "force_released",
             EventKind::SessionEnded => "session_ended",
+            EventKind::Deadlock => "deadlock",
         }
     }
 }
@@ -104,6 +115,20 @@ pub struct NewEvent {
     pub session: Option<String>,
     /// Why a session's end released it, if one did.
     pub reason: Option<EndCause>,
+    /// A `deadlock` event's cycle (JSON).
+    pub cycle: Option<String>,
+}
+
+impl NewEvent {
+    /// The row's `kind`: the key's, or what the event is about when that
+    /// is not a key's lease.
+    fn kind_code(&self) -> u8 {
+        match (self.event, self.kind) {
+            (EventKind::Deadlock, _) => DEADLOCK_KIND,
+            (_, Some(kind)) => kind as u8,
+            (_, None) => SESSION_KIND,
+        }
+    }
 }
 
 /// A recorded event.
@@ -124,10 +149,11 @@ pub async fn append(conn: &mut Conn, events: &[NewEvent]) -> sqlx::Result<()> {
     if events.is_empty() {
         return Ok(());
     }
-    let tuples = vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)), ?, ?, ?)"; events.len()].join(", ");
+    let tuples =
+        vec!["(?, ?, ?, ?, ?, ?, COALESCE(?, NOW(6)), ?, ?, ?, ?)"; events.len()].join(", ");
     let sql = format!(
         r#"
-INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at, policy, session, reason)
+INSERT INTO lock_events (tenant, kind, lock_key, event, owner, token, at, policy, session, reason, cycle)
 VALUES {tuples}
 "#
     );
@@ -136,7 +162,7 @@ VALUES {tuples}
         .map(|e| {
             (
                 &e.tenant,
-                e.kind.map_or(SESSION_KIND, |k| k as u8),
+                e.kind_code(),
                 &e.lock_key,
                 e.event as u8,
                 &e.owner,
@@ -145,6 +171,7 @@ VALUES {tuples}
                 e.policy.as_deref(),
                 e.session.as_deref(),
                 e.reason.map(|r| r as u8),
+                e.cycle.as_deref(),
             )
         })
         .collect();
@@ -178,10 +205,12 @@ pub struct FeedRow {
     pub at: NaiveDateTime,
     pub session: Option<Vec<u8>>,
     pub reason: Option<u8>,
+    /// A `deadlock` event's cycle (JSON).
+    pub cycle: Option<Vec<u8>>,
 }
 
 /// The columns of a [`FeedRow`].
-const FEED: &str = "id, tenant, kind, lock_key, event, owner, token, at, session, reason";
+const FEED: &str = "id, tenant, kind, lock_key, event, owner, token, at, session, reason, cycle";
 
 /// Every tenant's events after `after`, oldest first, at most `limit`.
 pub async fn after(conn: &mut Conn, after: u64, limit: u32) -> sqlx::Result<Vec<FeedRow>> {
@@ -213,6 +242,29 @@ pub async fn of_tenant(
         "SELECT {FEED} FROM lock_events WHERE id > ? AND id <= ? AND tenant = ? ORDER BY id LIMIT ?"
     );
     conn.fetch_all(&sql, (after, until, tenant, limit)).await
+}
+
+/// `tenant`'s `deadlock` events of the last `within_s` seconds whose key
+/// starts with `prefix`, newest first, at most `limit` (one range of
+/// `lock_events_by_key`).
+pub async fn refusals(
+    conn: &mut Conn,
+    tenant: &str,
+    prefix: &[u8],
+    within_s: u32,
+    limit: u32,
+) -> sqlx::Result<Vec<FeedRow>> {
+    let sql = format!(
+        r#"
+SELECT {FEED} FROM lock_events
+WHERE tenant = ? AND kind = ? AND lock_key LIKE ?
+  AND at > NOW(6) - INTERVAL ? SECOND
+ORDER BY id DESC LIMIT ?
+"#
+    );
+    let like = super::waiting::like_prefix(prefix);
+    conn.fetch_all(&sql, (tenant, DEADLOCK_KIND, like, within_s, limit))
+        .await
 }
 
 /// The lowest and the highest id of the events kept (`None` when none).

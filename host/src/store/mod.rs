@@ -61,6 +61,13 @@ impl Kind {
             Kind::RwLock => "rwlock",
         }
     }
+
+    /// The kind [`Kind::name`] names.
+    pub fn of_name(name: &str) -> Option<Kind> {
+        [Kind::Lock, Kind::Election, Kind::Semaphore, Kind::RwLock]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
 }
 
 /// Which row: tenant, kind and storage key.

@@ -367,14 +367,7 @@ pub async fn list(
     after: Option<(&[u8], &[u8])>,
     limit: u32,
 ) -> sqlx::Result<Vec<SessionRow>> {
-    let mut pattern = Vec::with_capacity(prefix.len() + 1);
-    for &b in prefix {
-        if matches!(b, b'%' | b'_' | b'\\') {
-            pattern.push(b'\\');
-        }
-        pattern.push(b);
-    }
-    pattern.push(b'%');
+    let pattern = super::waiting::like_prefix(prefix);
     let (after_name, after_id) = after.unwrap_or((b"", b""));
     let first = u8::from(after.is_none());
     let sql = format!(

@@ -383,9 +383,10 @@ function linksOf(edges) {
   const links = new Map();
   for (const e of edges) {
     const id = `${partyId(e.waiter)} ${partyId(e.holder)}`;
-    const link = links.get(id) ?? { from: partyId(e.waiter), to: partyId(e.holder), keys: [], cycle: false };
+    const link = links.get(id) ?? { from: partyId(e.waiter), to: partyId(e.holder), keys: [], cycle: false, refused: false };
     if (!link.keys.includes(e.storage_key)) link.keys.push(e.storage_key);
     link.cycle ||= e.in_cycle;
+    link.refused ||= Boolean(e.refused);
     links.set(id, link);
   }
   return [...links.values()];
@@ -482,15 +483,17 @@ function edge(link, byId) {
   const [a, b] = [byId.get(link.from), byId.get(link.to)];
   const { d, label } = arc(a, b);
   const keys = link.keys.join(', ');
-  return svg('g', { class: `edge${link.cycle ? ' cycle' : ''}`, 'data-waiter': a.party.session ?? a.party.owner, 'data-holder': b.party.session ?? b.party.owner },
-    svg('title', {}, `${partyLabel(a.party)} waits for ${partyLabel(b.party)} (${keys})`),
+  const how = link.refused ? 'would have waited (refused)' : 'waits';
+  return svg('g', { class: `edge${link.cycle ? ' cycle' : ''}${link.refused ? ' refused' : ''}`, 'data-waiter': a.party.session ?? a.party.owner, 'data-holder': b.party.session ?? b.party.owner },
+    svg('title', {}, `${partyLabel(a.party)} ${how} for ${partyLabel(b.party)} (${keys})`),
     svg('path', { d, 'marker-end': `url(#wf-arrow${link.cycle ? '-cycle' : ''})` }),
     svg('text', { x: label[0].toFixed(1), y: label[1].toFixed(1), 'text-anchor': 'middle' }, short(keys, 24)));
 }
 
 /// The graph in SVG: parties in columns, an arrow from each waiter to each
-/// holder it waits for (labelled with the key), cycles in red.
-function graph(g) {
+/// holder it waits for (labelled with the key), cycles in red; `what`
+/// begins its text alternative.
+function graph(g, what = 'Wait-for graph') {
   const nodes = nodesOf(g);
   if (!nodes.length) return h('p', { class: 'empty' }, 'Nobody waits for anybody.');
   const links = linksOf(g.edges);
@@ -499,7 +502,7 @@ function graph(g) {
   const arrow = (id, cls) => svg('marker', {
     id, class: `arrow ${cls}`, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto',
   }, svg('path', { d: 'M0,0 L10,5 L0,10 z' }));
-  const said = `Wait-for graph: ${nodes.length} parties, ${links.length} waits, ${g.cycles.length} cycles; listed below.`;
+  const said = `${what}: ${nodes.length} parties, ${links.length} waits, ${g.cycles.length} cycles; listed below.`;
   return h('figure', { class: 'graph' },
     svg('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': said },
       svg('title', {}, said),
@@ -519,6 +522,33 @@ function cycleList({ edges, cycles }) {
   }));
 }
 
+/// A refused wait's cycle as a graph: each step's party waits for the
+/// next step's (the last's for the first's), the refused wait (the first
+/// step, never queued) dashed.
+function refusedGraph({ cycle }) {
+  const parties = cycle.map((step) => ({ session: step.session, owner: step.owner }));
+  const edges = cycle.map((step, i) => ({
+    waiter: parties[i], holder: parties[(i + 1) % parties.length], kind: step.kind,
+    storage_key: step.storage_key, in_cycle: true, refused: i === 0,
+  }));
+  return graph({ edges, cycles: [parties] }, 'Refused cycle');
+}
+
+/// The waits refused lately as deadlocks: each one's cycle drawn, and in
+/// words.
+function refusedList(refused) {
+  if (!refused.length) return h('p', { class: 'empty' }, 'No wait was refused as a deadlock in the last 10 minutes.');
+  return h('ol', { class: 'refused' }, refused.map((r) => {
+    const [first] = r.cycle;
+    return h('li', { class: 'refused' },
+      h('p', {}, stamp(r.at), ': ', partyCell(first), ` was refused a wait for ${first.kind} `,
+        linkTo(keyHref(first.kind, first.storage_key), first.storage_key),
+        ' (409 deadlock): it would have closed this cycle of ',
+        `${r.cycle.length} sessions (the dashed arrow).`),
+      refusedGraph(r));
+  }));
+}
+
 /// Every edge in a table: the graph's text alternative.
 const EDGE_COLUMNS = [
   ['Waiter', (e) => partyCell(e.waiter)], ['Waits for', (e) => partyCell(e.holder)], ['Kind', (e) => e.kind],
@@ -532,6 +562,7 @@ const EDGE_COLUMNS = [
 export function waitsFor({ signal, secret, prefix }) {
   const drawing = h('div', {});
   const cycles = h('div', {});
+  const refused = h('div', {});
   const results = h('div', { class: 'results' });
   const asOf = h('p', { class: 'hint' });
   const bar = h('div', {}, tenantNav('waits-for', prefix));
@@ -548,6 +579,7 @@ export function waitsFor({ signal, secret, prefix }) {
       changed(results, g, () => keepFocus(view, () => {
         drawing.replaceChildren(graph(g));
         cycles.replaceChildren(cycleList(g));
+        refused.replaceChildren(refusedList(g.refused ?? []));
         results.replaceChildren(table(EDGE_COLUMNS, g.edges, null, 'Nobody waits.'),
           g.truncated ? h('p', { class: 'hint' }, 'More wait than shown: some edges are missing.') : '',
           incomplete(g, 'the waiters in its memory are') ?? '');
@@ -568,7 +600,8 @@ export function waitsFor({ signal, secret, prefix }) {
   view.replaceChildren(
     h('h2', { tabindex: '-1' }, 'Who waits for whom'), bar, form,
     h('p', { class: 'status', role: 'status' }, `Live: asked every ${GRAPH_EVERY} s while checked.`), asOf,
-    drawing, h('h3', {}, 'Cycles'), cycles, h('h3', {}, 'Waits'), results);
+    drawing, h('h3', {}, 'Cycles'), cycles, h('h3', {}, 'Waits'), results,
+    h('h3', {}, 'Refused deadlocks'), refused);
   load();
   return every(GRAPH_EVERY, () => (auto.checked ? load() : undefined));
 }

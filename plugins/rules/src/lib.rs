@@ -12,7 +12,9 @@
 //! - fairness, [`pick_next`]: the oldest waiter (FIFO);
 //! - backoff, [`delay_ms`]: exponential with full jitter, [`ceiling_ms`]
 //!   doubling from [`BASE_DELAY_MS`] to [`MAX_DELAY_MS`]; it never gives up
-//!   (the broker enforces the client's `wait_ms` budget).
+//!   (the broker enforces the client's `wait_ms` budget);
+//! - deadlocks, [`detect_deadlocks`]: every key's session waits are checked
+//!   for deadlocks.
 //!
 //! `no_std` with `alloc` and no dependencies, so it builds anywhere.
 
@@ -81,6 +83,13 @@ pub fn ceiling_ms(attempt: u32) -> u64 {
 /// policy). The default always retries after it; it never gives up.
 pub fn delay_ms(attempt: u32, seed: u64) -> u64 {
     1 + seed % ceiling_ms(attempt)
+}
+
+/// The default deadlock detection: whether a session's wait for the key
+/// stored as `key` is refused when it would close a cycle of sessions
+/// waiting for each other, always `true` (every key is checked).
+pub fn detect_deadlocks(_key: &str) -> bool {
+    true
 }
 
 #[cfg(test)]
@@ -168,6 +177,13 @@ mod tests {
         );
         // A zero-width space is a format character (Cf), not a control one.
         assert!(storage_key("\u{200b}zero-width").is_ok());
+    }
+
+    #[test]
+    fn every_key_is_checked_for_deadlocks() {
+        for key in ["a", "plain-x", "self-check", ""] {
+            assert!(detect_deadlocks(key), "{key:?}");
+        }
     }
 
     #[test]

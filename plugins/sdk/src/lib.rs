@@ -30,16 +30,27 @@
 //! The component imports nothing. See `plugins/templates/rust` in the
 //! lockbroker repository for a project to copy.
 //!
-//! Optional: a policy that also decides keys' lock-delay and minimum hold
-//! implements [`Timing`] too and calls [`export_policy_with_timing!`]
-//! instead: its component exports the world `policy-with-timing`
-//! (`wit/timing.wit`). A policy that does not keep the tenant's configured
-//! delays and costs the broker nothing for them.
+//! Optional worlds, each exported by a macro of its own instead of
+//! [`export_policy!`] (a policy that exports neither costs the broker
+//! nothing for them):
 //!
-//! Layout: [`Policy`], [`Timing`] and their [`defaults`] here; [`bindings`]
-//! is the wit-bindgen output of the world `policy` (its types re-exported at
-//! the root), [`bindings_timing`] that of `policy-with-timing`; [`Exports`]
-//! and [`TimedExports`] are the adapters from the WIT exports of each world
+//! - `policy-with-timing` (`wit/timing.wit`): a policy that also decides
+//!   keys' lock-delay and minimum hold implements [`Timing`] too and calls
+//!   [`export_policy_with_timing!`]; one that does not keeps the tenant's
+//!   configured delays;
+//! - `policy-with-deadlocks` (`wit/deadlocks.wit`, which includes
+//!   `policy-with-timing`): a policy that turns the deadlock check off for
+//!   some keys implements [`Timing`] (an empty `impl` keeps the configured
+//!   delays) and [`Deadlocks`] too and calls
+//!   [`export_policy_with_deadlocks!`]; one that does not has every key
+//!   checked.
+//!
+//! Layout: [`Policy`], [`Timing`], [`Deadlocks`] and their [`defaults`]
+//! here; [`bindings`] is the wit-bindgen output of the world `policy` (its
+//! types re-exported at the root), [`bindings_timing`] that of
+//! `policy-with-timing`, [`bindings_deadlocks`] that of
+//! `policy-with-deadlocks`; [`Exports`], [`TimedExports`] and
+//! [`DeadlockExports`] are the adapters from the WIT exports of each world
 //! to a [`Policy`].
 
 use core::marker::PhantomData;
@@ -74,6 +85,12 @@ pub mod bindings {
 /// generates each world's exports anew): [`TimedExports`] converts them to
 /// the root's.
 pub use lockbroker_policy_timing as bindings_timing;
+
+/// The bindings of the world `policy-with-deadlocks` (`policy-with-timing`
+/// and `deadlocks`), for [`export_policy_with_deadlocks!`] (the crate
+/// `lockbroker-policy-deadlocks`). Its types are its own too:
+/// [`DeadlockExports`] converts them to the root's.
+pub use lockbroker_policy_deadlocks as bindings_deadlocks;
 
 pub use bindings::exports::lockbroker::policy::backoff::{Contention, Decision};
 pub use bindings::exports::lockbroker::policy::fairness::Waiter;
@@ -148,6 +165,26 @@ pub trait Timing: Policy {
     }
 }
 
+/// Optional: which keys' session waits are checked for deadlocks, for a
+/// [`Policy`] exported with [`export_policy_with_deadlocks!`]. That world
+/// includes `timing`: an empty `impl Timing` keeps the tenant's configured
+/// delays.
+pub trait Deadlocks: Timing {
+    /// Whether a session's wait for the lock stored as `key` (the storage
+    /// key [`Policy::storage_key`] returned) is refused at once (HTTP 409
+    /// `deadlock`) when it would close a cycle of sessions waiting for each
+    /// other: `true`, the default, refuses it; `false` lets it wait until its
+    /// own `wait_ms` runs out. A cycle through such a wait is still refused
+    /// when another wait of it, for a key that is checked, closes it.
+    ///
+    /// Asked once per session wait for a key another session holds. Answer
+    /// the same for the same key. A panic traps; the broker then checks the
+    /// key (as `true`).
+    fn detect(key: &str) -> bool {
+        defaults::detect_deadlocks(key)
+    }
+}
+
 /// The built-in rules over this crate's types, for overrides that keep part
 /// of the default (say, lowercase a key and then apply the default checks).
 /// The trait's default methods call these.
@@ -181,6 +218,12 @@ pub mod defaults {
             lock_delay_ms: None,
             min_hold_ms: None,
         }
+    }
+
+    /// Every key is checked for deadlocks: `true`
+    /// ([`rules::detect_deadlocks`]).
+    pub fn detect_deadlocks(key: &str) -> bool {
+        rules::detect_deadlocks(key)
     }
 }
 
@@ -233,66 +276,94 @@ macro_rules! export_policy {
 }
 
 /// The WIT exports of the world `policy-with-timing`, implemented by calling
-/// the [`Policy`] and [`Timing`] `P` (through [`Exports`] for the interfaces
-/// of `policy`, converting this world's types to the root's).
-/// [`export_policy_with_timing!`] exports it; there is no other use.
+/// the [`Policy`] and [`Timing`] `P` (converting this world's types to the
+/// root's). [`export_policy_with_timing!`] exports it; there is no other use.
 pub struct TimedExports<P>(PhantomData<P>);
 
-mod timed {
-    use super::{bindings_timing::exports::lockbroker::policy as w, Policy, TimedExports, Timing};
+/// The WIT exports of the world `policy-with-deadlocks`, implemented by
+/// calling the [`Policy`], [`Timing`] and [`Deadlocks`] `P` (converting this
+/// world's types to the root's). [`export_policy_with_deadlocks!`] exports
+/// it; there is no other use.
+pub struct DeadlockExports<P>(PhantomData<P>);
 
-    impl<P: Policy> w::meta::Guest for TimedExports<P> {
-        fn describe() -> w::meta::Descriptor {
-            w::meta::Descriptor {
-                name: P::NAME.to_string(),
-                version: P::VERSION.to_string(),
+/// Implements the interfaces of the world `policy-with-timing` (those of
+/// `policy`, and `timing`) for the adapter `$adapter`, in a module `$module`,
+/// with the bindings `$bindings` of a world that includes it: each world's
+/// bindings have types of their own, converted here to the root's.
+macro_rules! timed_adapter {
+    ($module:ident, $adapter:ident, $bindings:ident) => {
+        mod $module {
+            use super::{$adapter, $bindings::exports::lockbroker::policy as w, Policy, Timing};
+
+            impl<P: Policy> w::meta::Guest for $adapter<P> {
+                fn describe() -> w::meta::Descriptor {
+                    w::meta::Descriptor {
+                        name: P::NAME.to_string(),
+                        version: P::VERSION.to_string(),
+                    }
+                }
+            }
+
+            impl<P: Policy> w::naming::Guest for $adapter<P> {
+                fn storage_key(tenant: String, key: String) -> Result<String, String> {
+                    P::storage_key(&tenant, &key)
+                }
+            }
+
+            impl<P: Policy> w::fairness::Guest for $adapter<P> {
+                fn pick_next(key: String, waiters: Vec<w::fairness::Waiter>) -> u32 {
+                    let waiters: Vec<super::Waiter> = waiters
+                        .into_iter()
+                        .map(|w| super::Waiter {
+                            id: w.id,
+                            owner: w.owner,
+                            priority: w.priority,
+                            enqueued_at_ms: w.enqueued_at_ms,
+                            attempts: w.attempts,
+                        })
+                        .collect();
+                    P::pick_next(&key, &waiters)
+                }
+            }
+
+            impl<P: Policy> w::backoff::Guest for $adapter<P> {
+                fn next_delay(c: w::backoff::Contention) -> w::backoff::Decision {
+                    let contention = super::Contention {
+                        attempt: c.attempt,
+                        waited_ms: c.waited_ms,
+                        budget_ms: c.budget_ms,
+                        waiters: c.waiters,
+                        lease_remaining_ms: c.lease_remaining_ms,
+                        seed: c.seed,
+                    };
+                    match P::next_delay(&contention) {
+                        super::Decision::RetryAfter(ms) => w::backoff::Decision::RetryAfter(ms),
+                        super::Decision::GiveUp => w::backoff::Decision::GiveUp,
+                    }
+                }
+            }
+
+            impl<P: Timing> w::timing::Guest for $adapter<P> {
+                fn delays(key: String) -> w::timing::KeyDelays {
+                    let delays = P::delays(&key);
+                    w::timing::KeyDelays {
+                        lock_delay_ms: delays.lock_delay_ms,
+                        min_hold_ms: delays.min_hold_ms,
+                    }
+                }
             }
         }
-    }
+    };
+}
 
-    impl<P: Policy> w::naming::Guest for TimedExports<P> {
-        fn storage_key(tenant: String, key: String) -> Result<String, String> {
-            P::storage_key(&tenant, &key)
-        }
-    }
+timed_adapter!(timed, TimedExports, bindings_timing);
+timed_adapter!(deadlocked, DeadlockExports, bindings_deadlocks);
 
-    impl<P: Policy> w::fairness::Guest for TimedExports<P> {
-        fn pick_next(key: String, waiters: Vec<w::fairness::Waiter>) -> u32 {
-            let waiters: Vec<super::Waiter> = waiters
-                .into_iter()
-                .map(|w| super::Waiter {
-                    id: w.id,
-                    owner: w.owner,
-                    priority: w.priority,
-                    enqueued_at_ms: w.enqueued_at_ms,
-                    attempts: w.attempts,
-                })
-                .collect();
-            P::pick_next(&key, &waiters)
-        }
-    }
-
-    impl<P: Policy> w::backoff::Guest for TimedExports<P> {
-        fn next_delay(c: w::backoff::Contention) -> w::backoff::Decision {
-            let contention = super::Contention {
-                attempt: c.attempt,
-                waited_ms: c.waited_ms,
-                budget_ms: c.budget_ms,
-                waiters: c.waiters,
-                lease_remaining_ms: c.lease_remaining_ms,
-                seed: c.seed,
-            };
-            match P::next_delay(&contention) {
-                super::Decision::RetryAfter(ms) => w::backoff::Decision::RetryAfter(ms),
-                super::Decision::GiveUp => w::backoff::Decision::GiveUp,
-            }
-        }
-    }
-
-    impl<P: Timing> w::timing::Guest for TimedExports<P> {
-        fn delays(key: String) -> super::KeyDelays {
-            P::delays(&key)
-        }
+impl<P: Deadlocks> bindings_deadlocks::exports::lockbroker::policy::deadlocks::Guest
+    for DeadlockExports<P>
+{
+    fn detect(key: String) -> bool {
+        P::detect(&key)
     }
 }
 
@@ -308,6 +379,22 @@ macro_rules! export_policy_with_timing {
             // wit-bindgen's export macro takes a type name, not a path.
             type LockbrokerPolicyTimedExports = $crate::TimedExports<$policy>;
     $crate::bindings_timing::export!(LockbrokerPolicyTimedExports with_types_in $crate::bindings_timing);
+        };
+    };
+}
+
+/// Exports the [`Policy`], [`Timing`] and [`Deadlocks`] `$policy` as the
+/// component's implementation of the world `policy-with-deadlocks`: as
+/// [`export_policy_with_timing!`], and the broker also asks it which keys'
+/// session waits are checked for deadlocks. Call it once (instead of the
+/// other export macros), at the root of a `cdylib` crate.
+#[macro_export]
+macro_rules! export_policy_with_deadlocks {
+    ($policy:ty) => {
+        const _: () = {
+            // wit-bindgen's export macro takes a type name, not a path.
+            type LockbrokerPolicyDeadlockExports = $crate::DeadlockExports<$policy>;
+    $crate::bindings_deadlocks::export!(LockbrokerPolicyDeadlockExports with_types_in $crate::bindings_deadlocks);
         };
     };
 }

@@ -1037,7 +1037,9 @@ export interface paths {
          * @description Server-Sent Events: every grant, release, expiry, handoff and
          *     force-release of the tenant's locks, semaphores and rwlocks whose
          *     storage key starts with `prefix` (bytes, matched literally), made
-         *     through any broker, within a second. Each event's `id:` increases; a
+         *     through any broker, within a second; also every session's end
+         *     (`session_ended`) and every session wait refused as a deadlock
+         *     (`deadlock`, with its `cycle`). Each event's `id:` increases; a
          *     client that reconnects with `Last-Event-ID` (or `after=`) receives what
          *     it missed as long as the history keeps it (`history_retention_hours`),
          *     after an `event: reset` when the history no longer reaches back to that
@@ -1921,7 +1923,7 @@ export interface components {
          * @description What happened to a lease.
          * @enum {string}
          */
-        LockEventKind: "granted" | "released" | "expired" | "handed_off" | "force_released" | "session_ended";
+        LockEventKind: "granted" | "released" | "expired" | "handed_off" | "force_released" | "session_ended" | "deadlock";
         /**
          * @description `GET /v1/locks/{key}/history`: newest first. Events are written in the
          *     same transaction as the change they record; re-entries, renewals and
@@ -2362,6 +2364,18 @@ export interface components {
              */
             in_memory: boolean;
         };
+        /** @description A session's wait refused because it would have closed a cycle. */
+        RefusedWait: {
+            /** @description When, by the database clock (RFC 3339, UTC, microseconds). */
+            at: string;
+            /**
+             * @description The cycle it would have closed, as the error carried it: the first
+             *     step is the refused wait (its session, owner and key); each step's
+             *     key is held by the next step's session, the last step's by the
+             *     first's.
+             */
+            cycle: components["schemas"]["CycleStep"][];
+        };
         /**
          * @description `POST /v1/locks/{key}/release` (and `/v1/rwlocks/{key}/release`).
          * @example {
@@ -2506,7 +2520,7 @@ export interface components {
          * @description What kind of resource an event is about.
          * @enum {string}
          */
-        ResourceKind: "lock" | "semaphore" | "rwlock" | "session";
+        ResourceKind: "lock" | "semaphore" | "rwlock" | "session" | "election";
         /**
          * @description `POST /v1/admin/tenants/{tenant}/policy/rollback`: which kept version to
          *     put back in force. The body may be absent: the previous version.
@@ -3076,6 +3090,12 @@ export interface components {
              */
             session: string | null;
             reason: components["schemas"]["EndReason"] | null;
+            /**
+             * @description For `deadlock`: the cycle the refused wait would have closed (its
+             *     first step is that wait), as the `409 deadlock` error carried it;
+             *     null for every other event.
+             */
+            cycle: components["schemas"]["CycleStep"][] | null;
         };
         /**
          * @description A tenant and the policy in force (also the answer to a policy upload).
@@ -3191,6 +3211,12 @@ export interface components {
             truncated: boolean;
             /** @description Every broker that may keep waiters in memory answered. */
             complete: boolean;
+            /**
+             * @description The waits refused as deadlocks (`409 deadlock`) in the last
+             *     [`REFUSED_WINDOW_S`] seconds whose key starts with `prefix`, newest
+             *     first, at most [`REFUSED_MAX`]: the cycles that did not form.
+             */
+            refused?: components["schemas"]["RefusedWait"][];
         };
         /** @description A WebAssembly component (binary). */
         WasmComponent: string;

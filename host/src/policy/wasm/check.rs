@@ -135,6 +135,12 @@ pub fn check(
     if policy.has_timing() {
         latency.push(("timing", time(|| policy.timing(&sample_key).map(drop))));
     }
+    if policy.has_deadlocks() {
+        latency.push((
+            "deadlocks",
+            time(|| policy.detects_deadlocks(&sample_key).map(drop)),
+        ));
+    }
     Ok(Report {
         prepared,
         keys,

@@ -233,6 +233,9 @@ impl WasmPolicy {
         if self.has_timing() {
             retry_timeouts(|| self.timing("self-check"))?;
         }
+        if self.has_deadlocks() {
+            retry_timeouts(|| self.detects_deadlocks("self-check"))?;
+        }
         // The first calls ran on fresh instances of a just-compiled policy,
         // on a machine busy compiling: they say nothing of its speed, so
         // they do not move it off the caller's thread.
@@ -367,6 +370,17 @@ impl Policy for WasmPolicy {
             lock_delay_ms: d.lock_delay_ms,
             min_hold_ms: d.min_hold_ms,
         }))
+    }
+
+    fn has_deadlocks(&self) -> bool {
+        self.pre.has_deadlocks()
+    }
+
+    fn detects_deadlocks(&self, storage_key: &str) -> Result<bool, PolicyFault> {
+        self.with_instance(|store, b| match &b.deadlocks {
+            Some(deadlocks) => deadlocks.call_detect(store, storage_key),
+            None => Ok(true),
+        })
     }
 
     /// A well-behaved policy answers in well under a microsecond: calling
