@@ -18,6 +18,7 @@ use tokio::sync::{watch, Notify};
 use crate::{
     report::Row,
     run::{merge, micros, run_clients, Run, Tally},
+    sessions::{self, Keeper},
 };
 
 /// Lease length of the short scenarios.
@@ -29,6 +30,11 @@ const TTL_MS: u64 = 30_000;
 const HELD_TTL_MS: u64 = 3_600_000;
 /// Queue budget of the waiting scenarios.
 const WAIT_MS: u64 = 5_000;
+/// TTL of `contended-session`'s sessions: a keepalive goes every third of
+/// it, so in a run of a few seconds the only one is each session's first,
+/// sent as it opens (at the start of the timed part at the latest), and the
+/// run measures the acquires and releases alone.
+const SESSION_TTL_MS: u64 = 60_000;
 /// Clients that fill and exercise the held leases.
 const HELD_CLIENTS: usize = 32;
 /// Keys per multi-lock when filling the held leases: each key's lease is an
@@ -90,6 +96,12 @@ pub enum LockMode {
     Uncontended,
     /// One key, `wait_ms` 5000: the queue with direct handoff.
     Contended,
+    /// As `Contended`, but each client holds the key in a session of its
+    /// own (opened before the timed part, kept alive, closed after it), so
+    /// every wait is a session waiting for a key another session holds:
+    /// the broker checks each such wait for a deadlock cycle before it
+    /// queues it (issue #33). Beside `contended`, what that check costs.
+    ContendedSession,
     /// One key, `wait_ms` 0, retried at once.
     Storm,
     /// As `Uncontended`, but each pair on a new connection (over https, a
@@ -101,6 +113,11 @@ impl LockMode {
     /// Each client on keys of its own (no handoffs).
     fn own_keys(self) -> bool {
         matches!(self, LockMode::Uncontended | LockMode::NewConnection)
+    }
+
+    /// All clients wait in one key's queue (`wait_ms` [`WAIT_MS`]).
+    fn queues(self) -> bool {
+        matches!(self, LockMode::Contended | LockMode::ContendedSession)
     }
 }
 
@@ -137,7 +154,7 @@ async fn lock_tallies_on(
     let b = brokers[0];
     let one_key = format!("{prefix}{}-{clients}", b.run);
     let several = brokers.len() > 1;
-    let lineup = if several && mode == LockMode::Contended {
+    let lineup = if several && mode.queues() {
         Lineup::start(b.client(api_key), &one_key, clients).await
     } else {
         None
@@ -160,6 +177,18 @@ async fn lock_tallies_on(
             if several {
                 warm(&client, &format!("{prefix}{run}-warm-{c}"), &owner, &mut t).await;
             }
+            // The client's session, open and kept alive before the start.
+            let session = if mode == LockMode::ContendedSession {
+                match sessions::open(&client, SESSION_TTL_MS).await {
+                    Ok(id) => Some((Keeper::start(&client, &id, SESSION_TTL_MS), id)),
+                    Err(e) => {
+                        t.error(|| format!("{e:#}"));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
             let deadline = gate.ready().await;
             if let Some((go, mut turn)) = lineup {
                 if c == 0 {
@@ -167,11 +196,11 @@ async fn lock_tallies_on(
                 }
                 let _ = turn.wait_for(|&t| t > c).await;
             }
-            let wait_ms = if mode == LockMode::Contended {
-                WAIT_MS
-            } else {
-                0
-            };
+            if mode == LockMode::ContendedSession && session.is_none() {
+                // No session, no measure (its error is counted).
+                return t;
+            }
+            let wait_ms = if mode.queues() { WAIT_MS } else { 0 };
             let mut n = 0u64;
             while Instant::now() < deadline {
                 let key = if mode.own_keys() {
@@ -185,7 +214,10 @@ async fn lock_tallies_on(
                 }
                 n += 1;
                 let t0 = Instant::now();
-                let reply = client.acquire(&key, &owner, TTL_MS, wait_ms).await;
+                let reply = match &session {
+                    Some((_, id)) => client.acquire_in(&key, &owner, id, wait_ms).await,
+                    None => client.acquire(&key, &owner, TTL_MS, wait_ms).await,
+                };
                 let granted_at = Instant::now();
                 let in_time = granted_at <= deadline;
                 if mode == LockMode::Storm && in_time {
@@ -234,6 +266,13 @@ async fn lock_tallies_on(
                         t.lat_us.push(micros(done - t0));
                         t.aux_us.push(micros(granted_at - t0));
                     }
+                }
+            }
+            // After the deadline, so not timed.
+            if let Some((keeper, id)) = session {
+                keeper.stop().await;
+                if let Err(e) = sessions::close(&client, &id).await {
+                    t.error(|| format!("{e:#}"));
                 }
             }
             t
@@ -388,6 +427,7 @@ fn mode_names(mode: LockMode) -> (&'static str, &'static str) {
     match mode {
         LockMode::Uncontended => ("uncontended", "u"),
         LockMode::Contended => ("contended", "c"),
+        LockMode::ContendedSession => ("contended-session", "cs"),
         LockMode::Storm => ("nowait-storm", "s"),
         LockMode::NewConnection => ("new connection per pair", "n"),
     }
@@ -446,11 +486,11 @@ async fn lock_row(
     }
     if let Some(aux) = m.aux {
         row.set("acquire_p50_ms", aux.p50_ms);
-        if mode == LockMode::Contended {
+        if mode.queues() {
             row.add_note(format!("acquire (wait) p50 {:.1} ms", aux.p50_ms));
         }
     }
-    if let (LockMode::Contended, Some(p)) = (mode, row.release_p50_ms) {
+    if let (true, Some(p)) = (mode.queues(), row.release_p50_ms) {
         row.add_note(format!("release p50 {p:.2} ms"));
     }
     if let Some(e) = &m.first_error {

@@ -49,6 +49,19 @@ pub fn encode_key(key: &str) -> String {
     utf8_percent_encode(key, SEGMENT).to_string()
 }
 
+/// The body of an acquire held in `session`: no `ttl_ms` (the broker
+/// refuses both; the lease lives as long as the session).
+fn acquire_in_session(owner: &str, session: &str, wait_ms: u64) -> api::AcquireRequest {
+    api::AcquireRequest {
+        terms: lockbroker_api::LeaseTerms {
+            ttl_ms: None,
+            session: Some(session.to_owned()),
+            ..lockbroker_api::LeaseTerms::new(0, wait_ms)
+        },
+        ..api::AcquireRequest::new(owner)
+    }
+}
+
 /// Why no reply was received.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -328,6 +341,23 @@ impl Client {
         self.post(&path, &request, wait_ms).await
     }
 
+    /// `POST /v1/locks/{key}/acquire` held in `session`
+    /// ([`acquire_in_session`]).
+    ///
+    /// # Errors
+    /// As [`Client::get`].
+    pub async fn acquire_in(
+        &self,
+        key: &str,
+        owner: &str,
+        session: &str,
+        wait_ms: u64,
+    ) -> Result<Reply, Error> {
+        let request = acquire_in_session(owner, session, wait_ms);
+        let path = format!("/v1/locks/{}/acquire", encode_key(key));
+        self.post(&path, &request, wait_ms).await
+    }
+
     /// `POST /v1/locks/{key}/release`.
     ///
     /// # Errors
@@ -416,6 +446,15 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&request).unwrap(),
             r#"{"owner":"bench-1","ttl_ms":30000,"wait_ms":0}"#
+        );
+    }
+
+    /// `contended-session`'s acquire names the session in place of a TTL.
+    #[test]
+    fn an_acquire_in_a_session_has_no_ttl() {
+        assert_eq!(
+            serde_json::to_string(&acquire_in_session("bench-1", "s1", 5000)).unwrap(),
+            r#"{"owner":"bench-1","wait_ms":5000,"session":"s1"}"#
         );
     }
 }

@@ -125,7 +125,9 @@ struct Args {
     /// `all`, `broker`, `baselines`, or a comma-separated list of:
     /// uncontended, uncontended-https (the same on the --tls-url broker),
     /// new-connection (uncontended pairs each on a new connection, over
-    /// http and over https), contended, contended-cross, nowait-storm, semaphore,
+    /// http and over https), contended, contended-session (contended with
+    /// each client's lock held in a session of its own: the deadlock check
+    /// on every wait), contended-cross, nowait-storm, semaphore,
     /// election, held, wasm-vs-native, policy-shadow (pairs on the wasm
     /// tenant without and with a shadow policy), multilock-8, rwlock (read pairs of
     /// all clients on one key, write pairs on own keys), mysql-get-lock,
@@ -205,13 +207,14 @@ fn printed(table: anyhow::Result<String>) -> ExitCode {
     }
 }
 
-const BROKER_SCENARIOS: [&str; 13] = [
+const BROKER_SCENARIOS: [&str; 14] = [
     "uncontended",
     "uncontended-https",
     "new-connection",
     "multilock-8",
     "rwlock",
     "contended",
+    "contended-session",
     "contended-cross",
     "nowait-storm",
     "semaphore",
@@ -232,7 +235,7 @@ const BASELINE_SCENARIOS: [&str; 6] = [
 const EXTRA_SCENARIOS: [&str; 1] = ["lease-row-tx-pooled"];
 
 /// How rows are grouped in the table.
-const ROW_ORDER: [&str; 25] = [
+const ROW_ORDER: [&str; 26] = [
     "uncontended",
     "uncontended (https)",
     "new connection per pair",
@@ -248,6 +251,7 @@ const ROW_ORDER: [&str; 25] = [
     "redis",
     "etcd",
     "contended",
+    "contended-session",
     "contended (galera)",
     "contended-cross",
     "mysql-commit (1 conn)",
@@ -612,8 +616,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 push(row, &mut rows);
             }
         }
+        // `contended-session` before `contended`, which the one-connection
+        // commits below follow.
         for (name, mode) in [
             ("nowait-storm", LockMode::Storm),
+            ("contended-session", LockMode::ContendedSession),
             ("contended", LockMode::Contended),
         ] {
             if want(name) {
@@ -1141,6 +1148,16 @@ fn ratios(rows: &[Row], args: &Args, wasm: &[(String, usize, f64)]) -> Vec<Ratio
             find(rows, "mysql-commit (1 conn)", c),
         ));
     }
+    // What the deadlock check on each session's wait costs (issue #33).
+    for &c in &args.clients {
+        if let Some(session) = find(rows, "contended-session", c) {
+            out.push(reported(
+                format!("contended-session handoffs/s / contended, {c} clients"),
+                Some(session),
+                find(rows, "contended", c),
+            ));
+        }
+    }
     if args.etcd_url.is_some() {
         let c = at_count(args, 32);
         out.push(reported(
@@ -1320,6 +1337,15 @@ mod tests {
         assert_eq!(
             args.tls_ca.as_deref(),
             Some(std::path::Path::new("/tmp/ca.pem"))
+        );
+    }
+
+    #[test]
+    fn contended_session_is_a_broker_scenario() {
+        assert!(selected("broker").unwrap().contains(&"contended-session"));
+        assert_eq!(
+            selected("contended,contended-session").unwrap(),
+            ["contended", "contended-session"]
         );
     }
 

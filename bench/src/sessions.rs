@@ -74,8 +74,8 @@ pub async fn markdown(
     ))
 }
 
-/// A session's id, opened with `ttl_ms`.
-async fn open(client: &Client, ttl_ms: u64) -> anyhow::Result<String> {
+/// A session's id, opened with `ttl_ms` (also `contended-session`'s).
+pub(crate) async fn open(client: &Client, ttl_ms: u64) -> anyhow::Result<String> {
     let reply = client
         .post("/v1/sessions", &json!({"ttl_ms": ttl_ms}), 0)
         .await
@@ -100,7 +100,7 @@ async fn keepalive(client: &Client, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn close(client: &Client, id: &str) -> anyhow::Result<Value> {
+pub(crate) async fn close(client: &Client, id: &str) -> anyhow::Result<Value> {
     let reply = client
         .call(
             hyper::Method::DELETE,
@@ -153,21 +153,21 @@ async fn acquire_all(client: &Client, keys: &[String], body: &Value) -> anyhow::
     Ok(tokens)
 }
 
-/// A task that keeps session `id` alive (a keepalive every third of the
+/// A task that keeps session `id` alive (a keepalive every third of its
 /// TTL) until told to stop: then it answers when it sent the last
 /// keepalive that was confirmed.
-struct Keeper {
+pub(crate) struct Keeper {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Instant>,
 }
 
 impl Keeper {
-    fn start(client: &Client, id: &str) -> Keeper {
+    pub(crate) fn start(client: &Client, id: &str, ttl_ms: u64) -> Keeper {
         let (client, id) = (client.clone(), id.to_owned());
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             let mut last = Instant::now();
-            let mut tick = tokio::time::interval(Duration::from_millis(TTL_MS / 3));
+            let mut tick = tokio::time::interval(Duration::from_millis(ttl_ms / 3));
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
@@ -184,7 +184,7 @@ impl Keeper {
     }
 
     /// Stops it: when the last confirmed keepalive was sent.
-    async fn stop(self) -> Instant {
+    pub(crate) async fn stop(self) -> Instant {
         let _ = self.stop.send(());
         self.task.await.unwrap_or_else(|_| Instant::now())
     }
@@ -211,7 +211,7 @@ async fn keepalive_rows(
     let id = open(client, TTL_MS).await?;
     let keys: Vec<String> = (0..n).map(|i| format!("sk{run}-{n}-{i}")).collect();
     // Kept alive while the locks are taken too.
-    let keeper = Keeper::start(client, &id);
+    let keeper = Keeper::start(client, &id, TTL_MS);
     acquire_all(client, &keys, &json!({"session": id})).await?;
     let from = cpu::snapshot();
     let started = Instant::now();
@@ -286,7 +286,7 @@ async fn end_rows(client: &Client, run: &str, n: usize) -> anyhow::Result<String
     for how in ["close", "expiry"] {
         let id = open(client, TTL_MS).await?;
         let keys: Vec<String> = (0..n).map(|i| format!("se{run}-{how}-{n}-{i}")).collect();
-        let keeper = Keeper::start(client, &id);
+        let keeper = Keeper::start(client, &id, TTL_MS);
         acquire_all(client, &keys, &json!({"session": id})).await?;
         let waiting = queue_waiters(client, &keys).await?;
         let (started, answer) = if how == "close" {
