@@ -487,3 +487,48 @@ async fn a_policy_leaves_keys_it_turns_off_to_their_timeouts() {
     assert!(fallbacks >= 2, "{fallbacks}");
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn a_cycle_through_a_semaphore_and_a_rwlock_is_refused() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let post = |path: &'static str, body: serde_json::Value| {
+        let c = c.clone();
+        async move { c.post(path, &body).await.unwrap() }
+    };
+    let s0 = c.open_session(&json!({"ttl_ms": 60_000})).await;
+    let s1 = c.open_session(&json!({"ttl_ms": 60_000})).await;
+    // s0 holds the semaphore's only permit, s1 reads the rwlock.
+    let permit = json!({"owner": "h0", "permits": 1, "session": s0.id});
+    let reply = post("/v1/semaphores/k-sem/acquire", permit).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let read = json!({"owner": "h1", "mode": "read", "session": s1.id});
+    assert_eq!(post("/v1/rwlocks/k-rw/acquire", read).await.status, 200);
+    // s0 waits to write k-rw (held by s1's reader) ...
+    let write = json!({"owner": "w0", "mode": "write", "session": s0.id, "wait_ms": 30_000});
+    let writer = tokio::spawn(post("/v1/rwlocks/k-rw/acquire", write));
+    eventually("s0 waits for k-rw", WAIT, || async {
+        let q: lockbroker_api::KeyWaiters = c.get("/v1/rwlocks/k-rw/waiters").await.unwrap().ok();
+        q.waiters.len() == 1
+    })
+    .await;
+    // ... so s1's wait for the semaphore closes the cycle.
+    let wait = json!({"owner": "w1", "permits": 1, "session": s1.id, "wait_ms": 30_000});
+    let closing = post("/v1/semaphores/k-sem/acquire", wait).await;
+    let cycle = deadlock(&closing).expect("a deadlock").error.cycle.unwrap();
+    assert_eq!(
+        steps(&cycle),
+        [
+            (
+                s1.id.clone(),
+                "w1".into(),
+                "k-sem".into(),
+                "semaphore".into()
+            ),
+            (s0.id.clone(), "w0".into(), "k-rw".into(), "rwlock".into()),
+        ]
+    );
+    assert_eq!(c.close_session(&s1.id).await.status, 200);
+    assert_eq!(writer.await.unwrap().status, 200);
+    broker.stop().await;
+}

@@ -12,7 +12,7 @@
 //! theirs), so a cycle through several brokers is seen by any of them.
 //! A wait that could close one (its key is held in another session) is
 //! checked while its transaction holds the tenant's wait guard (a row
-//! written, see `store::waiting::take_guard`), and is enqueued in that same
+//! written, see `store::waiting::guarded_holders`), and is enqueued in that same
 //! transaction: two waits that would close one cycle at the same moment,
 //! on two brokers, are checked one after the other, and the second one
 //! sees the first and is refused; exactly one.
@@ -35,7 +35,7 @@ use crate::store::{
     history::{self, EventKind, NewEvent},
     pool::Conn,
     sessions::kind_of,
-    waiting::{self, HolderRow},
+    waiting::{self, SessionWait},
     Kind,
 };
 
@@ -154,46 +154,67 @@ impl Engine {
             return Ok(None);
         };
         let tenant = lock.tenant.as_str();
-        let key = vec![lock.storage_key.as_bytes().to_vec()];
-        let others = |rows: Vec<HolderRow>| -> HashSet<Vec<u8>> {
-            rows.into_iter()
-                .filter_map(|h| h.session)
-                .filter(|s| s != me.as_bytes())
-                .collect()
-        };
-        // Held by no other session: no cycle can close here (no guard).
-        if others(waiting::holders(conn, tenant, lock.kind, &key).await?).is_empty() {
-            return Ok(None);
-        }
         // The tenant's policy may leave this key's waits to their timeouts.
         if let Some(detect) = lock.pacing.detects_deadlocks(&lock.storage_key) {
             if !detect.await {
                 return Ok(None);
             }
         }
-        waiting::take_guard(conn, tenant).await?;
-        // Read again under the guard: what a wait checked before this one
-        // committed is seen now.
-        let holders = others(waiting::holders(conn, tenant, lock.kind, &key).await?);
+        let stale = self.stale();
+        // One round trip: the guard, taken only if another session holds
+        // the key, and those sessions' waits, read under it (a wait
+        // checked before this one committed is seen now). The key's
+        // holders need no second read: the caller's transaction holds the
+        // key's header row, which every change of its leases takes.
+        let step = waiting::guarded_holders(
+            conn,
+            tenant,
+            lock.kind,
+            lock.storage_key.as_bytes(),
+            me.as_bytes(),
+            stale,
+        )
+        .await?;
+        if step.is_empty() {
+            return Ok(None); // held by no other session: no cycle, no guard
+        }
         let first = CycleLink {
             session: me.to_owned(),
             owner: wish.owner.to_owned(),
             kind: lock.kind,
             storage_key: lock.storage_key.clone(),
         };
-        let mut frontier: HashMap<Vec<u8>, Vec<CycleLink>> = holders
-            .into_iter()
-            .map(|s| (s, vec![first.clone()]))
+        let mut frontier: HashMap<Vec<u8>, Vec<CycleLink>> = step
+            .iter()
+            .map(|h| (h.holder.clone(), vec![first.clone()]))
             .collect();
+        // The first step's waits came with the guard.
+        let mut known: Option<Vec<SessionWait>> = Some(
+            step.into_iter()
+                .filter_map(|h| {
+                    Some(SessionWait {
+                        session: h.holder,
+                        owner: h.owner?,
+                        kind: h.kind?,
+                        lock_key: h.lock_key?,
+                        mode: h.mode,
+                    })
+                })
+                .collect(),
+        );
         let mut visited: HashSet<Vec<u8>> = frontier.keys().cloned().collect();
         visited.insert(me.as_bytes().to_vec());
-        let stale = self.stale();
         for _ in 0..MAX_DEPTH {
             if frontier.is_empty() || visited.len() > MAX_VISITED {
                 break;
             }
-            let sessions: Vec<Vec<u8>> = frontier.keys().cloned().collect();
-            let waits = waiting::waits_of(conn, tenant, &sessions, stale).await?;
+            let waits = match known.take() {
+                Some(waits) => waits,
+                None => {
+                    let sessions: Vec<Vec<u8>> = frontier.keys().cloned().collect();
+                    waiting::waits_of(conn, tenant, &sessions, stale).await?
+                }
+            };
             let mut keys: HashMap<u8, HashSet<Vec<u8>>> = HashMap::new();
             for w in &waits {
                 keys.entry(w.kind).or_default().insert(w.lock_key.clone());

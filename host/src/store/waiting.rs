@@ -107,8 +107,18 @@ pub async fn holders(
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let marks = vec!["?"; keys.len()].join(", ");
-    let sql = match kind {
+    conn.fetch_all(
+        &holders_sql(kind, keys.len()),
+        holders_params(tenant, kind, keys),
+    )
+    .await
+}
+
+/// SQL: the live leases of `n` keys of `kind` as [`HolderRow`] columns;
+/// binds [`holders_params`].
+fn holders_sql(kind: Kind, n: usize) -> String {
+    let marks = vec!["?"; n].join(", ");
+    match kind {
         Kind::Lock | Kind::Election => format!(
             "SELECT CAST(l.kind AS UNSIGNED) AS kind, l.lock_key, l.owner, l.session, \
              CAST(NULL AS UNSIGNED) AS mode FROM locks l \
@@ -132,13 +142,71 @@ pub async fn holders(
              FROM rwlock_readers r \
              WHERE r.tenant = ? AND r.rw_key IN ({marks}) AND r.expires_at > NOW(6)"
         ),
-    };
+    }
+}
+
+/// The parameters of [`holders_sql`].
+fn holders_params<'a>(tenant: &'a str, kind: Kind, keys: &'a [Vec<u8>]) -> Vec<(&'a [u8],)> {
     let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
     params.extend(keys.iter().map(|k| (k.as_slice(),)));
     if kind == Kind::RwLock {
         params.push((tenant.as_bytes(),));
         params.extend(keys.iter().map(|k| (k.as_slice(),)));
     }
+    params
+}
+
+/// A session other than the asking one that holds the key, with one of
+/// its pending waits (none: `owner` and the rest are `NULL`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HolderWait {
+    pub holder: Vec<u8>,
+    pub owner: Option<Vec<u8>>,
+    pub kind: Option<u8>,
+    pub lock_key: Option<Vec<u8>>,
+    pub mode: Option<u8>,
+}
+
+/// The first step of a deadlock check, in one round trip: takes `tenant`'s
+/// wait guard (`session_wait_guards`, a written row: the checks of the
+/// tenant's session waits run one at a time until the transaction ends,
+/// across brokers and Galera nodes alike) if and only if a session other than `me`
+/// holds `key` (of `kind`), then reads those sessions with their eligible
+/// pending waits (after the guard: a wait checked and committed before is
+/// seen). Empty: no other session holds the key, and no guard was taken.
+pub async fn guarded_holders(
+    conn: &mut Conn,
+    tenant: &str,
+    kind: Kind,
+    key: &[u8],
+    me: &[u8],
+    stale: Staleness,
+) -> sqlx::Result<Vec<HolderWait>> {
+    let keys = [key.to_vec()];
+    let held = holders_sql(kind, 1);
+    let guard = format!(
+        "INSERT INTO session_wait_guards (tenant, checks) \
+         SELECT ?, 1 FROM DUAL WHERE EXISTS (SELECT 1 FROM ({held}) h \
+         WHERE h.session IS NOT NULL AND h.session <> ?) \
+         ON DUPLICATE KEY UPDATE checks = checks + 1"
+    );
+    let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
+    params.extend(holders_params(tenant, kind, &keys));
+    params.push((me,));
+    conn.defer(&guard, params).await?;
+    let eligible = ELIGIBLE
+        .replacen('?', &stale.grace_us.to_string(), 1)
+        .replacen('?', &stale.alive_us.to_string(), 1);
+    let sql = format!(
+        "SELECT DISTINCT h.session AS holder, w.owner, CAST(w.kind AS UNSIGNED) AS kind, \
+         w.lock_key, w.mode FROM ({held}) h \
+         LEFT JOIN waiters w FORCE INDEX (waiters_by_session) ON w.session = h.session \
+         AND w.tenant = ? AND w.granted_token IS NULL AND {eligible} \
+         WHERE h.session IS NOT NULL AND h.session <> ?"
+    );
+    let mut params = holders_params(tenant, kind, &keys);
+    params.push((tenant.as_bytes(),));
+    params.push((me,));
     conn.fetch_all(&sql, params).await
 }
 
@@ -169,20 +237,6 @@ pub async fn counts(
     let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
     params.extend(keys.iter().map(|k| (k.as_slice(),)));
     conn.fetch_all(&sql, params).await
-}
-
-/// Takes `tenant`'s wait guard (`session_wait_guards`) in the caller's
-/// transaction: a write, so that checks of the tenant's session waits run
-/// one at a time until the transaction ends, across brokers and Galera
-/// nodes alike.
-pub async fn take_guard(conn: &mut Conn, tenant: &str) -> sqlx::Result<()> {
-    conn.execute(
-        "INSERT INTO session_wait_guards (tenant, checks) VALUES (?, 1) \
-         ON DUPLICATE KEY UPDATE checks = checks + 1",
-        (tenant,),
-    )
-    .await?;
-    Ok(())
 }
 
 /// A pending wait of a session: which key, as which owner, for what.

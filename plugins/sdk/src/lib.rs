@@ -177,9 +177,9 @@ pub trait Deadlocks: Timing {
     /// own `wait_ms` runs out. A cycle through such a wait is still refused
     /// when another wait of it, for a key that is checked, closes it.
     ///
-    /// Asked once per session wait for a key another session holds. Answer
-    /// the same for the same key. A panic traps; the broker then checks the
-    /// key (as `true`).
+    /// Asked once per session wait (an acquire in a session that finds the
+    /// key busy). Answer the same for the same key. A panic traps; the
+    /// broker then checks the key (as `true`).
     fn detect(key: &str) -> bool {
         defaults::detect_deadlocks(key)
     }
