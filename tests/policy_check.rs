@@ -74,6 +74,12 @@ const TABLE: &[(&str, Limits, Verdict)] = &[
     ),
     // Exports `timing` too (the world `policy-with-timing`).
     ("fixtures/timing.wasm", Limits::Default, Accepted("timing")),
+    // Exports `deadlocks` too (the world `policy-with-deadlocks`).
+    (
+        "fixtures/deadlocks.wasm",
+        Limits::Default,
+        Accepted("deadlocks"),
+    ),
     // Renames only keys containing `boom` (a shadow candidate that
     // disagrees on a known set of keys): well-behaved.
     ("fixtures/rename.wasm", Limits::Default, Accepted("rename")),
@@ -277,5 +283,35 @@ fn policy_check_shows_the_delays_a_timing_policy_gives_its_keys() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(!stdout.contains("timing"), "{stdout}");
+    let _ = std::fs::remove_file(config);
+}
+
+#[test]
+fn policy_check_shows_which_keys_a_deadlocks_policy_checks() {
+    let dist = dist_dir();
+    let config = config_file(Limits::Default);
+    let policy = dist.join("fixtures/deadlocks.wasm");
+    let out = policy_check_keys(&policy, &config, &["plain-a", "orders"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for line in [
+        "deadlocks:  exported",
+        "\"plain-a\" not checked (waits run out)",
+        "\"orders\" checked",
+        "  deadlocks p50",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in\n{stdout}");
+    }
+    // A trap is a fault the broker would fall back from (checked).
+    let out = policy_check_keys(&policy, &config, &["trap-z"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("deadlocks faults on storage key \"trap-z\""),
+        "{stderr}"
+    );
+    let out = policy_check_keys(&dist.join("default.wasm"), &config, &["plain-a"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("deadlock"), "{stdout}");
     let _ = std::fs::remove_file(config);
 }

@@ -113,6 +113,19 @@ pub fn run(file: &Path, tenant: &str, keys: &[String], config: Option<&Path>) ->
             }
         }
     }
+    if p.loaded.policy.has_deadlocks() {
+        println!("deadlocks:  exported (turns the deadlock check of session waits off per key)");
+    }
+    if !report.deadlocks.is_empty() {
+        println!("deadlock check of session waits:");
+        for (storage, detect) in &report.deadlocks {
+            match detect {
+                Ok(true) => println!("  {storage:?} checked"),
+                Ok(false) => println!("  {storage:?} not checked (waits run out)"),
+                Err(fault) => println!("  {storage:?} FAULT: {fault}"),
+            }
+        }
+    }
     println!("latency ({} calls each):", wasm::CALLS);
     for (export, latency) in &report.latency {
         match latency {

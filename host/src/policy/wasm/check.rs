@@ -31,6 +31,10 @@ pub struct Report {
     /// keys and what the policy says of its delays (checked as the broker
     /// checks them); empty otherwise.
     pub delays: Vec<(String, Result<Timing, PolicyFault>)>,
+    /// For a policy that exports `deadlocks`: each storage key of the
+    /// sample keys and whether its session waits are checked for
+    /// deadlocks; empty otherwise.
+    pub deadlocks: Vec<(String, Result<bool, PolicyFault>)>,
     /// `(export, latency)` for naming, fairness, backoff and timing (if
     /// exported).
     pub latency: Vec<(&'static str, Result<Latency, PolicyFault>)>,
@@ -51,7 +55,14 @@ impl Report {
                     .map(|fault| format!("timing faults on storage key {key:?}: {fault}"))
             })
         };
-        key.or_else(delays).or_else(|| {
+        let deadlocks = || {
+            self.deadlocks.iter().find_map(|(key, d)| {
+                d.as_ref()
+                    .err()
+                    .map(|fault| format!("deadlocks faults on storage key {key:?}: {fault}"))
+            })
+        };
+        key.or_else(delays).or_else(deadlocks).or_else(|| {
             self.latency.iter().find_map(|(export, l)| {
                 l.as_ref()
                     .err()
@@ -93,6 +104,14 @@ pub fn check(
                 let timing = policy.timing(storage).and_then(Timing::checked);
                 (storage.clone(), timing)
             })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let deadlocks = if policy.has_deadlocks() {
+        keys.iter()
+            .filter_map(|(_, named)| named.as_ref().ok())
+            .map(|storage| (storage.clone(), policy.detects_deadlocks(storage)))
             .collect()
     } else {
         Vec::new()
@@ -145,6 +164,7 @@ pub fn check(
         prepared,
         keys,
         delays,
+        deadlocks,
         latency,
     })
 }
