@@ -9,8 +9,9 @@
 //! candidates are fixtures: `rename` stores keys with `boom` as
 //! `renamed/{key}` (and agrees on every other key), `trap`, `loop` and
 //! `hog` trap, loop or allocate until the memory limit on keys with `boom`
-//! and on every backoff call. Tests wait on the
-//! report's counts (a condition), never for a time.
+//! and on every backoff call. `deadlocks` (not checking `plain-*` keys)
+//! is put in force to compare a candidate on that export. Tests wait on
+//! the report's counts (a condition), never for a time.
 
 use std::time::Duration;
 
@@ -145,6 +146,7 @@ async fn a_candidate_that_disagrees_on_known_keys_is_counted_exactly() {
         report.counts.fairness,
         report.counts.backoff,
         report.counts.timing,
+        report.counts.deadlocks,
     ] {
         assert_eq!(total(other), 0, "{report:?}");
     }
@@ -251,6 +253,94 @@ async fn a_candidate_that_traps_loops_or_hoards_is_counted_and_never_felt() {
     let failed =
         "lockbroker_policy_shadow_total{tenant=\"default\",export=\"naming\",outcome=\"failed\"}";
     assert_eq!(metrics.counter(failed).await, 6 * candidates.len() as u64);
+    broker.stop().await;
+}
+
+/// A session's waiting acquire of `key` (held by another owner) that runs
+/// out after 100 ms: the policy in force is asked its `deadlocks`, if it
+/// exports it.
+async fn wait_runs_out(c: &Client, session: &str, key: &str) {
+    granted(c, key, "holder").await;
+    let body = json!({"session": session, "owner": "waiter", "wait_ms": 100});
+    let r = c
+        .post(&format!("/v1/locks/{key}/acquire"), &body)
+        .await
+        .unwrap();
+    assert_eq!(r.code(), Some(ErrorCode::LockHeld), "{key}: {r:?}");
+}
+
+#[tokio::test]
+async fn a_candidate_is_compared_on_deadlocks_while_the_policy_in_force_exports_it() {
+    let dir = PolicyDir::new("lb-shadow");
+    let broker = dir.broker(200).await;
+    let admin = broker.client_with(Some(ADMIN));
+    let c = broker.client();
+    // In force: `deadlocks`, which does not check `plain-*` keys. The
+    // candidate, `rename`, does not export it: it checks every key.
+    let bytes = std::fs::read(dist("fixtures/deadlocks.wasm")).unwrap();
+    let r = put_policy(&admin, "default", "?mode=active", bytes).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    load_shadow(&admin, "fixtures/rename.wasm").await;
+    let s = c.open_session(&json!({"ttl_ms": 60_000})).await;
+    wait_runs_out(&c, &s.id, "plain-1").await;
+    wait_runs_out(&c, &s.id, "checked-1").await;
+    let report = report_when(&admin, "both deadlocks calls judged", |r| {
+        total(r.counts.deadlocks) >= 2
+    })
+    .await;
+    assert_eq!(
+        report.counts.deadlocks,
+        ShadowCount {
+            agree: 1,
+            disagree: 1,
+            failed: 0,
+            dropped: 0
+        },
+        "{report:?}"
+    );
+    let disagreements: Vec<_> = report
+        .disagreements
+        .iter()
+        .map(|d| {
+            (
+                d.export,
+                d.input.as_str(),
+                d.active.as_str(),
+                d.candidate.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        disagreements,
+        [(
+            ShadowExport::Deadlocks,
+            "storage key \"plain-1\"",
+            "not checked",
+            "checked"
+        )]
+    );
+    let metrics = broker.client_with(None);
+    let series = "lockbroker_policy_shadow_total{tenant=\"default\",export=\"deadlocks\",outcome=\"disagree\"}";
+    assert_eq!(metrics.counter(series).await, 1);
+
+    // Back to `default.wasm` in force (the shadow goes on): no `deadlocks`,
+    // so nothing is asked, nor compared.
+    let r = admin
+        .post("/v1/admin/tenants/default/policy/rollback", &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    wait_runs_out(&c, &s.id, "plain-2").await;
+    // A call after the wait (a naming the candidate disagrees on): once it
+    // is judged, so is every call offered before it.
+    granted(&c, "marker-boom", "me").await;
+    let report = report_when(&admin, "the marker judged", |r| {
+        r.disagreements
+            .iter()
+            .any(|d| d.input.contains("marker-boom"))
+    })
+    .await;
+    assert_eq!(total(report.counts.deadlocks), 2, "{report:?}");
     broker.stop().await;
 }
 
@@ -483,6 +573,10 @@ async fn lockctl_policy_shadow_report_and_promote() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("naming: 1 agree, 1 disagree, 0 failed, 0 dropped"),
+        "{text}"
+    );
+    assert!(
+        text.contains("deadlocks: 0 agree, 0 disagree, 0 failed, 0 dropped"),
         "{text}"
     );
     assert!(text.contains("candidate \"renamed/l-boom-1\""), "{text}");

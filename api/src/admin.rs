@@ -193,6 +193,10 @@ pub struct ShadowCounts {
     /// `timing`: a key's lock-delay and minimum hold (asked only while the
     /// policy in force exports `timing`).
     pub timing: ShadowCount,
+    /// `detect`: whether a session's wait for a key is checked for a
+    /// deadlock (asked only while the policy in force exports
+    /// `deadlocks`).
+    pub deadlocks: ShadowCount,
 }
 
 /// How one export's calls went for a shadow candidate.
@@ -221,6 +225,7 @@ pub enum ShadowExport {
     Fairness,
     Backoff,
     Timing,
+    Deadlocks,
 }
 
 /// One call on which a shadow candidate disagreed with the policy in

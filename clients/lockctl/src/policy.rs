@@ -110,6 +110,7 @@ fn print_report(out: Output, report: &PolicyShadow) {
         ("fairness", counts.fairness),
         ("backoff", counts.backoff),
         ("timing", counts.timing),
+        ("deadlocks", counts.deadlocks),
     ] {
         out.human(&format!("  {export}: {}", count_words(n)));
     }

@@ -506,6 +506,7 @@ fn report_of(tenant: &Tenant, shadow: &Shadow) -> PolicyShadow {
         shadow::Export::Fairness => ShadowExport::Fairness,
         shadow::Export::Backoff => ShadowExport::Backoff,
         shadow::Export::Timing => ShadowExport::Timing,
+        shadow::Export::Deadlocks => ShadowExport::Deadlocks,
     };
     let current = tenant.policy.current();
     PolicyShadow {
@@ -517,6 +518,7 @@ fn report_of(tenant: &Tenant, shadow: &Shadow) -> PolicyShadow {
             fairness: count(shadow::Export::Fairness),
             backoff: count(shadow::Export::Backoff),
             timing: count(shadow::Export::Timing),
+            deadlocks: count(shadow::Export::Deadlocks),
         },
         disagreements: shadow
             .examples()

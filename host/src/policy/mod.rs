@@ -564,6 +564,9 @@ impl TenantPolicy {
     /// refused when it would close a cycle: `true` unless the policy's
     /// `deadlocks` says otherwise; a failure counts as `true` (a fallback,
     /// counted), as does a policy that does not export it (not asked).
+    /// An answer is put to the shadow candidate, if any: a candidate is
+    /// compared on `deadlocks` only while the policy in force exports it
+    /// (as on `timing`).
     pub async fn detects_deadlocks(&self, storage_key: &str) -> bool {
         let loaded = self.current();
         if !loaded.policy.has_deadlocks() {
@@ -575,7 +578,15 @@ impl TenantPolicy {
         );
         let key = storage_key.to_owned();
         match call(&loaded, "deadlocks", move |p| p.detects_deadlocks(&key)).await {
-            Ok(detect) => detect,
+            Ok(detect) => {
+                if let Some(shadow) = self.shadow() {
+                    shadow.offer(Call::Deadlocks {
+                        storage_key: storage_key.to_owned(),
+                        active: detect,
+                    });
+                }
+                detect
+            }
             Err(fault) => {
                 self.fault(&loaded, "deadlocks", &fault);
                 true
@@ -811,6 +822,87 @@ mod tests {
         policy.swap(loaded(Timed));
         assert!(policy.has_timing());
         assert_eq!(policy.timing("job").await, hold);
+    }
+
+    /// A policy whose `deadlocks` leaves keys with `plain` unchecked and
+    /// traps on keys with `trap`.
+    struct Unchecked;
+    impl Policy for Unchecked {
+        fn describe(&self) -> Result<Descriptor, PolicyFault> {
+            Builtin.describe()
+        }
+        fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
+            Builtin.storage_key(t, k)
+        }
+        fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
+            Builtin.pick_next(k, w)
+        }
+        fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
+            Builtin.next_delay(c)
+        }
+        fn has_deadlocks(&self) -> bool {
+            true
+        }
+        fn detects_deadlocks(&self, key: &str) -> Result<bool, PolicyFault> {
+            if key.contains("trap") {
+                return Err(PolicyFault::Trap("boom".into()));
+            }
+            Ok(!key.contains("plain"))
+        }
+    }
+
+    #[tokio::test]
+    async fn deadlocks_answers_go_to_the_shadow_while_the_policy_in_force_has_it() {
+        let metrics = Arc::new(Metrics::default());
+        let policy = TenantPolicy::new("t", None, loaded(Unchecked), metrics.clone());
+        // The built-in candidate checks every key.
+        let shadow = Shadow::start("t", Loaded::builtin(), Vec::new(), metrics.clone()).unwrap();
+        let shadow = Arc::new(shadow);
+        policy.set_shadow(Some(shadow.clone()));
+        assert!(policy.detects_deadlocks("job").await);
+        assert!(!policy.detects_deadlocks("plain-job").await);
+        // A failure falls back to the check: nothing to compare.
+        assert!(policy.detects_deadlocks("trap").await);
+        // A policy in force without `deadlocks` is not asked: nothing to
+        // compare either.
+        policy.swap(Loaded::builtin());
+        assert!(policy.detects_deadlocks("plain-job").await);
+        // A backoff call after them: once it is judged, so are they.
+        policy.next_delay(Contention::default()).await;
+        let started = std::time::Instant::now();
+        while shadow.counts(shadow::Export::Backoff).agree == 0 {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30));
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            shadow.counts(shadow::Export::Deadlocks),
+            shadow::Counts {
+                agree: 1,
+                disagree: 1,
+                failed: 0,
+                dropped: 0
+            }
+        );
+        let examples = shadow.examples();
+        assert_eq!(examples.len(), 1, "{examples:?}");
+        let e = &examples[0];
+        assert_eq!(
+            (
+                e.export,
+                e.input.as_str(),
+                e.active.as_str(),
+                e.candidate.as_str()
+            ),
+            (
+                shadow::Export::Deadlocks,
+                "storage key \"plain-job\"",
+                "not checked",
+                "checked"
+            )
+        );
+        assert!(metrics.render().contains(
+            "lockbroker_policy_shadow_total{tenant=\"t\",export=\"deadlocks\",outcome=\"disagree\"} 1"
+        ));
     }
 
     fn broken() -> (TenantPolicy, Arc<Metrics>) {

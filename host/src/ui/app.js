@@ -510,7 +510,7 @@ function policyPage({ signal, secret, tenant }) {
 
   function shadowReport(report) {
     const c = report.candidate;
-    const counts = ['naming', 'fairness', 'backoff', 'timing'].map((e) => ({ export: e, ...report.counts[e] }));
+    const counts = ['naming', 'fairness', 'backoff', 'timing', 'deadlocks'].map((e) => ({ export: e, ...report.counts[e] }));
     const promote = confirmed('Promote', { class: 'danger', 'aria-label': `Promote ${c.id}` },
       () => `Promote ${c.name} ${c.version} (${c.id}) to be ${tenant}'s policy? It decides from then on.`,
       async () => {

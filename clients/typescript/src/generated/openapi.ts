@@ -3019,6 +3019,12 @@ export interface components {
              *     policy in force exports `timing`).
              */
             timing: components["schemas"]["ShadowCount"];
+            /**
+             * @description `detect`: whether a session's wait for a key is checked for a
+             *     deadlock (asked only while the policy in force exports
+             *     `deadlocks`).
+             */
+            deadlocks: components["schemas"]["ShadowCount"];
         };
         /**
          * @description One call on which a shadow candidate disagreed with the policy in
@@ -3043,7 +3049,7 @@ export interface components {
          * @description An export of the policy world, as shadow reports name them.
          * @enum {string}
          */
-        ShadowExport: "naming" | "fairness" | "backoff" | "timing";
+        ShadowExport: "naming" | "fairness" | "backoff" | "timing" | "deadlocks";
         /**
          * @description `GET /healthz` (`ok`) and `GET /readyz` (`ready`).
          * @example {

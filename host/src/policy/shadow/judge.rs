@@ -37,6 +37,10 @@ pub(crate) enum Call {
         storage_key: String,
         active: Timing,
     },
+    Deadlocks {
+        storage_key: String,
+        active: bool,
+    },
 }
 
 impl Call {
@@ -46,6 +50,7 @@ impl Call {
             Call::Fairness { .. } => Export::Fairness,
             Call::Backoff { .. } => Export::Backoff,
             Call::Timing { .. } => Export::Timing,
+            Call::Deadlocks { .. } => Export::Deadlocks,
         }
     }
 }
@@ -142,6 +147,25 @@ pub(super) fn judge(tenant: &str, candidate: &dyn Policy, call: Call) -> Verdict
                 }),
             }
         }
+        Call::Deadlocks {
+            storage_key,
+            active,
+        } => {
+            // A candidate without `deadlocks` checks every key.
+            let detect = if candidate.has_deadlocks() {
+                candidate.detects_deadlocks(&storage_key)
+            } else {
+                Ok(true)
+            };
+            match detect {
+                Err(fault) => Verdict::Failed(fault),
+                Ok(detect) => verdict(detect == active, &|| Words {
+                    input: format!("storage key {}", quoted(&storage_key)),
+                    active: checked(active),
+                    candidate: checked(detect),
+                }),
+            }
+        }
     }
 }
 
@@ -215,6 +239,10 @@ fn delays(timing: Timing) -> String {
     )
 }
 
+fn checked(detect: bool) -> String {
+    if detect { "checked" } else { "not checked" }.to_owned()
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -222,7 +250,9 @@ pub(super) mod tests {
 
     /// The built-in policy, but keys with `x` are named upper-case, keys
     /// with `trap` trap, a waiter owned by `last` is picked last, and
-    /// backoff always says 7 ms; `timing` gives a one-second hold.
+    /// backoff always says 7 ms; `timing` gives a one-second hold;
+    /// `deadlocks` leaves keys with `plain` unchecked and traps on keys
+    /// with `trap`.
     pub(crate) struct Candidate;
     impl Policy for Candidate {
         fn describe(&self) -> Result<Descriptor, PolicyFault> {
@@ -252,6 +282,15 @@ pub(super) mod tests {
                 lock_delay_ms: None,
                 min_hold_ms: Some(1_000),
             })
+        }
+        fn has_deadlocks(&self) -> bool {
+            true
+        }
+        fn detects_deadlocks(&self, k: &str) -> Result<bool, PolicyFault> {
+            if k.contains("trap") {
+                return Err(PolicyFault::Trap("boom".into()));
+            }
+            Ok(!k.contains("plain"))
         }
     }
 
@@ -372,5 +411,52 @@ pub(super) mod tests {
             active: Timing::default(),
         };
         assert!(matches!(judge("t", &Builtin, timing), Verdict::Agree));
+    }
+
+    #[test]
+    fn deadlocks_agree_disagree_or_fail() {
+        let deadlocks = |key: &str, active| Call::Deadlocks {
+            storage_key: key.into(),
+            active,
+        };
+        assert!(matches!(
+            judge("t", &Candidate, deadlocks("job", true)),
+            Verdict::Agree
+        ));
+        assert!(matches!(
+            judge("t", &Candidate, deadlocks("plain-job", false)),
+            Verdict::Agree
+        ));
+        let Verdict::Disagree(words) = judge("t", &Candidate, deadlocks("plain-job", true)) else {
+            panic!("the candidate does not check plain keys")
+        };
+        assert_eq!(
+            words,
+            Words {
+                input: "storage key \"plain-job\"".into(),
+                active: "checked".into(),
+                candidate: "not checked".into(),
+            }
+        );
+        let Verdict::Disagree(words) = judge("t", &Candidate, deadlocks("job", false)) else {
+            panic!("the candidate checks other keys")
+        };
+        assert_eq!(
+            (words.active.as_str(), words.candidate.as_str()),
+            ("not checked", "checked")
+        );
+        assert!(matches!(
+            judge("t", &Candidate, deadlocks("trap", true)),
+            Verdict::Failed(PolicyFault::Trap(_))
+        ));
+        // A candidate without `deadlocks` checks every key.
+        assert!(matches!(
+            judge("t", &Builtin, deadlocks("plain-job", true)),
+            Verdict::Agree
+        ));
+        let Verdict::Disagree(words) = judge("t", &Builtin, deadlocks("plain-job", false)) else {
+            panic!("the built-in policy checks every key")
+        };
+        assert_eq!(words.candidate, "checked");
     }
 }

@@ -2,9 +2,10 @@
 //! live traffic, and decides nothing.
 //!
 //! Each naming, fairness, backoff (and, while the policy in force exports
-//! it, timing) call that the policy in force answers is also put to the
-//! candidate, with the same input (the same random seed for backoff), and
-//! the two answers are compared: agree, disagree, or the candidate failed.
+//! them, timing and deadlocks) call that the policy in force answers is
+//! also put to the candidate, with the same input (the same random seed
+//! for backoff), and the two answers are compared: agree, disagree, or the
+//! candidate failed.
 //! The latest disagreements are kept as examples, inputs and both answers
 //! in words.
 //!
@@ -64,15 +65,17 @@ pub enum Export {
     Fairness,
     Backoff,
     Timing,
+    Deadlocks,
 }
 
 impl Export {
     /// Every export, in the order reports list them.
-    pub const ALL: [Export; 4] = [
+    pub const ALL: [Export; 5] = [
         Export::Naming,
         Export::Fairness,
         Export::Backoff,
         Export::Timing,
+        Export::Deadlocks,
     ];
 
     /// The export's name (the `export` label of the metrics).
@@ -82,6 +85,7 @@ impl Export {
             Export::Fairness => "fairness",
             Export::Backoff => "backoff",
             Export::Timing => "timing",
+            Export::Deadlocks => "deadlocks",
         }
     }
 }
@@ -130,7 +134,7 @@ pub struct Example {
 #[derive(Default)]
 struct Tally {
     /// By export, then outcome (the order of `Export::ALL` and `Outcome`).
-    counts: [[AtomicU64; 4]; 4],
+    counts: [[AtomicU64; 4]; Export::ALL.len()],
     examples: Mutex<VecDeque<Example>>,
     /// Set when the shadow ends: its thread stops without finishing the
     /// calls still queued.
