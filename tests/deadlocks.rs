@@ -11,70 +11,16 @@
 use std::time::Duration;
 
 use lockbroker::config::TenantConfig;
-use lockbroker_api::{CycleStep, ErrorBody, ErrorCode, Session, WaitsFor};
+use lockbroker_api::{CycleStep, ErrorCode, WaitsFor};
 use lockbroker_tests::{
-    config, eventually, fresh_db_name, Broker, Client, PolicyDir, Reply, SseStream, KEY,
+    config, eventually, fresh_db_name,
+    rings::{deadlock, hold, one_ring, ring, wait_for, wait_ms, waiters},
+    Broker, Client, PolicyDir, SseStream, KEY,
 };
 use serde_json::json;
 
 /// How long a test waits for a condition.
 const WAIT: Duration = Duration::from_secs(10);
-
-async fn hold(c: &Client, s: &Session, key: &str, owner: &str) {
-    let reply = c
-        .post(
-            &format!("/v1/locks/{key}/acquire"),
-            &json!({"session": s.id, "owner": owner}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.status, 200, "{reply:?}");
-}
-
-/// Starts `s`'s waiting acquire of `key` (as `owner`) in a task.
-fn wait_for(c: &Client, s: &Session, key: &str, owner: &str) -> tokio::task::JoinHandle<Reply> {
-    wait_ms(c, s, key, owner, 30_000)
-}
-
-/// [`wait_for`] with a budget of `ms`.
-fn wait_ms(
-    c: &Client,
-    s: &Session,
-    key: &str,
-    owner: &str,
-    ms: u64,
-) -> tokio::task::JoinHandle<Reply> {
-    let (c, path) = (c.clone(), format!("/v1/locks/{key}/acquire"));
-    let body = json!({"session": s.id, "owner": owner, "wait_ms": ms});
-    tokio::spawn(async move { c.post(&path, &body).await.unwrap() })
-}
-
-async fn waiters(c: &Client, key: &str) -> usize {
-    let q: lockbroker_api::KeyWaiters = c
-        .get(&format!("/v1/locks/{key}/waiters"))
-        .await
-        .unwrap()
-        .ok();
-    q.waiters.len()
-}
-
-/// A ring of `n` sessions: session `i` holds `{prefix}{i}` and will wait
-/// for `{prefix}{i+1}`.
-async fn ring(c: &Client, prefix: &str, n: usize) -> Vec<Session> {
-    let mut sessions = Vec::new();
-    for i in 0..n {
-        let s = c
-            .open_session(&json!({"ttl_ms": 60_000, "name": format!("{prefix}{i}")}))
-            .await;
-        hold(c, &s, &format!("{prefix}{i}"), &format!("h{i}")).await;
-        sessions.push(s);
-    }
-    sessions
-}
-
-fn deadlock(reply: &Reply) -> Option<ErrorBody> {
-    (reply.code() == Some(ErrorCode::Deadlock)).then(|| reply.parse())
-}
 
 #[tokio::test]
 async fn the_wait_that_closes_a_cycle_is_refused_with_the_cycle() {
@@ -164,69 +110,6 @@ async fn a_session_waiting_for_its_own_key_or_a_plain_lease_is_no_deadlock() {
     broker.stop().await;
 }
 
-/// Closes a ring of `n` sessions through `clients` (session `i`'s wait
-/// through client `i % len`) with every wait sent at once; exactly one is
-/// refused, and ending its session serves every other, one after another.
-async fn one_ring(clients: &[Client], prefix: &str, n: usize) {
-    let c = &clients[0];
-    let s = ring(c, prefix, n).await;
-    let waits: Vec<_> = (0..n)
-        .map(|i| {
-            let via = &clients[i % clients.len()];
-            wait_for(
-                via,
-                &s[i],
-                &format!("{prefix}{}", (i + 1) % n),
-                &format!("w{i}"),
-            )
-        })
-        .collect();
-    // The refused one answers at once; the others wait.
-    let mut refused = None;
-    let mut pending = Vec::new();
-    for (i, w) in waits.into_iter().enumerate() {
-        pending.push((i, w));
-    }
-    eventually("one is refused", WAIT, || async {
-        pending.iter().any(|(_, w)| w.is_finished())
-    })
-    .await;
-    let mut still = Vec::new();
-    for (i, w) in pending {
-        if w.is_finished() {
-            let reply = w.await.unwrap();
-            let body = deadlock(&reply).unwrap_or_else(|| panic!("{prefix}: {reply:?}"));
-            assert_eq!(body.error.cycle.unwrap().len(), n, "{prefix}");
-            assert!(refused.replace(i).is_none(), "{prefix}: refused twice");
-        } else {
-            still.push((i, w));
-        }
-    }
-    let refused = refused.unwrap();
-    assert_eq!(still.len(), n - 1);
-    eventually("the others wait", WAIT, || async {
-        let mut queued = 0;
-        for i in 0..n {
-            queued += waiters(c, &format!("{prefix}{i}")).await;
-        }
-        queued == n - 1
-    })
-    .await;
-    // Ending the refused session hands its key to the one waiting for it,
-    // whose session then ends, and so on round: every wait is served.
-    let mut ending = refused;
-    for _ in 0..n - 1 {
-        assert_eq!(c.close_session(&s[ending].id).await.status, 200);
-        let next = (ending + n - 1) % n;
-        let at = still.iter().position(|(i, _)| *i == next).unwrap();
-        let (_, w) = still.remove(at);
-        let reply = w.await.unwrap();
-        assert_eq!(reply.status, 200, "{prefix}: w{next}: {reply:?}");
-        ending = next;
-    }
-    assert_eq!(c.close_session(&s[ending].id).await.status, 200);
-}
-
 #[tokio::test]
 async fn cycles_of_two_three_and_five_sessions_are_refused_once_on_one_broker() {
     let broker = Broker::start().await;
@@ -249,6 +132,85 @@ async fn cycles_through_two_brokers_are_refused_once() {
             one_ring(&clients, &format!("two-{round}-{n}-"), n).await;
         }
     }
+    second.shutdown().await;
+    first.stop().await;
+}
+
+/// A session that holds nothing when it starts to wait closes no cycle,
+/// so its wait is queued unchecked; yet it stays an edge of the graph.
+/// Each round: session `t` holds `K`; at the same moment, through two
+/// brokers, session `s` waits for `K` (holding nothing yet), `s` takes
+/// the free `K3` with another owner, and `t` waits for `K3`. Whichever
+/// order they land in: if `s` ends up holding `K3` while both wait, that
+/// is a cycle and exactly one of the two waits is refused; if `t` took
+/// `K3` first, nobody is refused. Either way, ending the sessions serves
+/// or ends every wait (none is left to its timeout).
+#[tokio::test]
+async fn a_session_that_held_nothing_when_it_waited_is_still_in_the_cycle() {
+    let first = Broker::start().await;
+    let second = Broker::start_with(first.db.clone(), config(&first.db)).await;
+    let (a, b) = (first.client(), second.client());
+    let mut cycles = 0;
+    for round in 0..12 {
+        let (k, k3) = (format!("empty-{round}-k"), format!("empty-{round}-k3"));
+        let t = a.open_session(&json!({"ttl_ms": 60_000})).await;
+        let s = a.open_session(&json!({"ttl_ms": 60_000})).await;
+        hold(&a, &t, &k, "t-holds").await;
+        let s_waits = wait_for(&a, &s, &k, "s-waits");
+        let s_takes = wait_for(&b, &s, &k3, "s-takes");
+        let t_waits = wait_for(if round % 2 == 0 { &b } else { &a }, &t, &k3, "t-waits");
+        // Settled: each of the three either answered or is queued.
+        eventually("the three settle", WAIT, || async {
+            let done = [&s_waits, &s_takes, &t_waits]
+                .iter()
+                .filter(|h| h.is_finished())
+                .count();
+            done + waiters(&a, &k).await + waiters(&a, &k3).await == 3
+        })
+        .await;
+        let took = s_takes.is_finished();
+        let mut refused = 0;
+        let mut pending = Vec::new();
+        for (name, h) in [
+            ("s-waits", s_waits),
+            ("s-takes", s_takes),
+            ("t-waits", t_waits),
+        ] {
+            if !h.is_finished() {
+                pending.push(h);
+                continue;
+            }
+            let reply = h.await.unwrap();
+            if deadlock(&reply).is_some() {
+                assert_ne!(name, "s-takes", "round {round}: {reply:?}");
+                refused += 1;
+            } else {
+                assert_eq!(reply.status, 200, "round {round}: {name}: {reply:?}");
+            }
+        }
+        if took {
+            // s holds K3 and waits for K (t's); t waits for K3: a cycle.
+            assert_eq!(refused, 1, "round {round}: the cycle refused once");
+            cycles += 1;
+        } else {
+            // t took K3 first: s waits for both of t's keys, no cycle.
+            assert_eq!(refused, 0, "round {round}: a false refusal");
+        }
+        assert_eq!(a.close_session(&t.id).await.status, 200);
+        assert_eq!(a.close_session(&s.id).await.status, 200);
+        for h in pending {
+            let reply = tokio::time::timeout(WAIT, h)
+                .await
+                .expect("left waiting")
+                .unwrap();
+            assert_ne!(
+                reply.code(),
+                Some(ErrorCode::Deadlock),
+                "round {round}: {reply:?}"
+            );
+        }
+    }
+    assert!(cycles > 0, "no round formed the cycle");
     second.shutdown().await;
     first.stop().await;
 }

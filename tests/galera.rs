@@ -2,8 +2,9 @@
 //! recommended setup (every broker lists the nodes in the same order, so
 //! all write through one node) through a kill -9 of that node; brokers whose
 //! lists differ in order, which move to one node; and brokers pointed at
-//! different nodes for good. Row locks are per node on Galera and reads are
-//! not causal by default: each run records what clients saw and checks it.
+//! different nodes for good (with deadlock checks between sessions too).
+//! Row locks are per node on Galera and reads are not causal by default:
+//! each run records what clients saw and checks it.
 //!
 //! Each test starts its own cluster (about 10 s); they take turns.
 
@@ -13,8 +14,8 @@ use std::{
 };
 
 use lockbroker_tests::{
-    eventually, fresh_db_name, run_clients_with, BrokerProcess, Client, GaleraCluster, History,
-    Load, Release503, KEY,
+    eventually, fresh_db_name, rings::one_ring, run_clients_with, BrokerProcess, Client,
+    GaleraCluster, History, Load, Release503, KEY,
 };
 use sqlx::{Connection, MySqlConnection};
 use tokio::sync::Mutex;
@@ -250,6 +251,27 @@ async fn brokers_on_different_nodes_stay_correct() {
     assert_eq!(report.unavailable, 0, "503 on a healthy cluster: {report}");
     assert_eq!(report.timeouts, 0, "{report}");
     assert!(report.grants > 100, "{report}");
+    run.stop().await;
+}
+
+/// Deadlock checks between sessions (issue #33) through brokers on
+/// different nodes for good, where row locks do not see each other: a
+/// check pins (writes) each session whose waits it reads, so two checks
+/// that would each miss the other's wait are ordered by certification (the
+/// later one retried). Rings of two and three sessions closed at once
+/// through both brokers are refused exactly once each, and the other waits
+/// are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadlock_cycles_through_brokers_on_different_nodes_are_refused_once() {
+    let _turn = TURNS.lock().await;
+    let run = Run::start(&[&[1], &[2]]).await;
+    assert_ne!(run.servers().await[0], run.servers().await[1]);
+    let clients: Vec<Client> = run.brokers.iter().map(BrokerProcess::client).collect();
+    for round in 0..3 {
+        for n in [2, 3] {
+            one_ring(&clients, &format!("g-{round}-{n}-"), n).await;
+        }
+    }
     run.stop().await;
 }
 

@@ -33,6 +33,7 @@ mod load;
 mod mariadb;
 mod policies;
 mod proxy;
+pub mod rings;
 mod sse;
 
 use std::{

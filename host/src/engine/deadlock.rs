@@ -10,12 +10,15 @@
 //! (two tasks of one process sharing it) is not a cycle. The graph lives
 //! in the database (pending waiter rows name their session, lease rows
 //! theirs), so a cycle through several brokers is seen by any of them.
-//! A wait that could close one (its key is held in another session) is
-//! checked while its transaction holds the tenant's wait guard (a row
-//! written, see `store::waiting::guarded_holders`), and is enqueued in that same
-//! transaction: two waits that would close one cycle at the same moment,
-//! on two brokers, are checked one after the other, and the second one
-//! sees the first and is refused; exactly one.
+//! The check runs in the transaction that enqueues the wait, which first
+//! pins its own session (`store::sessions::pin`, a written row held to the
+//! end of the transaction), and pins every session before it reads that
+//! session's waits: two waits that would close one cycle at the same
+//! moment, on two brokers, are checked one after the other (the second
+//! pins a session the first pinned, and waits for it; or the database
+//! breaks their deadlock and the retry comes second), and the second one
+//! sees the first and is refused; exactly one. A session that holds
+//! nothing cannot close a cycle: its wait is enqueued pinned, unchecked.
 //!
 //! A tenant's policy may turn the check off key by key (its `deadlocks`
 //! export, `wit/deadlocks.wit`): a wait for such a key is never refused
@@ -34,7 +37,7 @@ use super::{lease::Wish, Engine, EngineError, LockRef};
 use crate::store::{
     history::{self, EventKind, NewEvent},
     pool::Conn,
-    sessions::kind_of,
+    sessions::{self, kind_of},
     waiting::{self, SessionWait},
     Kind,
 };
@@ -138,9 +141,39 @@ impl Engine {
         });
     }
 
+    /// Prepares the check of `wish`'s wait for `lock`: the session to
+    /// check (none outside sessions, or for a key the tenant's policy
+    /// leaves to its timeouts), pinned. The pin goes with the caller's next
+    /// statement (`Engine::check_room`'s, which also says whether the
+    /// session holds anything: one that holds nothing closes no cycle, and
+    /// a check that reaches it later pins it too, so runs after this
+    /// transaction and sees this wait).
+    ///
+    /// # Errors
+    /// [`EngineError::Unavailable`].
+    pub(super) async fn pin_for_check<'w>(
+        &self,
+        conn: &mut Conn,
+        lock: &LockRef,
+        wish: Wish<'w>,
+    ) -> Result<Option<&'w str>, EngineError> {
+        let Some(me) = wish.session else {
+            return Ok(None);
+        };
+        if let Some(detect) = lock.pacing.detects_deadlocks(&lock.storage_key) {
+            if !detect.await {
+                return Ok(None);
+            }
+        }
+        sessions::pin(conn, &lock.tenant, me.as_bytes()).await?;
+        Ok(Some(me))
+    }
+
     /// The cycle `wish`'s wait for `lock` would close, if it would, checked
-    /// in the caller's transaction (which then holds the tenant's wait
-    /// guard until it ends, and enqueues the wait if it is not refused).
+    /// in the caller's transaction, which pinned `wish`'s session
+    /// ([`Engine::pin_for_check`]), found it holds something, holds the
+    /// pins of the sessions read here until it ends, and enqueues the wait
+    /// if it is not refused.
     ///
     /// # Errors
     /// [`EngineError::Unavailable`].
@@ -154,19 +187,12 @@ impl Engine {
             return Ok(None);
         };
         let tenant = lock.tenant.as_str();
-        // The tenant's policy may leave this key's waits to their timeouts.
-        if let Some(detect) = lock.pacing.detects_deadlocks(&lock.storage_key) {
-            if !detect.await {
-                return Ok(None);
-            }
-        }
         let stale = self.stale();
-        // One round trip: the guard, taken only if another session holds
-        // the key, and those sessions' waits, read under it (a wait
-        // checked before this one committed is seen now). The key's
-        // holders need no second read: the caller's transaction holds the
-        // key's header row, which every change of its leases takes.
-        let step = waiting::guarded_holders(
+        // One round trip: the sessions that hold the key, pinned, and their
+        // waits. The key's holders need no second read: the caller's
+        // transaction holds the key's header row, which every change of
+        // its leases takes.
+        let step = waiting::pinned_holders(
             conn,
             tenant,
             lock.kind,
@@ -176,7 +202,7 @@ impl Engine {
         )
         .await?;
         if step.is_empty() {
-            return Ok(None); // held by no other session: no cycle, no guard
+            return Ok(None); // held by no other session: no cycle
         }
         let first = CycleLink {
             session: me.to_owned(),
@@ -188,7 +214,7 @@ impl Engine {
             .iter()
             .map(|h| (h.holder.clone(), vec![first.clone()]))
             .collect();
-        // The first step's waits came with the guard.
+        // The first step's waits came with its pins.
         let mut known: Option<Vec<SessionWait>> = Some(
             step.into_iter()
                 .filter_map(|h| {
@@ -211,8 +237,8 @@ impl Engine {
             let waits = match known.take() {
                 Some(waits) => waits,
                 None => {
-                    let sessions: Vec<Vec<u8>> = frontier.keys().cloned().collect();
-                    waiting::waits_of(conn, tenant, &sessions, stale).await?
+                    let ids: Vec<Vec<u8>> = frontier.keys().cloned().collect();
+                    waiting::pinned_waits_of(conn, tenant, &ids, stale).await?
                 }
             };
             let mut keys: HashMap<u8, HashSet<Vec<u8>>> = HashMap::new();

@@ -176,39 +176,60 @@ impl Engine {
         Ok(taken)
     }
 
-    /// Fails with 429 when the tenant has `max_waiters` eligible waiters.
+    /// Fails with 429 when the tenant has `max_waiters` eligible waiters;
+    /// with `session` (a wait to be checked for a deadlock), says in the
+    /// same round trip whether that session holds any lease.
     pub(super) async fn check_room(
         &self,
         conn: &mut Conn,
         lock: &LockRef,
-    ) -> Result<(), EngineError> {
-        let pending = waiters::pending_for_tenant(conn, &lock.tenant, self.stale()).await?;
+        session: Option<&str>,
+    ) -> Result<bool, EngineError> {
+        let (pending, holding) = match session {
+            Some(id) => {
+                waiters::pending_for_tenant_and_holding(
+                    conn,
+                    &lock.tenant,
+                    self.stale(),
+                    id.as_bytes(),
+                )
+                .await?
+            }
+            None => (
+                waiters::pending_for_tenant(conn, &lock.tenant, self.stale()).await?,
+                false,
+            ),
+        };
         self.held_here.note_db_count(&lock.tenant, pending);
         // Waiters in memory here count too (`held_here`).
         let pending = pending.saturating_add(self.held_here.waiting_in(&lock.tenant));
         if pending >= lock.max_waiters {
             return Err(EngineError::TooManyWaiters);
         }
-        Ok(())
+        Ok(holding)
     }
 
     /// Enqueues a waiter (the caller holds the key's header row and
     /// commits). From here on the waiter is guarded: if the request is
     /// dropped (client gone, or the commit failed) at any point before it
     /// has its answer, the waiter leaves the queue and a lease handed to it
-    /// is released.
+    /// is released. A session's wait is checked for a deadlock first
+    /// (`deadlock`): refused if it would close a cycle.
     pub(super) async fn enqueue(
         &self,
         conn: &mut Conn,
         lock: &LockRef,
         wish: Wish<'_>,
     ) -> Result<Queued, EngineError> {
-        self.check_room(conn, lock).await?;
-        if let Some(cycle) = self.closes_cycle(conn, lock, wish).await? {
-            self.metrics
-                .inc("lockbroker_deadlocks_total", &[("tenant", &lock.tenant)]);
-            self.record_refusal(lock, &cycle);
-            return Err(EngineError::Deadlock { cycle });
+        let checked = self.pin_for_check(conn, lock, wish).await?;
+        let holding = self.check_room(conn, lock, checked).await?;
+        if holding {
+            if let Some(cycle) = self.closes_cycle(conn, lock, wish).await? {
+                self.metrics
+                    .inc("lockbroker_deadlocks_total", &[("tenant", &lock.tenant)]);
+                self.record_refusal(lock, &cycle);
+                return Err(EngineError::Deadlock { cycle });
+            }
         }
         let waiter = NewWaiter {
             owner: wish.owner,

@@ -259,6 +259,37 @@ pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<boo
     Ok(done.rows_affected() == 1)
 }
 
+/// The start of the statement that pins sessions for a deadlock check
+/// (issue #33), to be completed with which of the tenant's rows: a write
+/// of their `wait_checks`, held to the end of the transaction. A
+/// session's wait is enqueued with its own row pinned, and a check reads
+/// a session's waits only after pinning its row, so checks that could see
+/// each other's waits run one after the other (the later one sees the
+/// earlier one's wait), through any broker; a write, not a locking read,
+/// because on Galera certification orders writes, not locks.
+pub const PIN: &str = "UPDATE sessions SET wait_checks = wait_checks + 1 WHERE tenant = ?";
+
+/// Pins the caller's own session `id` (see [`PIN`]): sent with the
+/// transaction's next statement.
+pub async fn pin(conn: &mut Conn, tenant: &str, id: &[u8]) -> sqlx::Result<()> {
+    let sql = format!("{PIN} AND id = ?");
+    conn.defer(&sql, (tenant, id)).await
+}
+
+/// Whether a session holds any lease, as an expression (1 or 0) for a
+/// plain read: binds the tenant and the session's id four times. A lease
+/// row that names the session counts, live or not. A session that holds
+/// nothing cannot be part of a cycle, whatever it waits for.
+pub const HOLDS_ANY: &str = r#"CAST(
+  EXISTS (SELECT 1 FROM locks FORCE INDEX (locks_by_session)
+    WHERE tenant = ? AND session = ? AND owner IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM semaphore_slots FORCE INDEX (slots_by_session)
+    WHERE tenant = ? AND session = ? AND owner IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM rwlocks FORCE INDEX (rwlocks_by_session)
+    WHERE tenant = ? AND writer_session = ? AND writer IS NOT NULL)
+  OR EXISTS (SELECT 1 FROM rwlock_readers FORCE INDEX (readers_by_session)
+    WHERE tenant = ? AND session = ?) AS SIGNED)"#;
+
 /// A lease held in a session (plain read): its kind, key and token, and
 /// which of the key's leases it is (a semaphore's `slot`, a rwlock's
 /// `mode`: 0 read, 1 write).

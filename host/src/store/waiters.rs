@@ -329,6 +329,30 @@ WHERE w.tenant = ? AND w.granted_token IS NULL AND {ELIGIBLE}
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
+/// [`pending_for_tenant`], and in the same statement whether session `id`
+/// holds any lease (`sessions::HOLDS_ANY`): one round trip for a session's
+/// wait that is checked for a deadlock.
+pub async fn pending_for_tenant_and_holding(
+    conn: &mut Conn,
+    tenant: &str,
+    stale: Staleness,
+    id: &[u8],
+) -> sqlx::Result<(u64, bool)> {
+    let sql = format!(
+        r#"
+SELECT (SELECT COUNT(*) FROM waiters w
+  WHERE w.tenant = ? AND w.granted_token IS NULL AND {ELIGIBLE}), {}
+"#,
+        super::sessions::HOLDS_ANY
+    );
+    let (grace_us, alive_us) = stale.params();
+    let t = tenant.as_bytes();
+    let (n, holds): (i64, i64) = conn
+        .fetch_one(&sql, (t, grace_us, alive_us, t, id, t, id, t, id, t, id))
+        .await?;
+    Ok((u64::try_from(n).unwrap_or(0), holds != 0))
+}
+
 /// Keys (of every kind) with stale pending waiters or with grants that
 /// gone brokers never claimed, up to `limit`.
 pub async fn keys_to_clean(

@@ -5,7 +5,9 @@
 
 use chrono::NaiveDateTime;
 
-use super::{lease_live, pool::Conn, waiters::Staleness, waiters::ELIGIBLE, Kind, RowKey};
+use super::{
+    lease_live, pool::Conn, sessions, waiters::Staleness, waiters::ELIGIBLE, Kind, RowKey,
+};
 
 /// A pending waiter of the database queue, as the API shows it.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -167,14 +169,12 @@ pub struct HolderWait {
     pub mode: Option<u8>,
 }
 
-/// The first step of a deadlock check, in one round trip: takes `tenant`'s
-/// wait guard (`session_wait_guards`, a written row: the checks of the
-/// tenant's session waits run one at a time until the transaction ends,
-/// across brokers and Galera nodes alike) if and only if a session other than `me`
-/// holds `key` (of `kind`), then reads those sessions with their eligible
-/// pending waits (after the guard: a wait checked and committed before is
-/// seen). Empty: no other session holds the key, and no guard was taken.
-pub async fn guarded_holders(
+/// The first step of a deadlock check's walk, in one round trip: pins
+/// (see `sessions::pin`) the sessions other than `me` that hold `key` (of
+/// `kind`), then reads them with their eligible pending waits (after the
+/// pin: a wait enqueued and committed before is seen; one being enqueued
+/// now is waited for). Empty: no other session holds the key.
+pub async fn pinned_holders(
     conn: &mut Conn,
     tenant: &str,
     kind: Kind,
@@ -184,16 +184,14 @@ pub async fn guarded_holders(
 ) -> sqlx::Result<Vec<HolderWait>> {
     let keys = [key.to_vec()];
     let held = holders_sql(kind, 1);
-    let guard = format!(
-        "INSERT INTO session_wait_guards (tenant, checks) \
-         SELECT ?, 1 FROM DUAL WHERE EXISTS (SELECT 1 FROM ({held}) h \
-         WHERE h.session IS NOT NULL AND h.session <> ?) \
-         ON DUPLICATE KEY UPDATE checks = checks + 1"
+    let pin = format!(
+        "{} AND id IN (SELECT h.session FROM ({held}) h WHERE h.session IS NOT NULL) AND id <> ?",
+        sessions::PIN
     );
     let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
     params.extend(holders_params(tenant, kind, &keys));
     params.push((me,));
-    conn.defer(&guard, params).await?;
+    conn.defer(&pin, params).await?;
     let eligible = ELIGIBLE
         .replacen('?', &stale.grace_us.to_string(), 1)
         .replacen('?', &stale.alive_us.to_string(), 1);
@@ -249,17 +247,22 @@ pub struct SessionWait {
     pub mode: Option<u8>,
 }
 
-/// The eligible pending waits of `tenant`'s `sessions`.
-pub async fn waits_of(
+/// The eligible pending waits of `tenant`'s sessions `ids`, which it pins
+/// first (see `sessions::pin`; one round trip).
+pub async fn pinned_waits_of(
     conn: &mut Conn,
     tenant: &str,
-    sessions: &[Vec<u8>],
+    ids: &[Vec<u8>],
     stale: Staleness,
 ) -> sqlx::Result<Vec<SessionWait>> {
-    if sessions.is_empty() {
+    if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let marks = vec!["?"; sessions.len()].join(", ");
+    let marks = vec!["?"; ids.len()].join(", ");
+    let pin = format!("{} AND id IN ({marks})", sessions::PIN);
+    let mut params: Vec<(&[u8],)> = vec![(tenant.as_bytes(),)];
+    params.extend(ids.iter().map(|s| (s.as_slice(),)));
+    conn.defer(&pin, params).await?;
     let eligible = ELIGIBLE
         .replacen('?', &stale.grace_us.to_string(), 1)
         .replacen('?', &stale.alive_us.to_string(), 1);
@@ -268,7 +271,7 @@ pub async fn waits_of(
          FROM waiters w FORCE INDEX (waiters_by_session) \
          WHERE w.session IN ({marks}) AND w.tenant = ? AND w.granted_token IS NULL AND {eligible}"
     );
-    let mut params: Vec<(&[u8],)> = sessions.iter().map(|s| (s.as_slice(),)).collect();
+    let mut params: Vec<(&[u8],)> = ids.iter().map(|s| (s.as_slice(),)).collect();
     params.push((tenant.as_bytes(),));
     conn.fetch_all(&sql, params).await
 }
