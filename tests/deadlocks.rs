@@ -13,11 +13,12 @@ use std::time::Duration;
 use lockbroker::config::TenantConfig;
 use lockbroker_api::{CycleStep, ErrorCode, WaitsFor};
 use lockbroker_tests::{
-    config, eventually, fresh_db_name,
+    config, db_conn, eventually, fresh_db_name,
     rings::{deadlock, hold, one_ring, ring, wait_for, wait_ms, waiters},
-    Broker, Client, PolicyDir, SseStream, KEY,
+    server_url, Broker, Client, PolicyDir, SseStream, KEY,
 };
 use serde_json::json;
+use sqlx::MySqlPool;
 
 /// How long a test waits for a condition.
 const WAIT: Duration = Duration::from_secs(10);
@@ -213,6 +214,108 @@ async fn a_session_that_held_nothing_when_it_waited_is_still_in_the_cycle() {
     assert!(cycles > 0, "no round formed the cycle");
     second.shutdown().await;
     first.stop().await;
+}
+
+/// The race that a session's row, held by its acquire, closes, made to
+/// happen every round: `s` (holding nothing) starts to wait for `K`, and
+/// its enqueuing transaction is held between its check and its commit
+/// (another connection holds `LOCK TABLES waiters READ`, so the insert of
+/// `s`'s waiter waits for it); meanwhile `s` takes the free `K3`, and `t`
+/// (holding `K`) waits for `K3`. `t`'s check reaches `s`, the holder of
+/// `K3`, and pins it: it must wait for `s`'s transaction and then see
+/// `s`'s wait, a cycle, and refuse `t`. Were `s`'s row not held, `t`'s
+/// check would read `s`'s waits before the wait is there, and both would
+/// wait out their `wait_ms`.
+#[tokio::test]
+async fn a_check_that_reaches_a_session_still_enqueuing_waits_and_sees_its_wait() {
+    let broker = Broker::start().await;
+    let c = broker.client();
+    let look = MySqlPool::connect(&format!("{}/{}", server_url(), broker.db))
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let (k, k3) = (format!("mid-{round}-k"), format!("mid-{round}-k3"));
+        let t = c.open_session(&json!({"ttl_ms": 60_000})).await;
+        let s = c.open_session(&json!({"ttl_ms": 60_000})).await;
+        hold(&c, &t, &k, "t-holds").await;
+        let mut blocker = db_conn(&broker.db).await;
+        sqlx::query("LOCK TABLES waiters READ")
+            .execute(&mut blocker)
+            .await
+            .unwrap();
+        let s_waits = wait_ms(&c, &s, &k, "s-waits", 20_000);
+        eventually("s's wait is checked, its insert held", WAIT, || {
+            waiting(&look, &broker.db, "INSERT INTO waiters", 1)
+        })
+        .await;
+        hold(&c, &s, &k3, "s-takes").await;
+        let t_waits = wait_ms(&c, &t, &k3, "t-waits", 20_000);
+        // t's check either pins s (and waits for s's transaction), or
+        // (were s's row not held) has read s's waits already and waits at
+        // its own insert.
+        eventually("t's check has reached s", WAIT, || async {
+            running(&look, &broker.db, "UPDATE sessions SET wait_checks").await
+                || waiting(&look, &broker.db, "INSERT INTO waiters", 2).await
+        })
+        .await;
+        sqlx::query("UNLOCK TABLES")
+            .execute(&mut blocker)
+            .await
+            .unwrap();
+        let refused = tokio::time::timeout(WAIT, t_waits)
+            .await
+            .expect("t's wait answered at once")
+            .unwrap();
+        let cycle = deadlock(&refused)
+            .unwrap_or_else(|| panic!("round {round}: t's wait closes a cycle: {refused:?}"))
+            .error
+            .cycle
+            .expect("the cycle");
+        let steps: Vec<_> = cycle
+            .iter()
+            .map(|l| (l.session.as_str(), l.storage_key.as_str()))
+            .collect();
+        assert_eq!(
+            steps,
+            [(t.id.as_str(), k3.as_str()), (s.id.as_str(), k.as_str())]
+        );
+        // s still waits, and is served when t's session ends.
+        assert!(!s_waits.is_finished(), "round {round}");
+        assert_eq!(c.close_session(&t.id).await.status, 200);
+        let served = tokio::time::timeout(WAIT, s_waits).await.unwrap().unwrap();
+        assert_eq!(served.status, 200, "round {round}: {served:?}");
+        assert_eq!(c.close_session(&s.id).await.status, 200);
+    }
+    broker.stop().await;
+}
+
+/// Whether a statement of `db` whose text starts with `prefix` runs.
+async fn running(look: &MySqlPool, db: &str, prefix: &str) -> bool {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = ? AND INFO LIKE CONCAT(?, '%')",
+    )
+    .bind(db)
+    .bind(prefix)
+    .fetch_one(look)
+    .await
+    .unwrap();
+    n > 0
+}
+
+/// Whether `n` statements (at least) of `db` whose text starts with
+/// `prefix` wait for a table's lock.
+async fn waiting(look: &MySqlPool, db: &str, prefix: &str, n: i64) -> bool {
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = ? AND INFO LIKE CONCAT(?, '%') AND STATE LIKE 'Waiting for table%'",
+    )
+    .bind(db)
+    .bind(prefix)
+    .fetch_one(look)
+    .await
+    .unwrap();
+    waiting >= n
 }
 
 #[tokio::test]

@@ -14,13 +14,17 @@ use std::{
 };
 
 use lockbroker_tests::{
-    eventually, fresh_db_name, rings::one_ring, run_clients_with, BrokerProcess, Client,
-    GaleraCluster, History, Load, Release503, KEY,
+    eventually, eventually_some, fresh_db_name,
+    rings::{deadlock, hold, one_ring, wait_ms},
+    run_clients_with, BrokerProcess, Client, GaleraCluster, History, Load, Release503, KEY,
 };
-use sqlx::{Connection, MySqlConnection};
+use serde_json::json;
+use sqlx::{Connection, MySqlConnection, MySqlPool};
 use tokio::sync::Mutex;
 
 const DB_TIMEOUT_MS: u64 = 2000;
+/// How long a test waits for a condition.
+const WAIT: Duration = Duration::from_secs(10);
 static TURNS: Mutex<()> = Mutex::const_new(());
 
 /// Brokers that list the same nodes in different orders start on
@@ -64,12 +68,17 @@ struct Run {
 impl Run {
     /// A cluster and one broker per node order in `orders`.
     async fn start(orders: &[&[usize]]) -> Run {
+        Run::start_with(orders, DB_TIMEOUT_MS).await
+    }
+
+    /// [`Run::start`] with brokers' `db_timeout_ms` of `db_timeout_ms`.
+    async fn start_with(orders: &[&[usize]], db_timeout_ms: u64) -> Run {
         let cluster = GaleraCluster::up().await;
         let db = fresh_db_name();
         let mut brokers = Vec::new();
         for order in orders {
             let urls = cluster.toml_list(&db, order);
-            let extra = format!("db_timeout_ms = {DB_TIMEOUT_MS}");
+            let extra = format!("db_timeout_ms = {db_timeout_ms}");
             brokers.push(BrokerProcess::start_on(&urls, &extra).await);
         }
         Run {
@@ -273,6 +282,113 @@ async fn deadlock_cycles_through_brokers_on_different_nodes_are_refused_once() {
         }
     }
     run.stop().await;
+}
+
+/// Two waits that close one cycle, on two nodes, checked while neither
+/// has committed (each check reads the other's waits before they are
+/// there) and then committed at the same moment: each is held between its
+/// check and its commit by a gap lock over its session's waiters taken on
+/// its own node (`REPEATABLE READ`), and both are let go at once. Row
+/// locks do not reach across nodes, so only Galera orders them: each
+/// check wrote (pinned) the other's session row, which the other's
+/// transaction holds, so the replicated write aborts it, or certification
+/// fails the second to commit (each also wrote its own row); that one is
+/// retried, sees the other's wait and is refused. Exactly one per round,
+/// and the other is served when the refused session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cycle_whose_waits_commit_at_once_on_two_nodes_is_refused_once() {
+    let _turn = TURNS.lock().await;
+    // Time enough (a lock wait of 10 s) for the test to hold both waits.
+    let run = Run::start_with(&[&[1], &[2]], 20_000).await;
+    let clients: Vec<Client> = run.brokers.iter().map(BrokerProcess::client).collect();
+    let nodes: Vec<String> = (0..2)
+        .map(|i| format!("{}/{}", run.cluster.urls[i], run.db))
+        .collect();
+    let mut looks = Vec::new();
+    for node in &nodes {
+        looks.push(MySqlPool::connect(node).await.unwrap());
+    }
+    for round in 0..4 {
+        let keys = [format!("gc-{round}-0"), format!("gc-{round}-1")];
+        let mut sessions = Vec::new();
+        for i in 0..2 {
+            let s = clients[i].open_session(&json!({"ttl_ms": 60_000})).await;
+            hold(&clients[i], &s, &keys[i], &format!("h{i}")).await;
+            sessions.push(s);
+        }
+        let mut blockers = Vec::new();
+        for (node, s) in nodes.iter().zip(&sessions) {
+            let mut b = MySqlConnection::connect(node).await.unwrap();
+            sqlx::raw_sql("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; BEGIN")
+                .execute(&mut b)
+                .await
+                .unwrap();
+            sqlx::query("SELECT id FROM waiters WHERE session = ? FOR UPDATE")
+                .bind(&s.id)
+                .fetch_all(&mut b)
+                .await
+                .unwrap();
+            blockers.push(b);
+        }
+        // Session i, through node i's broker, waits for the other's key.
+        let mut waits = Vec::new();
+        for i in 0..2 {
+            waits.push(wait_ms(
+                &clients[i],
+                &sessions[i],
+                &keys[1 - i],
+                &format!("w{i}"),
+                20_000,
+            ));
+        }
+        eventually("both checked, both inserts held", WAIT, || async {
+            inserts_waiting(&looks[0]).await && inserts_waiting(&looks[1]).await
+        })
+        .await;
+        let (mut b0, mut b1) = (blockers.remove(0), blockers.remove(0));
+        let (r0, r1) = tokio::join!(
+            sqlx::query("ROLLBACK").execute(&mut b0),
+            sqlx::query("ROLLBACK").execute(&mut b1)
+        );
+        // A blocker that a replicated write aborted has nothing to undo.
+        let _ = (r0, r1);
+        let refused = eventually_some("one is refused", WAIT, || {
+            let done: Vec<usize> = (0..2).filter(|&i| waits[i].is_finished()).collect();
+            async move { (!done.is_empty()).then_some(done) }
+        })
+        .await;
+        assert_eq!(refused.len(), 1, "round {round}: both answered");
+        let r = refused[0];
+        let reply = waits.remove(r).await.unwrap();
+        let body =
+            deadlock(&reply).unwrap_or_else(|| panic!("round {round}: a deadlock: {reply:?}"));
+        let cycle = body.error.cycle.expect("the cycle");
+        assert_eq!(cycle.len(), 2, "round {round}: {cycle:?}");
+        assert_eq!(cycle[0].session, sessions[r].id);
+        assert_eq!(cycle[1].session, sessions[1 - r].id);
+        let other = waits.remove(0);
+        assert!(!other.is_finished(), "round {round}: the other still waits");
+        assert_eq!(clients[r].close_session(&sessions[r].id).await.status, 200);
+        let served = tokio::time::timeout(WAIT, other).await.unwrap().unwrap();
+        assert_eq!(served.status, 200, "round {round}: {served:?}");
+        let o = 1 - r;
+        assert_eq!(clients[o].close_session(&sessions[o].id).await.status, 200);
+    }
+    run.stop().await;
+}
+
+/// Whether a waiter's insert runs on the node of `look` (in the test that
+/// holds them, it waits there for the test's gap lock). The process list,
+/// not `INNODB_TRX`: polled often, the latter held up Galera's appliers.
+async fn inserts_waiting(look: &MySqlPool) -> bool {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE INFO LIKE 'INSERT INTO waiters%'",
+    )
+    .fetch_one(look)
+    .await
+    .unwrap();
+    n > 0
 }
 
 /// The broker's own connections (`store::pool`) on two nodes contend for

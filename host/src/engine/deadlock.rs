@@ -10,15 +10,19 @@
 //! (two tasks of one process sharing it) is not a cycle. The graph lives
 //! in the database (pending waiter rows name their session, lease rows
 //! theirs), so a cycle through several brokers is seen by any of them.
-//! The check runs in the transaction that enqueues the wait, which first
-//! pins its own session (`store::sessions::pin`, a written row held to the
-//! end of the transaction), and pins every session before it reads that
-//! session's waits: two waits that would close one cycle at the same
-//! moment, on two brokers, are checked one after the other (the second
-//! pins a session the first pinned, and waits for it; or the database
-//! breaks their deadlock and the retry comes second), and the second one
-//! sees the first and is refused; exactly one. A session that holds
-//! nothing cannot close a cycle: its wait is enqueued pinned, unchecked.
+//! The check runs in the transaction that enqueues the wait, which holds
+//! its own session's row (shared, as every acquire in a session does:
+//! `session::hold`; on Galera, where locks are per node, it also writes
+//! the row, `store::sessions::pin_for_galera`), and every check *pins* a
+//! session (writes its row, `store::sessions::PIN`) before it reads that
+//! session's waits, so a check that reaches a session whose wait is being
+//! enqueued waits for that transaction and then sees the wait. Two waits
+//! that would close one cycle at the same moment, on two brokers, are
+//! checked one after the other (the second pins a session whose
+//! transaction holds it, and waits for it; or the database breaks their
+//! deadlock and the retry comes second), and the second one sees the
+//! first and is refused; exactly one. A session that holds nothing cannot
+//! close a cycle: its wait is enqueued unchecked (its row still held).
 //!
 //! A tenant's policy may turn the check off key by key (its `deadlocks`
 //! export, `wit/deadlocks.wit`): a wait for such a key is never refused
@@ -37,7 +41,7 @@ use super::{lease::Wish, Engine, EngineError, LockRef};
 use crate::store::{
     history::{self, EventKind, NewEvent},
     pool::Conn,
-    sessions::{self, kind_of},
+    sessions::kind_of,
     waiting::{self, SessionWait},
     Kind,
 };
@@ -141,37 +145,29 @@ impl Engine {
         });
     }
 
-    /// Prepares the check of `wish`'s wait for `lock`: the session to
-    /// check (none outside sessions, or for a key the tenant's policy
-    /// leaves to its timeouts), pinned. The pin goes with the caller's next
-    /// statement (`Engine::check_room`'s, which also says whether the
-    /// session holds anything: one that holds nothing closes no cycle, and
-    /// a check that reaches it later pins it too, so runs after this
-    /// transaction and sees this wait).
-    ///
-    /// # Errors
-    /// [`EngineError::Unavailable`].
-    pub(super) async fn pin_for_check<'w>(
+    /// The session whose wait for `lock` is to be checked: `wish`'s, unless
+    /// it has none or the tenant's policy leaves the key to its timeouts.
+    /// `Engine::check_room` says whether it holds anything (in the
+    /// statement it sends anyway): one that holds nothing closes no cycle,
+    /// and a check that reaches it later pins its row, which this
+    /// transaction holds, so runs after it and sees this wait.
+    pub(super) async fn session_to_check<'w>(
         &self,
-        conn: &mut Conn,
         lock: &LockRef,
         wish: Wish<'w>,
-    ) -> Result<Option<&'w str>, EngineError> {
-        let Some(me) = wish.session else {
-            return Ok(None);
-        };
+    ) -> Option<&'w str> {
+        let me = wish.session?;
         if let Some(detect) = lock.pacing.detects_deadlocks(&lock.storage_key) {
             if !detect.await {
-                return Ok(None);
+                return None;
             }
         }
-        sessions::pin(conn, &lock.tenant, me.as_bytes()).await?;
-        Ok(Some(me))
+        Some(me)
     }
 
     /// The cycle `wish`'s wait for `lock` would close, if it would, checked
-    /// in the caller's transaction, which pinned `wish`'s session
-    /// ([`Engine::pin_for_check`]), found it holds something, holds the
+    /// in the caller's transaction, which holds `wish`'s session's row
+    /// (`Engine::check_room`), found it holds something, holds the
     /// pins of the sessions read here until it ends, and enqueues the wait
     /// if it is not refused.
     ///

@@ -177,8 +177,10 @@ impl Engine {
     }
 
     /// Fails with 429 when the tenant has `max_waiters` eligible waiters;
-    /// with `session` (a wait to be checked for a deadlock), says in the
-    /// same round trip whether that session holds any lease.
+    /// with `session` (a wait to be checked for a deadlock, whose
+    /// transaction holds the session's row: `session::hold`), says in the
+    /// same statement whether it holds any lease (on Galera after a write
+    /// of the row).
     pub(super) async fn check_room(
         &self,
         conn: &mut Conn,
@@ -221,7 +223,7 @@ impl Engine {
         lock: &LockRef,
         wish: Wish<'_>,
     ) -> Result<Queued, EngineError> {
-        let checked = self.pin_for_check(conn, lock, wish).await?;
+        let checked = self.session_to_check(lock, wish).await;
         let holding = self.check_room(conn, lock, checked).await?;
         if holding {
             if let Some(cycle) = self.closes_cycle(conn, lock, wish).await? {

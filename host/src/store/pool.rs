@@ -472,6 +472,11 @@ impl Conn {
         Ok(())
     }
 
+    /// Whether the connection's server is a Galera node.
+    pub(super) fn on_galera(&self) -> bool {
+        self.session.galera
+    }
+
     /// Whether statements of a transaction may travel together (`queued`).
     ///
     /// Not on a Galera node: there a transaction that a replicated write
@@ -485,7 +490,7 @@ impl Conn {
     /// cannot abort a transaction that is not waiting, so it never happens
     /// there.
     fn batches(&self) -> bool {
-        !self.session.galera
+        !self.on_galera()
     }
 
     /// Commits, with the statements still queued; on success the

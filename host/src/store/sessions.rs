@@ -8,7 +8,9 @@
 //! reads its row `LOCK IN SHARE MODE` (`for_share`); the one statement that
 //! ends a session (`end`, `end_expired`) takes it exclusively, so an
 //! acquire either commits before the end (and its lease is found by the
-//! end's pass) or sees the session ended.
+//! end's pass) or sees the session ended. A deadlock check's pin
+//! ([`PIN`], issue #33) writes the row too, so it waits for the acquires
+//! in the session under way, and sees the waits they enqueue.
 
 use chrono::NaiveDateTime;
 
@@ -261,19 +263,26 @@ pub async fn delete(conn: &mut Conn, tenant: &str, id: &str) -> sqlx::Result<boo
 
 /// The start of the statement that pins sessions for a deadlock check
 /// (issue #33), to be completed with which of the tenant's rows: a write
-/// of their `wait_checks`, held to the end of the transaction. A
-/// session's wait is enqueued with its own row pinned, and a check reads
-/// a session's waits only after pinning its row, so checks that could see
-/// each other's waits run one after the other (the later one sees the
-/// earlier one's wait), through any broker; a write, not a locking read,
-/// because on Galera certification orders writes, not locks.
+/// of their `wait_checks`, held to the end of the transaction. A check
+/// reads a session's waits only after pinning its row, and a session's
+/// wait is enqueued by a transaction that holds the row too (shared, as
+/// every acquire in a session does; on Galera written as well,
+/// [`pin_for_galera`]), so checks that could see each other's waits run one
+/// after the other (the later one sees the earlier one's wait), through
+/// any broker. A write, because on Galera certification orders writes,
+/// not locks.
 pub const PIN: &str = "UPDATE sessions SET wait_checks = wait_checks + 1 WHERE tenant = ?";
 
-/// Pins the caller's own session `id` (see [`PIN`]): sent with the
-/// transaction's next statement.
-pub async fn pin(conn: &mut Conn, tenant: &str, id: &[u8]) -> sqlx::Result<()> {
+/// Pins the caller's own session `id` for the check of its wait with a
+/// write (see [`PIN`]) on Galera (`Conn::on_galera`), where the shared
+/// lock its acquire holds is the node's own and certification sees only
+/// writes. On one server that lock is the pin: nothing to do.
+pub async fn pin_for_galera(conn: &mut Conn, tenant: &str, id: &[u8]) -> sqlx::Result<()> {
+    if !conn.on_galera() {
+        return Ok(());
+    }
     let sql = format!("{PIN} AND id = ?");
-    conn.defer(&sql, (tenant, id)).await
+    conn.execute(&sql, (tenant, id)).await.map(|_| ())
 }
 
 /// Whether a session holds any lease, as an expression (1 or 0) for a

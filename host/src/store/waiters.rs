@@ -329,15 +329,21 @@ WHERE w.tenant = ? AND w.granted_token IS NULL AND {ELIGIBLE}
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// [`pending_for_tenant`], and in the same statement whether session `id`
-/// holds any lease (`sessions::HOLDS_ANY`): one round trip for a session's
-/// wait that is checked for a deadlock.
+/// [`pending_for_tenant`], for the wait of session `id` that is checked
+/// for a deadlock, and in the same statement whether the session holds
+/// any lease (`sessions::HOLDS_ANY`), read after its pin: on one server
+/// the caller's transaction already holds the session's row shared (every
+/// acquire in a session does, `engine::session::hold`), which a check
+/// that reaches the session waits for, since it writes the row
+/// (`sessions::PIN`); on Galera, where locks are per node, the session's
+/// own pin is a write too (`sessions::pin_for_galera`).
 pub async fn pending_for_tenant_and_holding(
     conn: &mut Conn,
     tenant: &str,
     stale: Staleness,
     id: &[u8],
 ) -> sqlx::Result<(u64, bool)> {
+    super::sessions::pin_for_galera(conn, tenant, id).await?;
     let sql = format!(
         r#"
 SELECT (SELECT COUNT(*) FROM waiters w

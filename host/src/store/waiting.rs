@@ -170,7 +170,7 @@ pub struct HolderWait {
 }
 
 /// The first step of a deadlock check's walk, in one round trip: pins
-/// (see `sessions::pin`) the sessions other than `me` that hold `key` (of
+/// (see `sessions::PIN`) the sessions other than `me` that hold `key` (of
 /// `kind`), then reads them with their eligible pending waits (after the
 /// pin: a wait enqueued and committed before is seen; one being enqueued
 /// now is waited for). Empty: no other session holds the key.
@@ -248,7 +248,7 @@ pub struct SessionWait {
 }
 
 /// The eligible pending waits of `tenant`'s sessions `ids`, which it pins
-/// first (see `sessions::pin`; one round trip).
+/// first (see `sessions::PIN`; one round trip).
 pub async fn pinned_waits_of(
     conn: &mut Conn,
     tenant: &str,
