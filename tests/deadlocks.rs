@@ -228,7 +228,12 @@ async fn a_session_that_held_nothing_when_it_waited_is_still_in_the_cycle() {
 /// wait out their `wait_ms`.
 #[tokio::test]
 async fn a_check_that_reaches_a_session_still_enqueuing_waits_and_sees_its_wait() {
-    let broker = Broker::start().await;
+    // Time enough (a lock wait of 5 s) for the test to hold s's enqueue
+    // on a busy machine.
+    let db = fresh_db_name();
+    let mut cfg = config(&db);
+    cfg.db_timeout_ms = 10_000;
+    let broker = Broker::start_with(db, cfg).await;
     let c = broker.client();
     let look = MySqlPool::connect(&format!("{}/{}", server_url(), broker.db))
         .await
