@@ -294,33 +294,30 @@ async fn a_check_that_reaches_a_session_still_enqueuing_waits_and_sees_its_wait(
     broker.stop().await;
 }
 
-/// Whether a statement of `db` whose text starts with `prefix` runs.
-async fn running(look: &MySqlPool, db: &str, prefix: &str) -> bool {
-    let n: i64 = sqlx::query_scalar(
+/// How many statements of `db` whose text starts with `prefix` run in a
+/// state like `state` (`%`: any).
+async fn statements(look: &MySqlPool, db: &str, prefix: &str, state: &str) -> i64 {
+    sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-         WHERE DB = ? AND INFO LIKE CONCAT(?, '%')",
+         WHERE DB = ? AND INFO LIKE CONCAT(?, '%') AND STATE LIKE ?",
     )
     .bind(db)
     .bind(prefix)
+    .bind(state)
     .fetch_one(look)
     .await
-    .unwrap();
-    n > 0
+    .unwrap()
+}
+
+/// Whether a statement of `db` whose text starts with `prefix` runs.
+async fn running(look: &MySqlPool, db: &str, prefix: &str) -> bool {
+    statements(look, db, prefix, "%").await > 0
 }
 
 /// Whether `n` statements (at least) of `db` whose text starts with
 /// `prefix` wait for a table's lock.
 async fn waiting(look: &MySqlPool, db: &str, prefix: &str, n: i64) -> bool {
-    let waiting: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-         WHERE DB = ? AND INFO LIKE CONCAT(?, '%') AND STATE LIKE 'Waiting for table%'",
-    )
-    .bind(db)
-    .bind(prefix)
-    .fetch_one(look)
-    .await
-    .unwrap();
-    waiting >= n
+    statements(look, db, prefix, "Waiting for table%").await >= n
 }
 
 #[tokio::test]

@@ -749,22 +749,30 @@ mod tests {
         }
     }
 
+    /// The four calls every policy answers, answered as the built-in does:
+    /// for test policies that differ only in an optional export.
+    macro_rules! builtin_required_calls {
+        () => {
+            fn describe(&self) -> Result<Descriptor, PolicyFault> {
+                Builtin.describe()
+            }
+            fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
+                Builtin.storage_key(t, k)
+            }
+            fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
+                Builtin.pick_next(k, w)
+            }
+            fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
+                Builtin.next_delay(c)
+            }
+        };
+    }
+
     /// A policy whose `timing` answers per key: a trap for `trap`, two
     /// days for `huge`, a minimum hold otherwise.
     struct Timed;
     impl Policy for Timed {
-        fn describe(&self) -> Result<Descriptor, PolicyFault> {
-            Builtin.describe()
-        }
-        fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
-            Builtin.storage_key(t, k)
-        }
-        fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
-            Builtin.pick_next(k, w)
-        }
-        fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
-            Builtin.next_delay(c)
-        }
+        builtin_required_calls!();
         fn has_timing(&self) -> bool {
             true
         }
@@ -828,18 +836,7 @@ mod tests {
     /// traps on keys with `trap`.
     struct Unchecked;
     impl Policy for Unchecked {
-        fn describe(&self) -> Result<Descriptor, PolicyFault> {
-            Builtin.describe()
-        }
-        fn storage_key(&self, t: &str, k: &str) -> Result<Result<String, String>, PolicyFault> {
-            Builtin.storage_key(t, k)
-        }
-        fn pick_next(&self, k: &str, w: &[Waiter]) -> Result<u32, PolicyFault> {
-            Builtin.pick_next(k, w)
-        }
-        fn next_delay(&self, c: &Contention) -> Result<Decision, PolicyFault> {
-            Builtin.next_delay(c)
-        }
+        builtin_required_calls!();
         fn has_deadlocks(&self) -> bool {
             true
         }
